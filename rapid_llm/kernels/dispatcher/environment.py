@@ -1,0 +1,325 @@
+"""The machine in front of us, as a frozen value.
+
+`Device`, `Libraries` and `Environment` are hashable values that dispatch()
+takes as arguments. `probe_environment()` is the ONLY impure step of the
+dispatcher: it reads the RAPID_LLM_* environment variables, asks
+importlib.metadata for library versions and, if torch is importable, asks
+torch for the device. It runs once per process; changing os.environ later
+changes nothing (tests pass their own mapping instead).
+
+Environment variables read by the probe:
+
+  RAPID_LLM_DENY             backends or rows never selected: ``flashinfer,native/rms_norm``
+  RAPID_LLM_FORCE            rows forced per op: ``norm.rms_norm=native/rms_norm;elementwise.scale=torch/scale``
+  RAPID_LLM_HIDE_LIBS        libraries treated as absent (and blocked from import): ``triton,flashinfer``
+  RAPID_LLM_TRITON_INTERPRET ``1``: run native Triton rows on the CPU through Triton's interpreter
+"""
+
+from __future__ import annotations
+
+import sys
+
+import attrs
+
+from .spec import DEVICE_KINDS, DTYPE_TORCH_NAMES, KNOWN_LIBRARIES
+
+
+@attrs.frozen(cache_hash=True)
+class Device:
+    """Where kernels run: ``cpu`` or ``cuda`` with its SM version (90 = sm90).
+
+    `triton_interpreter` is set on a cpu device whose process opted into
+    Triton's interpreter. `name` is for humans and takes no part in equality.
+    """
+
+    kind: str
+    sm: int | None = None
+    triton_interpreter: bool = False
+    name: str = attrs.field(default="", eq=False)
+
+    def __attrs_post_init__(self):
+        if self.kind not in DEVICE_KINDS:
+            raise ValueError(f"device kind must be one of {sorted(DEVICE_KINDS)}, got {self.kind!r}")
+        if self.kind == "cpu" and self.sm is not None:
+            raise ValueError("a cpu device has no SM version")
+        if self.kind == "cuda" and self.triton_interpreter:
+            raise ValueError("the Triton interpreter flag applies to cpu devices only")
+
+    def __str__(self) -> str:
+        if self.kind == "cuda":
+            return f"cuda:sm{self.sm}" if self.sm is not None else "cuda"
+        return "cpu+triton-interpreter" if self.triton_interpreter else "cpu"
+
+    @classmethod
+    def parse(cls, text: str) -> "Device":
+        """``cpu``, ``cpu+triton-interpreter``, ``cuda``, ``cuda:sm90`` or ``cuda:90``."""
+        spec = text.strip().lower()
+        if spec in ("cpu", "cpu+triton-interpreter", "cpu+interpreter"):
+            return cls("cpu", triton_interpreter=spec != "cpu")
+        kind, _, sm = spec.partition(":")
+        if kind == "cuda":
+            if not sm:
+                return cls("cuda")
+            digits = sm[2:] if sm.startswith("sm") else sm
+            if digits.isdigit():
+                return cls("cuda", int(digits))
+        raise ValueError(
+            f"cannot parse device {text!r}; expected cpu, cpu+triton-interpreter, cuda or cuda:sm90"
+        )
+
+
+@attrs.frozen(cache_hash=True)
+class Libraries:
+    """Installed optional libraries, name -> version string (hashable)."""
+
+    versions: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=lambda items: tuple(sorted(dict(items).items()))
+    )
+
+    def get(self, name: str) -> str | None:
+        for lib, version in self.versions:
+            if lib == name:
+                return version
+        return None
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.versions)
+
+    def without(self, names) -> "Libraries":
+        return Libraries([(k, v) for k, v in self.versions if k not in names])
+
+    @classmethod
+    def parse(cls, specs) -> "Libraries":
+        """From ``["flashinfer=0.6.0", "triton=3.6.0"]`` (the CLI's --lib)."""
+        pairs = []
+        for spec in specs:
+            name, sep, version = spec.partition("=")
+            if not sep or not version:
+                raise ValueError(f"--lib expects NAME=VERSION, got {spec!r}")
+            if name not in KNOWN_LIBRARIES:
+                raise ValueError(f"unknown library {name!r}; known: {sorted(KNOWN_LIBRARIES)}")
+            pairs.append((name, version))
+        return cls(pairs)
+
+
+def _frozen_names(value) -> frozenset[str]:
+    return frozenset(value)
+
+
+def _force_pairs(value) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(dict(value).items()))
+
+
+@attrs.frozen(cache_hash=True)
+class Environment:
+    """Everything dispatch needs to know about this process, frozen."""
+
+    device: Device
+    libs: Libraries = attrs.field(factory=Libraries)
+    deny: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen_names)
+    force: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_force_pairs)
+    hidden_libs: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen_names)
+    triton_interpret: bool = False
+    torch_version: str | None = attrs.field(default=None, eq=False)
+    cuda_devices: tuple[str, ...] = attrs.field(default=(), eq=False, converter=tuple)
+
+    def forced_row(self, op: str) -> str | None:
+        for forced_op, row in self.force:
+            if forced_op == op:
+                return row
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Parsing of the environment variables (pure helpers; the probe calls them)
+# ---------------------------------------------------------------------------
+
+
+def _split_list(text: str) -> list[str]:
+    return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
+
+
+def parse_force(text: str) -> dict[str, str]:
+    """``norm.rms_norm=native/rms_norm;attention.decode=flashinfer/decode`` -> {op: row}."""
+    forced = {}
+    for item in text.replace(",", ";").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        op, sep, row = item.partition("=")
+        if not sep or "." not in op or "/" not in row:
+            raise ValueError(
+                f"RAPID_LLM_FORCE: expected '<op>=<row>' items such as "
+                f"'norm.rms_norm=native/rms_norm', got {item!r}"
+            )
+        forced[op.strip()] = row.strip()
+    return forced
+
+
+def parse_hidden_libs(text: str) -> frozenset[str]:
+    names = frozenset(_split_list(text))
+    unknown = names - set(KNOWN_LIBRARIES)
+    if unknown:
+        raise ValueError(
+            f"RAPID_LLM_HIDE_LIBS: unknown libraries {sorted(unknown)}; known: {sorted(KNOWN_LIBRARIES)}"
+        )
+    return names
+
+
+def _truthy(text: str | None) -> bool:
+    return (text or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# ---------------------------------------------------------------------------
+# Import blocker for hidden libraries
+# ---------------------------------------------------------------------------
+
+
+class HiddenLibraryBlocker:
+    """A meta-path finder that makes importing a hidden library fail loudly.
+
+    Hiding a library must behave like uninstalling it: a stray import
+    anywhere in rapid_llm (or a test) raises ImportError naming the variable.
+    """
+
+    def __init__(self, modules: frozenset[str]):
+        self.modules = modules
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in self.modules:
+            raise ImportError(
+                f"{fullname!r} is hidden by RAPID_LLM_HIDE_LIBS (rapid_llm treats it as not installed)"
+            )
+        return None
+
+
+def install_import_blocker(hidden: frozenset[str]) -> None:
+    modules = frozenset(m for name in hidden for m in KNOWN_LIBRARIES[name].modules)
+    if not modules:
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, HiddenLibraryBlocker) and finder.modules == modules:
+            return
+    already = sorted(m for m in modules if m in sys.modules)
+    if already:
+        raise RuntimeError(
+            f"RAPID_LLM_HIDE_LIBS hides {sorted(hidden)} but {already} was imported before "
+            "rapid_llm probed the environment; set the variable before the process starts"
+        )
+    sys.meta_path.insert(0, HiddenLibraryBlocker(modules))
+
+
+# ---------------------------------------------------------------------------
+# The probe
+# ---------------------------------------------------------------------------
+
+
+def installed_library_versions() -> dict[str, str]:
+    """name -> version for every known optional library that pip says is installed."""
+    from importlib import metadata
+
+    found = {}
+    for info in KNOWN_LIBRARIES.values():
+        for dist in info.distributions:
+            try:
+                found[info.name] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    return found
+
+
+def _probe_torch(triton_interpret: bool):
+    """(device, torch version, names of visible CUDA devices); cpu when torch has no GPU."""
+    try:
+        import torch
+    except ImportError:
+        return Device("cpu", triton_interpreter=triton_interpret), None, ()
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        return Device("cuda", major * 10 + minor, name=names[index]), torch.__version__, names
+    return Device("cpu", triton_interpreter=triton_interpret), torch.__version__, ()
+
+
+_PROBED: Environment | None = None
+
+
+def probe_environment(environ=None, *, refresh: bool = False) -> Environment:
+    """Build the process's Environment (cached after the first call).
+
+    Pass `environ` (a mapping) to probe from that mapping instead of
+    os.environ; such probes are not cached and install no import blocker.
+    """
+    global _PROBED
+    if environ is None and _PROBED is not None and not refresh:
+        return _PROBED
+    process_wide = environ is None
+    if process_wide:
+        import os
+
+        environ = os.environ
+    hidden = parse_hidden_libs(environ.get("RAPID_LLM_HIDE_LIBS", ""))
+    triton_interpret = _truthy(environ.get("RAPID_LLM_TRITON_INTERPRET"))
+    if process_wide:
+        install_import_blocker(hidden)
+        if triton_interpret:
+            # Triton picks interpreter or compiler when a kernel is decorated,
+            # i.e. when our kernel modules are first imported (lazily, after this).
+            environ.setdefault("TRITON_INTERPRET", "1")
+    libs = Libraries(installed_library_versions()).without(hidden)
+    device, torch_version, cuda_devices = _probe_torch(triton_interpret)
+    env = Environment(
+        device=device,
+        libs=libs,
+        deny=_split_list(environ.get("RAPID_LLM_DENY", "")),
+        force=parse_force(environ.get("RAPID_LLM_FORCE", "")),
+        hidden_libs=hidden,
+        triton_interpret=triton_interpret,
+        torch_version=torch_version,
+        cuda_devices=cuda_devices,
+    )
+    if process_wide:
+        _PROBED = env
+    return env
+
+
+# ---------------------------------------------------------------------------
+# Tensors -> (device, dtype label). Duck-typed: no torch import needed here.
+# ---------------------------------------------------------------------------
+
+_TORCH_NAME_TO_LABEL = {f"torch.{name}": label for label, name in DTYPE_TORCH_NAMES.items()}
+_DTYPE_LABELS: dict = {}
+_DEVICES: dict = {}
+
+
+def dtype_label(torch_dtype) -> str:
+    """torch.bfloat16 -> 'bf16'. Unknown dtypes give their torch name (no row serves them)."""
+    label = _DTYPE_LABELS.get(torch_dtype)
+    if label is None:
+        text = str(torch_dtype)
+        label = _TORCH_NAME_TO_LABEL.get(text, text.removeprefix("torch."))
+        _DTYPE_LABELS[torch_dtype] = label
+    return label
+
+
+def device_of(torch_device, triton_interpret: bool) -> Device:
+    """torch.device('cuda:0') -> Device('cuda', 90). Cached per torch device."""
+    key = (torch_device, triton_interpret)
+    device = _DEVICES.get(key)
+    if device is None:
+        if torch_device.type == "cuda":
+            import torch
+
+            index = torch_device.index if torch_device.index is not None else torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(index)
+            device = Device("cuda", major * 10 + minor, name=torch.cuda.get_device_name(index))
+        elif torch_device.type == "cpu":
+            device = Device("cpu", triton_interpreter=triton_interpret)
+        else:
+            raise ValueError(
+                f"rapid_llm serves cpu and cuda tensors; got a tensor on {torch_device}"
+            )
+        _DEVICES[key] = device
+    return device

@@ -1,0 +1,141 @@
+"""OpTable: the immutable op -> rows table, built once from an explicit family list.
+
+`build_tables()` imports the families named in `FAMILIES` (each family's
+``__init__`` holds its `ROWS` tuple: data only, torch-free), validates the
+global invariants, and returns an `OpTable`. Nothing registers itself by
+import side effect; tests build their own tables with `OpTable.from_rows`.
+
+Invariants (each violation raises TableError naming the row):
+  - row names are unique;
+  - every op has a contract in ops/interfaces.py and exactly one reference row;
+  - the reference row serves every dtype of the contract;
+  - rows only use dtypes, dims and layout tags their contract declares.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+
+import attrs
+
+from .spec import KernelSpec
+
+#: The families of the default table, in one explicit tuple.
+FAMILIES = ("elementwise", "norm")
+
+
+class TableError(ValueError):
+    """A row or a set of rows breaks a table invariant."""
+
+
+def _freeze_rows(value):
+    return MappingProxyType({op: tuple(rows) for op, rows in value.items()})
+
+
+@attrs.frozen(eq=False)
+class OpTable:
+    """op id -> rows (a read-only mapping of tuples), plus name -> row.
+
+    Equality is identity: a table is a value built once, and dispatch's memo
+    keys on it cheaply.
+    """
+
+    rows_by_op: MappingProxyType = attrs.field(converter=_freeze_rows)
+    rows_by_name: MappingProxyType = attrs.field(init=False)
+    contracts: MappingProxyType = attrs.field(converter=MappingProxyType)
+
+    def __attrs_post_init__(self):
+        by_name = {row.name: row for rows in self.rows_by_op.values() for row in rows}
+        object.__setattr__(self, "rows_by_name", MappingProxyType(by_name))
+
+    @classmethod
+    def from_rows(cls, rows, contracts=None) -> "OpTable":
+        """Validate `rows` against `contracts` (default: ops/interfaces.py) and build a table."""
+        if contracts is None:
+            from ..ops.interfaces import CONTRACTS as contracts
+        validate_rows(rows, contracts)
+        by_op: dict[str, list[KernelSpec]] = {}
+        for row in rows:
+            by_op.setdefault(row.op, []).append(row)
+        return cls(rows_by_op=by_op, contracts=dict(contracts))
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(self.rows_by_op)
+
+    def rows(self, op: str) -> tuple[KernelSpec, ...]:
+        try:
+            return self.rows_by_op[op]
+        except KeyError:
+            raise KeyError(f"unknown op {op!r}; this table serves {sorted(self.rows_by_op)}") from None
+
+    def reference(self, op: str) -> KernelSpec:
+        return next(row for row in self.rows(op) if row.is_reference)
+
+    def backends(self) -> frozenset[str]:
+        return frozenset(row.backend for row in self.rows_by_name.values())
+
+
+def validate_rows(rows, contracts) -> None:
+    from ..ops.interfaces import LAYOUT_TAGS
+
+    seen: dict[str, KernelSpec] = {}
+    references: dict[str, list[str]] = {}
+    for row in rows:
+        if not isinstance(row, KernelSpec):
+            raise TableError(f"table rows must be KernelSpec, got {row!r}")
+        if row.name in seen:
+            raise TableError(f"duplicate row name {row.name!r} (ops {seen[row.name].op} and {row.op})")
+        seen[row.name] = row
+        contract = contracts.get(row.op)
+        if contract is None:
+            raise TableError(f"row {row.name!r}: op {row.op!r} has no contract in ops/interfaces.py")
+        extra = row.dtypes - contract.dtypes
+        if extra:
+            raise TableError(
+                f"row {row.name!r}: dtypes {sorted(extra)} are outside {row.op}'s contract {sorted(contract.dtypes)}"
+            )
+        for constraint in row.shape:
+            if constraint.dim not in contract.dim_names:
+                raise TableError(
+                    f"row {row.name!r}: shape dim {constraint.dim!r} is not a dim of {row.op} {contract.dim_names}"
+                )
+        for tag in row.layout:
+            if tag not in LAYOUT_TAGS:
+                raise TableError(f"row {row.name!r}: unknown layout tag {tag!r}; known: {sorted(LAYOUT_TAGS)}")
+            if tag not in contract.layouts:
+                raise TableError(
+                    f"row {row.name!r}: layout tag {tag!r} is not declared by {row.op} {sorted(contract.layouts)}"
+                )
+        if row.is_reference:
+            references.setdefault(row.op, []).append(row.name)
+            if row.dtypes != contract.dtypes:
+                raise TableError(
+                    f"reference row {row.name!r} must serve every dtype of {row.op}: "
+                    f"{sorted(contract.dtypes)}, serves {sorted(row.dtypes)}"
+                )
+    for op in {row.op for row in rows}:
+        found = references.get(op, [])
+        if len(found) != 1:
+            raise TableError(f"op {op!r} must have exactly one reference (torch) row, has {found}")
+
+
+def build_tables(families=FAMILIES) -> OpTable:
+    """Import each family's ROWS and build the validated table."""
+    rows = []
+    for family in families:
+        module = importlib.import_module(f"rapid_llm.kernels.ops.{family}")
+        rows.extend(module.ROWS)
+    return OpTable.from_rows(rows)
+
+
+_DEFAULT: OpTable | None = None
+
+
+def default_table() -> OpTable:
+    """The process's table, built on first use and reused."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = build_tables()
+    return _DEFAULT

@@ -1,0 +1,15 @@
+"""Conditions shared by many rows (torch-free data).
+
+Native Triton rows need Triton >= 3.0 and run on CUDA sm80+ (Ampere and
+newer: bf16 arithmetic and the 16-byte vector loads our kernels are tuned
+for; older GPUs are not tested) or, when the process opted in with
+RAPID_LLM_TRITON_INTERPRET=1, on the CPU through Triton's interpreter.
+"""
+
+from ..dispatcher.spec import CapabilityRequirement, LibraryRequirement
+
+TRITON = LibraryRequirement("triton", min_version="3.0")
+TRITON_DEVICES = (
+    CapabilityRequirement("cuda", min_sm=80),
+    CapabilityRequirement("cpu", triton_interpreter=True),
+)

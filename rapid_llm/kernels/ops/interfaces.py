@@ -1,0 +1,133 @@
+"""Op contracts: the one signature every implementation of an op shares.
+
+Torch-free. Each `OpContract` names the op's parameters (in order), the
+dtypes it is defined for, the named shape dims a call site reports (and how
+each is bucketed for plans), the layout tags that exist for it, and a
+docstring with shapes and layouts. build_tables() checks every row against
+its op's contract; conformance checks every target's Python signature against
+`parameters`.
+
+Bucket rules (DESIGN §4): an engine resolves a plan once per bucket.
+``TOKEN_BUCKETS`` maps num_tokens to 0, 1, 2-16, 17-128, then powers of two
+(129-256, 257-512, ...); `EXACT` keeps the value (hidden sizes, head dims).
+Dispatch for a bucket sees the bucket's upper bound, so a shape constraint on
+a bucketed dim should sit on a bucket edge.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class ExactBucket:
+    """The dim's value is its own bucket (hidden size, head_dim)."""
+
+    def bucket(self, value: int) -> tuple[int, int]:
+        return (value, value)
+
+    def describe(self) -> str:
+        return "exact"
+
+
+@attrs.frozen
+class TokenBuckets:
+    """0, 1, 2-16, 17-128, then one bucket per power of two (129-256, ...)."""
+
+    first_edges: tuple[int, ...] = (1, 16, 128)
+
+    def bucket(self, value: int) -> tuple[int, int]:
+        if value <= 0:
+            return (0, 0)
+        low = 1
+        for edge in self.first_edges:
+            if value <= edge:
+                return (low, edge)
+            low = edge + 1
+        high = self.first_edges[-1]
+        while high < value:
+            high *= 2
+        return (high // 2 + 1, high)
+
+    def describe(self) -> str:
+        return "1, 2-16, 17-128, then powers of two"
+
+    def buckets_up_to(self, limit: int) -> list[tuple[int, int]]:
+        """Every bucket that holds a value in [1, limit]."""
+        result = []
+        value = 1
+        while value <= limit:
+            low, high = self.bucket(value)
+            result.append((low, high))
+            value = high + 1
+        return result
+
+
+EXACT = ExactBucket()
+TOKEN_BUCKETS = TokenBuckets()
+
+#: Layout tags a row may require and a call site may provide.
+LAYOUT_TAGS = {
+    "x:contiguous": "the main input is contiguous (row-major, no gaps)",
+    "x:rows": "the main input x of shape [..., n] views as [rows, n] without a copy: one row stride, unit stride along n",
+}
+
+#: Every dtype a floating-point elementwise/norm op accepts.
+FLOAT_DTYPES = frozenset({"fp32", "fp16", "bf16"})
+
+
+@attrs.frozen
+class OpContract:
+    op: str
+    parameters: tuple[str, ...]
+    dtypes: frozenset[str] = attrs.field(converter=frozenset)
+    dims: tuple[tuple[str, object], ...]
+    layouts: frozenset[str] = attrs.field(converter=frozenset, default=frozenset())
+    doc: str = ""
+
+    @property
+    def dim_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.dims)
+
+    def bucket_key(self, shape) -> tuple[tuple[str, int, int], ...]:
+        """(dim, low, high) for each dim of the contract present in `shape`."""
+        key = []
+        for name, rule in self.dims:
+            value = shape.get(name)
+            if value is not None:
+                low, high = rule.bucket(value)
+                key.append((name, low, high))
+        return tuple(key)
+
+
+CONTRACTS = {
+    contract.op: contract
+    for contract in (
+        OpContract(
+            op="elementwise.scale",
+            parameters=("x", "factor"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_elements", TOKEN_BUCKETS),),
+            layouts=("x:contiguous",),
+            doc="""scale(x, factor) -> out = x * factor
+
+x: any shape, fp32/fp16/bf16, cpu or cuda. factor: Python float.
+Returns a new tensor of x's shape and dtype (contiguous). The product is
+computed in fp32 and rounded once to x's dtype (torch's own rule for a
+tensor times a Python scalar).""",
+        ),
+        OpContract(
+            op="norm.rms_norm",
+            parameters=("x", "weight", "eps"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+            layouts=("x:rows",),
+            doc="""rms_norm(x, weight, eps) -> out = x / sqrt(mean(x**2, -1) + eps) * weight
+
+x: [..., hidden] (num_tokens = product of the leading dims), fp32/fp16/bf16.
+weight: [hidden], x's dtype or fp32. eps: float >= 0.
+Accumulation and the weight product are in fp32, rounded once to x's dtype
+(FlashInfer/vLLM semantics). Returns a new contiguous tensor of x's shape.""",
+        ),
+    )
+}
