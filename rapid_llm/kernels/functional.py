@@ -3,14 +3,19 @@
     y = rms_norm(x, weight, eps)   # same table, same plans as Planner(env).plan(...)
 
 The planner resolves (op, device, dtype, layout, shape bucket) once; later
-calls look the plan up and call the loaded target. The call site derives the
-layout tags it can provide from the tensors (cheap stride checks).
+calls look the plan up and call the loaded target. Arguments are checked
+first (the op's shared check, which every implementation also runs), so bad
+input fails with an OpInputError naming the argument rather than a dispatch
+miss. The call site derives the layout tags it can provide from the tensors
+(cheap stride checks).
 """
 
 from __future__ import annotations
 
 from .dispatcher.plan import default_planner
-from .ops.checks import expect_tensor, rows_view_ok
+from .ops.checks import rows_view_ok
+from .ops.elementwise.checks import SCALE, check_scale_args
+from .ops.norm.checks import RMS_NORM, check_rms_norm_args
 
 _CONTIGUOUS = frozenset({"x:contiguous"})
 _ROWS = frozenset({"x:rows"})
@@ -18,17 +23,15 @@ _NONE = frozenset()
 
 
 def scale(x, factor: float):
-    """x * factor (fp32 math, x's dtype out). See ops/interfaces.py: elementwise.scale."""
-    expect_tensor("elementwise.scale", "x", x)
+    """x * factor (fp32 math, x's dtype out). Contract: ops/interfaces.py, elementwise.scale."""
+    check_scale_args(x, factor)
     layout = _CONTIGUOUS if x.is_contiguous() else _NONE
-    return default_planner().for_tensor("elementwise.scale", x, layout, num_elements=x.numel())(x, factor)
+    return default_planner().for_tensor(SCALE, x, layout, num_elements=x.numel())(x, factor)
 
 
 def rms_norm(x, weight, eps: float = 1e-6):
-    """x / sqrt(mean(x**2, -1) + eps) * weight. See ops/interfaces.py: norm.rms_norm."""
-    expect_tensor("norm.rms_norm", "x", x)
-    hidden = x.shape[-1] if x.dim() else 0
+    """x / sqrt(mean(x**2, -1) + eps) * weight. Contract: ops/interfaces.py, norm.rms_norm."""
+    num_tokens, hidden = check_rms_norm_args(x, weight, eps)
     layout = _ROWS if rows_view_ok(x) else _NONE
-    num_tokens = x.numel() // hidden if hidden else 0
-    planned = default_planner().for_tensor("norm.rms_norm", x, layout, num_tokens=num_tokens, hidden=hidden)
+    planned = default_planner().for_tensor(RMS_NORM, x, layout, num_tokens=num_tokens, hidden=hidden)
     return planned(x, weight, eps)

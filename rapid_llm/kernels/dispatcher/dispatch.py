@@ -24,7 +24,7 @@ import attrs
 
 from .environment import Device, Libraries, device_of, dtype_label, probe_environment
 from .explain import Check, Explanation, Query, RowVerdict
-from .spec import UNMEASURED, KernelSpec
+from .spec import BACKEND_CLASSES, UNMEASURED, KernelSpec
 from .table import OpTable, default_table
 
 
@@ -92,12 +92,10 @@ def _check_names(table: OpTable, op: str, force: str | None, deny: frozenset) ->
         raise ValueError(
             f"dispatch({op}): force={force!r} is not a row of {op}; rows: {[row.name for row in rows]}"
         )
-    known = set(table.rows_by_name) | table.backends()
-    unknown = sorted(deny - known)
+    unknown = sorted(deny - table.deniable_names())
     if unknown:
         raise ValueError(
-            f"dispatch({op}): deny names unknown rows or backends {unknown}; "
-            f"backends: {sorted(table.backends())}"
+            f"dispatch({op}): deny names unknown rows or backends {unknown}; backends: {sorted(BACKEND_CLASSES)}"
         )
     return rows
 

@@ -61,10 +61,12 @@ class Device:
             if not sm:
                 return cls("cuda")
             digits = sm[2:] if sm.startswith("sm") else sm
-            if digits.isdigit():
+            # 'cuda:0' is torch's device index, not a compute capability (the oldest is sm30).
+            if digits.isdigit() and int(digits) >= 30:
                 return cls("cuda", int(digits))
         raise ValueError(
-            f"cannot parse device {text!r}; expected cpu, cpu+triton-interpreter, cuda or cuda:sm90"
+            f"cannot parse device {text!r}; expected cpu, cpu+triton-interpreter, cuda or cuda:sm90 "
+            "(an SM version, not a device index)"
         )
 
 
@@ -152,6 +154,8 @@ def parse_force(text: str) -> dict[str, str]:
                 f"RAPID_LLM_FORCE: expected '<op>=<row>' items such as "
                 f"'norm.rms_norm=native/rms_norm', got {item!r}"
             )
+        if op.strip() in forced:
+            raise ValueError(f"RAPID_LLM_FORCE names {op.strip()!r} twice")
         forced[op.strip()] = row.strip()
     return forced
 
@@ -166,8 +170,14 @@ def parse_hidden_libs(text: str) -> frozenset[str]:
     return names
 
 
-def _truthy(text: str | None) -> bool:
-    return (text or "").strip().lower() in ("1", "true", "yes", "on")
+def parse_flag(name: str, text: str | None) -> bool:
+    """'1/true/yes/on' -> True, ''/'0/false/no/off' -> False; anything else is an error naming the variable."""
+    value = (text or "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}: expected 1/0 (or true/false, yes/no, on/off), got {text!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +271,7 @@ def probe_environment(environ=None, *, refresh: bool = False) -> Environment:
 
         environ = os.environ
     hidden = parse_hidden_libs(environ.get("RAPID_LLM_HIDE_LIBS", ""))
-    triton_interpret = _truthy(environ.get("RAPID_LLM_TRITON_INTERPRET"))
+    triton_interpret = parse_flag("RAPID_LLM_TRITON_INTERPRET", environ.get("RAPID_LLM_TRITON_INTERPRET"))
     if process_wide:
         install_import_blocker(hidden)
         if triton_interpret:

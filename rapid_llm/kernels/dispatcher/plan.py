@@ -21,6 +21,7 @@ import functools
 
 from .dispatch import Selection, dispatch
 from .environment import Device, Environment, device_of, dtype_label, probe_environment
+from .spec import BACKEND_CLASSES
 from .table import OpTable, default_table
 
 
@@ -62,15 +63,16 @@ class Planner:
         self.table = table if table is not None else default_table()
         self.graph_safe_only = graph_safe_only
         self._plans: dict = {}
+        # The public ops' fast path: exact (torch device, torch dtype, layout, dims) -> the bucket's plan.
+        self._plans_by_tensor_key: dict = {}
         self._check_environment_names()
 
     def _check_environment_names(self) -> None:
         """Fail at construction (not at the first call) on deny/force names the table lacks."""
-        known = set(self.table.rows_by_name) | self.table.backends()
-        unknown = sorted(set(self.env.deny) - known)
+        unknown = sorted(set(self.env.deny) - self.table.deniable_names())
         if unknown:
             raise ValueError(f"RAPID_LLM_DENY names unknown rows or backends {unknown}; "
-                             f"backends: {sorted(self.table.backends())}")
+                             f"backends: {sorted(BACKEND_CLASSES)}")
         for op, row in self.env.force:
             if op not in self.table.rows_by_op:
                 raise ValueError(f"RAPID_LLM_FORCE names unknown op {op!r}; ops: {sorted(self.table.ops)}")
@@ -90,6 +92,9 @@ class Planner:
         if contract is None:
             raise KeyError(f"unknown op {op!r}; this table serves {sorted(self.table.ops)}")
         bucket = contract.bucket_key(shape)
+        if len(bucket) != len(shape):
+            unknown = sorted(set(shape) - set(contract.dim_names))
+            raise ValueError(f"{op}: unknown shape dims {unknown}; the contract names {contract.dim_names}")
         layout = layout if type(layout) is frozenset else frozenset(layout)
         key = (op, device, dtype, layout, bucket, graph_safe)
         planned = self._plans.get(key)
@@ -101,19 +106,17 @@ class Planner:
     def for_tensor(self, op: str, x, layout, **shape) -> PlannedOp:
         """plan() with device and dtype read off tensor `x` (the public ops' path)."""
         key = (op, x.device, x.dtype, layout, tuple(shape.items()))
-        planned = self._plans.get(key)
+        planned = self._plans_by_tensor_key.get(key)
         if planned is None:
             planned = self.plan(op, dtype=dtype_label(x.dtype), shape=shape, layout=layout,
                                 device=device_of(x.device, self.env.triton_interpret))
-            # Also remember the exact-shape key: repeated calls skip bucketing.
-            if len(self._plans) < 65536:
-                self._plans[key] = planned
+            # Repeated calls with the same exact shape skip bucketing; bounded so that
+            # ever-changing shapes cannot grow it without limit.
+            if len(self._plans_by_tensor_key) < 65536:
+                self._plans_by_tensor_key[key] = planned
         return planned
 
     def _resolve(self, op, contract, device, dtype, shape, layout, bucket, graph_safe) -> PlannedOp:
-        unknown = sorted(set(shape) - set(contract.dim_names))
-        if unknown:
-            raise ValueError(f"{op}: unknown shape dims {unknown}; the contract names {contract.dim_names}")
         representative = {name: high for name, _, high in bucket}
         selection = dispatch(
             op, device=device, dtype=dtype, shape=representative, layout=layout, libs=self.env.libs,

@@ -88,7 +88,8 @@ def version_key(text: str) -> tuple[int, ...]:
     """Release numbers of a version string: '2.11.0+cu130' -> (2, 11, 0).
 
     Local labels (+cu130) and suffixes (rc1, .post2, .dev0) end the release
-    part; a pre-release therefore compares equal to its release. That is the
+    part; a pre-release therefore compares equal to its release. Trailing
+    zeros are dropped ('3.0.0' == '3.0'). That is the
     right bias for "is this library new enough" checks, and it keeps
     `packaging` (slow to import) off the import path.
     """
@@ -104,6 +105,8 @@ def version_key(text: str) -> tuple[int, ...]:
         parts.append(int(digits))
         if len(digits) != len(piece):
             break
+    while len(parts) > 1 and parts[-1] == 0:  # '3.0' and '3.0.0' are one version
+        parts.pop()
     return tuple(parts)
 
 
@@ -315,15 +318,13 @@ def _check_target(instance, attribute, value):
 
 
 def _to_tuple(value):
-    return tuple(value)
+    """Lists to tuples; anything else is kept for __attrs_post_init__ to reject by the row's name."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
-def _priority(value):
-    if value is UNMEASURED:
-        return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"priority must be an int or UNMEASURED, got {value!r}")
-    return value
+def _to_frozenset(value):
+    """Collections to frozensets; a bare string is kept (frozenset('bf16') would split it into letters)."""
+    return frozenset(value) if isinstance(value, (list, tuple, set, frozenset)) else value
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)
@@ -334,14 +335,14 @@ class KernelSpec:
     op: str
     backend: str
     target: str = attrs.field(validator=_check_target)
-    dtypes: frozenset[str] = attrs.field(converter=frozenset)
+    dtypes: frozenset[str] = attrs.field(converter=_to_frozenset)
     available: str | None = attrs.field(default=None, validator=_check_target)
     libraries: tuple[LibraryRequirement, ...] = attrs.field(default=(), converter=_to_tuple)
     capability: tuple[CapabilityRequirement, ...] = attrs.field(default=(), converter=_to_tuple)
     shape: tuple[ShapeConstraint, ...] = attrs.field(default=(), converter=_to_tuple)
-    layout: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    layout: frozenset[str] = attrs.field(default=frozenset(), converter=_to_frozenset)
     golden: GoldenRecord = attrs.field(factory=GoldenRecord.unverified)
-    priority: object = attrs.field(default=UNMEASURED, converter=_priority)
+    priority: object = UNMEASURED
     graph_safe: bool = True
     description: str = ""
 
@@ -359,6 +360,14 @@ class KernelSpec:
             fail("name must be '<backend>/<impl>'")
         if prefix != self.backend:
             fail(f"name prefix {prefix!r} must equal backend {self.backend!r}")
+        for field, kind in (("dtypes", frozenset), ("layout", frozenset), ("libraries", tuple),
+                            ("capability", tuple), ("shape", tuple)):
+            if not isinstance(getattr(self, field), kind):
+                fail(f"{field} must be a list, tuple or set, got {getattr(self, field)!r}")
+        if not isinstance(self.golden, GoldenRecord):
+            fail(f"golden must be a GoldenRecord, got {self.golden!r}")
+        if self.priority is not UNMEASURED and (isinstance(self.priority, bool) or not isinstance(self.priority, int)):
+            fail(f"priority must be an int or UNMEASURED, got {self.priority!r}")
         if not self.dtypes:
             fail("dtypes is empty")
         unknown = self.dtypes - DTYPES

@@ -9,7 +9,9 @@ Invariants (each violation raises TableError naming the row):
   - row names are unique;
   - every op has a contract in ops/interfaces.py and exactly one reference row;
   - the reference row serves every dtype of the contract;
-  - rows only use dtypes, dims and layout tags their contract declares.
+  - rows only use dtypes, dims and layout tags their contract declares;
+  - constraints on bucketed dims sit on bucket edges (plans judge a bucket at
+    its upper bound).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from types import MappingProxyType
 
 import attrs
 
-from .spec import KernelSpec
+from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
 FAMILIES = ("elementwise", "norm")
@@ -76,6 +78,10 @@ class OpTable:
     def backends(self) -> frozenset[str]:
         return frozenset(row.backend for row in self.rows_by_name.values())
 
+    def deniable_names(self) -> frozenset[str]:
+        """Names a deny list may hold: every known backend (rows or not) and every row of this table."""
+        return frozenset(BACKEND_CLASSES) | frozenset(self.rows_by_name)
+
 
 def validate_rows(rows, contracts) -> None:
     from ..ops.interfaces import LAYOUT_TAGS
@@ -101,6 +107,7 @@ def validate_rows(rows, contracts) -> None:
                 raise TableError(
                     f"row {row.name!r}: shape dim {constraint.dim!r} is not a dim of {row.op} {contract.dim_names}"
                 )
+            _check_bucket_edges(row, constraint, dict(contract.dims)[constraint.dim])
         for tag in row.layout:
             if tag not in LAYOUT_TAGS:
                 raise TableError(f"row {row.name!r}: unknown layout tag {tag!r}; known: {sorted(LAYOUT_TAGS)}")
@@ -119,6 +126,23 @@ def validate_rows(rows, contracts) -> None:
         found = references.get(op, [])
         if len(found) != 1:
             raise TableError(f"op {op!r} must have exactly one reference (torch) row, has {found}")
+
+
+def _check_bucket_edges(row, constraint, rule) -> None:
+    """A plan judges a bucketed dim at the bucket's upper bound, so a constraint on it must hold
+    for the whole bucket or for none of it: min at a bucket's low edge, max at a high edge,
+    and no multiple_of / one_of."""
+    from ..ops.interfaces import ExactBucket
+
+    if isinstance(rule, ExactBucket):
+        return
+    where = f"row {row.name!r}: constraint on bucketed dim {constraint.dim!r} ({rule.describe()})"
+    if constraint.multiple_of is not None or constraint.one_of is not None:
+        raise TableError(f"{where} cannot use multiple_of/one_of: a bucket mixes values that pass and fail")
+    if constraint.min is not None and rule.bucket(constraint.min)[0] != constraint.min:
+        raise TableError(f"{where}: min={constraint.min} is not the low edge of a bucket")
+    if constraint.max is not None and rule.bucket(constraint.max)[1] != constraint.max:
+        raise TableError(f"{where}: max={constraint.max} is not the high edge of a bucket")
 
 
 def build_tables(families=FAMILIES) -> OpTable:

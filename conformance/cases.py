@@ -1,0 +1,139 @@
+"""Parity cases per op: inputs, the layout tags they provide, and a float64 oracle.
+
+Every row of an op runs every case its conditions admit. Non-reference rows
+are compared with the op's reference row; the reference row itself is
+compared with a float64 oracle (so a broken reference cannot hide).
+
+A case builds fresh random inputs from a seeded generator (never zeros: they
+hide unwritten outputs). `gpu_only` cases need more memory than the CPU
+interpreter can process in reasonable time (int64-offset cases past 2**31
+elements).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+import torch
+
+from rapid_llm.kernels.ops.checks import rows_view_ok
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@attrs.frozen
+class Case:
+    id: str
+    make: Callable  # (dtype, device, generator) -> (args tuple, shape dims dict, layout frozenset)
+    gpu_only: bool = False
+    dtypes: frozenset = frozenset({"fp32", "fp16", "bf16"})
+
+
+def _randn(shape, dtype, device, generator, scale=1.0):
+    return (torch.randn(shape, generator=generator, dtype=torch.float32) * scale).to(dtype).to(device)
+
+
+# ---------------------------------------------------------------------------
+# norm.rms_norm
+# ---------------------------------------------------------------------------
+
+
+def _rms_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0):
+    def make(dtype, device, generator):
+        hidden = shape[-1]
+        if row_pad:
+            # rows of a wider buffer: row stride hidden + row_pad (layout x:rows still holds)
+            wide = _randn((*shape[:-1], hidden + row_pad), dtype, device, generator, scale)
+            x = wide[..., :hidden]
+        else:
+            x = _randn(shape, dtype, device, generator, scale)
+        weight = _randn((hidden,), torch.float32 if weight_fp32 else dtype, device, generator)
+        num_tokens = x.numel() // hidden
+        layout = frozenset({"x:rows"}) if rows_view_ok(x) else frozenset()
+        return (x, weight, eps), {"num_tokens": num_tokens, "hidden": hidden}, layout
+    return make
+
+
+def _rms_large_offsets(dtype, device, generator):
+    """More than 2**31 elements: row offsets need int64 arithmetic in the kernel."""
+    hidden = 4096
+    rows = (1 << 31) // hidden + 7
+    x = torch.empty((rows, hidden), dtype=dtype, device=device)
+    x.normal_(generator=None)
+    weight = _randn((hidden,), dtype, device, generator)
+    return (x, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, frozenset({"x:rows"})
+
+
+def _rms_transposed(dtype, device, generator):
+    """Hidden not contiguous: no row may claim layout x:rows (only the reference serves it)."""
+    x = _randn((64, 6), dtype, device, generator).t()
+    weight = _randn((64,), dtype, device, generator)
+    return (x, weight, 1e-6), {"num_tokens": 6, "hidden": 64}, frozenset()
+
+
+def rms_norm_oracle(x, weight, eps):
+    x64 = x.double()
+    y = x64 * torch.rsqrt(x64.square().mean(-1, keepdim=True) + eps) * weight.double()
+    return y.to(x.dtype)
+
+
+RMS_NORM_CASES = (
+    Case("one_token", _rms_case((1, 4096))),
+    Case("hidden_5", _rms_case((3, 5))),
+    Case("hidden_1000", _rms_case((7, 1000))),
+    Case("hidden_5120_3d", _rms_case((2, 3, 5120))),
+    Case("packed_rows_tail", _rms_case((37, 128))),
+    Case("wide_rows_two_pass", _rms_case((3, 20000))),
+    Case("empty_batch", _rms_case((0, 256))),
+    Case("large_magnitudes", _rms_case((5, 2048), scale=1e3)),
+    Case("tiny_values_eps_dominates", _rms_case((5, 512), scale=1e-4, eps=1e-5)),
+    Case("weight_fp32", _rms_case((9, 768), weight_fp32=True)),
+    Case("strided_rows", _rms_case((11, 1024), row_pad=64)),
+    Case("hidden_not_contiguous", _rms_transposed),
+    Case("int64_offsets_2pow31", _rms_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
+# ---------------------------------------------------------------------------
+# elementwise.scale
+# ---------------------------------------------------------------------------
+
+
+def _scale_case(shape, factor, *, scale=1.0, transpose=False):
+    def make(dtype, device, generator):
+        x = _randn(shape, dtype, device, generator, scale)
+        if transpose:
+            x = x.t()
+        layout = frozenset({"x:contiguous"}) if x.is_contiguous() else frozenset()
+        return (x, factor), {"num_elements": x.numel()}, layout
+    return make
+
+
+def _scale_large_offsets(dtype, device, generator):
+    numel = (1 << 31) + 4099
+    x = torch.empty(numel, dtype=dtype, device=device)
+    x.normal_()
+    return (x, 0.75), {"num_elements": numel}, frozenset({"x:contiguous"})
+
+
+def scale_oracle(x, factor):
+    """torch's rule: factor rounded to fp32, exact product (fits in fp64) rounded to fp32, then to x's dtype."""
+    factor32 = torch.tensor(factor, dtype=torch.float32).double()
+    return (x.double() * factor32).float().to(x.dtype)
+
+
+SCALE_CASES = (
+    Case("one_element", _scale_case((1,), 0.5)),
+    Case("tail_1023", _scale_case((1023,), -3.0)),
+    Case("three_d_odd", _scale_case((3, 5, 7), 1e-3)),
+    Case("empty", _scale_case((0,), 2.0)),
+    Case("many_blocks_with_tail", _scale_case((16387,), 0.37)),
+    Case("zero_factor", _scale_case((257,), 0.0)),
+    Case("large_magnitudes_overflow", _scale_case((513,), 4.0, scale=2e4)),
+    Case("non_contiguous", _scale_case((33, 65), 1.5, transpose=True)),
+    Case("int64_offsets_2pow31", _scale_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+CASES = {"norm.rms_norm": RMS_NORM_CASES, "elementwise.scale": SCALE_CASES}
+ORACLES = {"norm.rms_norm": rms_norm_oracle, "elementwise.scale": scale_oracle}

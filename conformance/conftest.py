@@ -1,0 +1,55 @@
+"""Shared fixtures for conformance/.
+
+The process-wide environment is probed once (RAPID_LLM_* variables apply:
+RAPID_LLM_TRITON_INTERPRET=1 makes native Triton rows eligible on the CPU,
+RAPID_LLM_HIDE_LIBS hides libraries for an absence cell).
+
+With RAPID_LLM_PARITY_REPORT=<path>, every parity measurement (row, case,
+dtype, device, max |diff|) is written there as JSON at the end of the
+session: the evidence behind GoldenRecord.max_abs_diff.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+
+import pytest
+
+PARITY_MEASUREMENTS: list[dict] = []
+
+
+@pytest.fixture(scope="session")
+def env():
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    return probe_environment()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get("RAPID_LLM_PARITY_REPORT")
+    if not path or not PARITY_MEASUREMENTS:
+        return
+    import torch
+
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    env = probe_environment()
+    worst: dict[str, float] = {}
+    for m in PARITY_MEASUREMENTS:
+        worst[m["row"]] = max(worst.get(m["row"], 0.0), m["max_abs_diff"])
+    document = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "device": str(env.device),
+        "device_name": env.device.name or platform.processor(),
+        "torch": torch.__version__,
+        "libs": env.libs.as_dict(),
+        "command": "RAPID_LLM_PARITY_REPORT=... python -m pytest conformance/test_parity.py",
+        "exit_status": int(exitstatus),
+        "max_abs_diff_by_row": worst,
+        "measurements": PARITY_MEASUREMENTS,
+    }
+    with open(path, "w") as handle:
+        json.dump(document, handle, indent=1)

@@ -1,0 +1,161 @@
+"""Bad input gets an OpInputError naming the op, the argument and what was expected.
+
+Run against every row eligible here (the reference always; native Triton
+rows on the GPU or under the interpreter) and against the public ops, so no
+implementation crashes inside a kernel or returns a silent wrong answer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rapid_llm.kernels as kernels
+from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, resolve_target
+from rapid_llm.kernels.ops.checks import OpInputError
+
+TABLE = build_tables()
+
+
+def _loadable_rows(op, env):
+    """Rows of `op` that can run on this machine for fp32 with every layout tag provided."""
+    rows = []
+    for row in TABLE.rows(op):
+        try:
+            dispatch(op, device=env.device, dtype="fp32", layout=TABLE.contracts[op].layouts, libs=env.libs,
+                     table=TABLE, force=row.name)
+        except NoEligibleKernel:
+            continue
+        fn, _ = resolve_target(row.target, row.available)
+        if fn is not None:
+            rows.append(pytest.param(row.name, fn, id=row.name))
+    return rows
+
+
+def _device(env):
+    return "cuda" if env.device.kind == "cuda" else "cpu"
+
+
+def _env():
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    return probe_environment()
+
+
+RMS_ROWS = _loadable_rows("norm.rms_norm", _env()) + [pytest.param("public", kernels.rms_norm, id="public")]
+SCALE_ROWS = _loadable_rows("elementwise.scale", _env()) + [pytest.param("public", kernels.scale, id="public")]
+
+
+def _expect(error_info, argument, words):
+    error = error_info.value
+    assert error.argument == argument, f"error names argument {error.argument!r}, expected {argument!r}"
+    assert error.op in str(error) and argument in str(error)
+    for word in words:
+        assert word in str(error), f"{word!r} missing from: {error}"
+
+
+@pytest.mark.parametrize("name, fn", RMS_ROWS)
+class TestRmsNormBadInput:
+    def test_non_tensor_x_is_named(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn([1.0, 2.0], torch.ones(2), 1e-6)
+        _expect(info, "x", ["torch.Tensor", "list"])
+
+    def test_integer_x_is_rejected_not_truncated(self, name, fn, env):
+        x = torch.ones(2, 8, dtype=torch.int32, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(8, device=_device(env)), 1e-6)
+        _expect(info, "x", ["float32", "torch.int32"])
+
+    def test_weight_of_wrong_length_is_rejected(self, name, fn, env):
+        x = torch.randn(2, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(7, device=_device(env)), 1e-6)
+        _expect(info, "weight", ["[8]", "[7]"])
+
+    def test_weight_of_other_half_dtype_is_rejected(self, name, fn, env):
+        x = torch.randn(2, 8, device=_device(env)).half()
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(8, device=_device(env), dtype=torch.bfloat16), 1e-6)
+        _expect(info, "weight", ["torch.float32", "torch.bfloat16"])
+
+    def test_negative_eps_is_rejected(self, name, fn, env):
+        x = torch.randn(2, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(8, device=_device(env)), -1.0)
+        _expect(info, "eps", [">= 0"])
+
+    def test_tensor_eps_is_rejected(self, name, fn, env):
+        x = torch.randn(2, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(8, device=_device(env)), torch.tensor(1e-6))
+        _expect(info, "eps", ["real number", "Tensor"])
+
+    def test_zero_dim_x_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.tensor(1.0, device=_device(env)), torch.ones(1, device=_device(env)), 1e-6)
+        _expect(info, "x", ["hidden"])
+
+    def test_zero_hidden_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.ones(4, 0, device=_device(env)), torch.ones(0, device=_device(env)), 1e-6)
+        _expect(info, "x", ["hidden"])
+
+    def test_weight_on_another_device_is_rejected(self, name, fn, env):
+        if env.device.kind != "cuda":
+            pytest.skip("needs a CUDA device to put weight on another device than x")
+        x = torch.randn(2, 8, device="cuda")
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.ones(8), 1e-6)
+        _expect(info, "weight", ["device"])
+
+
+@pytest.mark.parametrize("name, fn", SCALE_ROWS)
+class TestScaleBadInput:
+    def test_integer_x_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.ones(4, dtype=torch.int64, device=_device(env)), 2.0)
+        _expect(info, "x", ["torch.int64"])
+
+    @pytest.mark.parametrize("factor", ["2", True, None, 1j])
+    def test_non_real_factor_is_rejected(self, name, fn, env, factor):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.ones(4, device=_device(env)), factor)
+        _expect(info, "factor", ["real number"])
+
+
+def test_native_rms_norm_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
+    """Catches a Triton kernel handed host memory (a segfault or an opaque Triton error)."""
+    fn, reason = resolve_target("rapid_llm.kernels.ops.norm.rms_norm:rms_norm", None)
+    if fn is None:
+        pytest.skip(f"native rms_norm does not load here: {reason}")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(OpInputError) as info:
+        fn(torch.randn(2, 8), torch.ones(8), 1e-6)
+    _expect(info, "x", ["CUDA tensor"])
+
+
+def test_native_rms_norm_refuses_non_unit_hidden_stride(env):
+    """Catches the kernel reading a transposed x as if hidden were contiguous (silent wrong answer)."""
+    fn, reason = resolve_target("rapid_llm.kernels.ops.norm.rms_norm:rms_norm", None)
+    if fn is None:
+        pytest.skip(f"native rms_norm does not load here: {reason}")
+    if env.device.kind == "cpu" and not env.device.triton_interpreter:
+        pytest.skip("native rms_norm runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    x = torch.randn(8, 4, device=_device(env)).t()
+    with pytest.raises(OpInputError) as info:
+        fn(x, torch.ones(8, device=_device(env)), 1e-6)
+    _expect(info, "x", ["x:rows"])
+
+
+def test_native_scale_refuses_non_contiguous_x(env):
+    """Catches a flat kernel walking a strided tensor's storage in the wrong order."""
+    fn, reason = resolve_target("rapid_llm.kernels.ops.elementwise.scale:scale", None)
+    if fn is None:
+        pytest.skip(f"native scale does not load here: {reason}")
+    if env.device.kind == "cpu" and not env.device.triton_interpreter:
+        pytest.skip("native scale runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    x = torch.randn(8, 4, device=_device(env)).t()
+    with pytest.raises(OpInputError) as info:
+        fn(x, 2.0)
+    _expect(info, "x", ["contiguous"])

@@ -1,0 +1,100 @@
+"""Parity of every row of every op against its reference, over the op's cases.
+
+Generated from the table: one test per (row, case, dtype). A row that
+cannot serve a case here is skipped with its explain() reason, so the
+report doubles as the support matrix. Non-reference rows are compared with
+the reference row's output; the reference row is compared with a float64
+oracle. Before each call the allocator is poisoned (a NaN-filled block of
+the output's size is freed, so the row's output allocation reuses it): an
+element a kernel never writes shows up as NaN. Inputs are seeded random
+data, never zeros. Every row's golden record is checked too: a measured
+max |diff| above the recorded `GoldenRecord.max_abs_diff` fails.
+
+Failures caught: a kernel computing a different function than the
+reference (wrong axis, missing eps, weight applied in the wrong precision),
+tails and masks (non-power-of-two widths, row packing), strided rows, int64
+offsets past 2**31 elements (GPU), dtype of the output, and golden records
+that claim more than the row delivers.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+from conformance.cases import CASES, ORACLES, TORCH_DTYPES
+from conformance.conftest import PARITY_MEASUREMENTS
+from conformance.tolerances import tolerance
+from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, resolve_target
+
+TABLE = build_tables()
+
+
+def _parameters():
+    for op in TABLE.ops:
+        for row in TABLE.rows(op):
+            for case in CASES[op]:
+                for dtype in sorted(row.dtypes & case.dtypes):
+                    yield pytest.param(op, row, case, dtype, id=f"{row.name}-{case.id}-{dtype}")
+
+
+def _poison_allocator(like, device) -> None:
+    """Free a NaN-filled block of the output's size so the next allocation of that size reuses it."""
+    poison = torch.full((max(like.numel(), 1),), float("nan"), dtype=like.dtype, device=device)
+    del poison
+
+
+def _max_abs_diff(out, expected) -> float:
+    if out.numel() == 0:
+        return 0.0
+    finite = torch.isfinite(expected)
+    if not torch.equal(finite, torch.isfinite(out)):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    return (out.float()[finite] - expected.float()[finite]).abs().max().item()
+
+
+@pytest.mark.parametrize("op, row, case, dtype", list(_parameters()))
+def test_row_matches_reference(op, row, case, dtype, env):
+    device = env.device
+    if case.gpu_only and device.kind != "cuda":
+        pytest.skip(f"{case.id}: needs a CUDA device (more than 2**31 elements)")
+    if device.kind == "cpu" and not row.is_reference and dtype == "bf16":
+        pytest.skip("Triton's CPU interpreter rounds bf16 differently from the GPU (numpy has no bf16); "
+                    "bf16 parity of this row is verified on the H200 (perf/results/h200/)")
+    torch_device = "cuda" if device.kind == "cuda" else "cpu"
+    generator = torch.Generator().manual_seed(zlib.crc32(f"{op}/{case.id}/{dtype}".encode()))
+    args, shape, layout = case.make(TORCH_DTYPES[dtype], torch_device, generator)
+    try:
+        dispatch(op, device=device, dtype=dtype, shape=shape, layout=layout, libs=env.libs, table=TABLE,
+                 force=row.name)
+    except NoEligibleKernel as error:
+        pytest.skip(f"{row.name} not eligible here:\n{error.explanation.render_text()}")
+    fn, reason = resolve_target(row.target, row.available)
+    if fn is None:
+        pytest.skip(f"{row.name} does not load here: {reason}")
+
+    _poison_allocator(args[0], torch_device)
+    out = fn(*args)
+    if row.is_reference:
+        expected = ORACLES[op](*args)
+        baseline = "float64 oracle"
+    else:
+        expected = resolve_target(TABLE.reference(op).target, None)[0](*args)
+        baseline = TABLE.reference(op).name
+    assert out.shape == expected.shape and out.dtype == expected.dtype, (
+        f"{row.name} returned {out.dtype}{list(out.shape)}, {baseline} {expected.dtype}{list(expected.shape)}")
+    diff = _max_abs_diff(out, expected)
+    PARITY_MEASUREMENTS.append({"row": row.name, "case": case.id, "dtype": dtype, "device": str(device),
+                                "baseline": baseline, "max_abs_diff": diff})
+    assert diff != float("inf"), f"{row.name}: non-finite values differ in position from {baseline}"
+    atol, rtol = tolerance(op, dtype)
+    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol, equal_nan=True,
+                               msg=lambda m: f"{row.name} vs {baseline} on {case.id}/{dtype}: {m}")
+    if row.golden.verified and not row.is_reference:
+        assert diff <= row.golden.max_abs_diff, (
+            f"golden record of {row.name} claims max_abs_diff <= {row.golden.max_abs_diff} "
+            f"({row.golden.evidence}); measured {diff} on {case.id}/{dtype}: the record is contradicted")

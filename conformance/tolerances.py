@@ -1,0 +1,22 @@
+"""Parity tolerances, in one place, keyed by (op, dtype): (atol, rtol) for torch.testing.assert_close.
+
+Why these numbers:
+- elementwise.scale is one fp32 multiply and one rounding in every row: exact.
+- norm.rms_norm rows accumulate in fp32 in different orders and may use an
+  approximate rsqrt, so outputs can differ by one rounding step of the output
+  dtype: bf16 has 8 significant bits (one step is 2**-7 relative at worst),
+  fp16 has 11 (2**-10), fp32 sums over ~1e4 elements differ by ~1e-6.
+"""
+
+TOLERANCES = {
+    ("elementwise.scale", "fp32"): (0.0, 0.0),
+    ("elementwise.scale", "fp16"): (0.0, 0.0),
+    ("elementwise.scale", "bf16"): (0.0, 0.0),
+    ("norm.rms_norm", "fp32"): (1e-5, 1e-5),
+    ("norm.rms_norm", "fp16"): (1e-3, 2e-3),
+    ("norm.rms_norm", "bf16"): (1e-2, 8e-3),
+}
+
+
+def tolerance(op: str, dtype: str) -> tuple[float, float]:
+    return TOLERANCES[(op, dtype)]
