@@ -18,7 +18,7 @@ import platform
 
 import pytest
 
-PARITY_MEASUREMENTS: list[dict] = []
+from conformance.parity_log import PARITY_MEASUREMENTS
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from conformance.cases import CASES, ORACLES, TORCH_DTYPES
-from conformance.conftest import PARITY_MEASUREMENTS
+from conformance.parity_log import PARITY_MEASUREMENTS
 from conformance.tolerances import tolerance
 from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, resolve_target
 

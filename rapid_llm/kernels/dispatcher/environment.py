@@ -11,7 +11,7 @@ Environment variables read by the probe:
 
   RAPID_LLM_DENY             backends or rows never selected: ``flashinfer,native/rms_norm``
   RAPID_LLM_FORCE            rows forced per op: ``norm.rms_norm=native/rms_norm;elementwise.scale=torch/scale``
-  RAPID_LLM_HIDE_LIBS        libraries treated as absent (and blocked from import): ``triton,flashinfer``
+  RAPID_LLM_HIDE_LIBS        libraries treated as absent (and made unimportable): ``triton,flashinfer``
   RAPID_LLM_TRITON_INTERPRET ``1``: run native Triton rows on the CPU through Triton's interpreter
 """
 
@@ -185,38 +185,24 @@ def parse_flag(name: str, text: str | None) -> bool:
 # ---------------------------------------------------------------------------
 
 
-class HiddenLibraryBlocker:
-    """A meta-path finder that makes importing a hidden library fail loudly.
-
-    Hiding a library must behave like uninstalling it: a stray import
-    anywhere in rapid_llm (or a test) raises ImportError naming the variable.
-    """
-
-    def __init__(self, modules: frozenset[str]):
-        self.modules = modules
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.partition(".")[0] in self.modules:
-            raise ImportError(
-                f"{fullname!r} is hidden by RAPID_LLM_HIDE_LIBS (rapid_llm treats it as not installed)"
-            )
-        return None
-
-
 def install_import_blocker(hidden: frozenset[str]) -> None:
-    modules = frozenset(m for name in hidden for m in KNOWN_LIBRARIES[name].modules)
-    if not modules:
-        return
-    for finder in sys.meta_path:
-        if isinstance(finder, HiddenLibraryBlocker) and finder.modules == modules:
-            return
-    already = sorted(m for m in modules if m in sys.modules)
+    """Make the hidden libraries' modules behave as if uninstalled.
+
+    Each top-level module is set to None in sys.modules, Python's own marker
+    for "this import must fail": `import triton` raises ModuleNotFoundError
+    and `importlib.util.find_spec("triton")` returns None, which is exactly
+    what code probing for an optional module (torch included) sees when it is
+    not installed. (A meta-path finder that raises would break such probes.)
+    """
+    modules = sorted(m for name in hidden for m in KNOWN_LIBRARIES[name].modules)
+    already = [m for m in modules if sys.modules.get(m) is not None]
     if already:
         raise RuntimeError(
             f"RAPID_LLM_HIDE_LIBS hides {sorted(hidden)} but {already} was imported before "
             "rapid_llm probed the environment; set the variable before the process starts"
         )
-    sys.meta_path.insert(0, HiddenLibraryBlocker(modules))
+    for module in modules:
+        sys.modules[module] = None
 
 
 # ---------------------------------------------------------------------------
