@@ -60,7 +60,7 @@ def _rms_large_offsets(dtype, device, generator):
     hidden = 4096
     rows = (1 << 31) // hidden + 7
     x = torch.empty((rows, hidden), dtype=dtype, device=device)
-    x.normal_(generator=None)
+    x.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
     weight = _randn((hidden,), dtype, device, generator)
     return (x, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, frozenset({"x:rows"})
 
@@ -113,7 +113,7 @@ def _scale_case(shape, factor, *, scale=1.0, transpose=False):
 def _scale_large_offsets(dtype, device, generator):
     numel = (1 << 31) + 4099
     x = torch.empty(numel, dtype=dtype, device=device)
-    x.normal_()
+    x.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
     return (x, 0.75), {"num_elements": numel}, frozenset({"x:contiguous"})
 
 

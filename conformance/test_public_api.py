@@ -47,7 +47,7 @@ def test_planner_plan_and_public_op_agree():
     env = probe_environment()
     plan = Planner(env).plan("elementwise.scale", dtype="fp32", shape={"num_elements": 1000},
                              layout={"x:contiguous"})
-    x = torch.randn(1000)
+    x = torch.randn(1000, device="cuda" if env.device.kind == "cuda" else "cpu")
     torch.testing.assert_close(plan(x, 0.5), kernels.scale(x, 0.5), atol=0, rtol=0)
 
 
