@@ -53,18 +53,22 @@ CLASS_RANK = {"native": 2, "external": 1, "reference": 0}
 DEVICE_KINDS = frozenset({"cpu", "cuda"})
 
 
-@attrs.frozen
 class LibraryInfo:
     """An optional library: how to find its version and which modules it owns.
 
     `distributions` are the pip distribution names that provide it (checked in
     order with importlib.metadata); `modules` are the top-level import names
-    that RAPID_LLM_HIDE_LIBS blocks.
+    that RAPID_LLM_HIDE_LIBS blocks. (A plain class: attrs classes cost ~2 ms
+    each to create, and this module is on every process's import path.)
     """
 
-    name: str
-    distributions: tuple[str, ...]
-    modules: tuple[str, ...]
+    __slots__ = ("name", "distributions", "modules")
+
+    def __init__(self, name: str, distributions: tuple[str, ...], modules: tuple[str, ...]):
+        self.name, self.distributions, self.modules = name, distributions, modules
+
+    def __repr__(self) -> str:
+        return f"LibraryInfo({self.name!r}, {self.distributions!r}, {self.modules!r})"
 
 
 KNOWN_LIBRARIES = {

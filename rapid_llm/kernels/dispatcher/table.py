@@ -19,8 +19,6 @@ from __future__ import annotations
 import importlib
 from types import MappingProxyType
 
-import attrs
-
 from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
@@ -31,25 +29,28 @@ class TableError(ValueError):
     """A row or a set of rows breaks a table invariant."""
 
 
-def _freeze_rows(value):
-    return MappingProxyType({op: tuple(rows) for op, rows in value.items()})
-
-
-@attrs.frozen(eq=False)
 class OpTable:
-    """op id -> rows (a read-only mapping of tuples), plus name -> row.
+    """op id -> rows (a read-only mapping of tuples), plus name -> row and the op contracts.
 
-    Equality is identity: a table is a value built once, and dispatch's memo
-    keys on it cheaply.
+    Immutable after construction. Equality is identity: a table is a value
+    built once, and dispatch's memo keys on it cheaply. (A plain class, not
+    attrs: it is on the import path, see dispatcher/spec.py.)
     """
 
-    rows_by_op: MappingProxyType = attrs.field(converter=_freeze_rows)
-    rows_by_name: MappingProxyType = attrs.field(init=False)
-    contracts: MappingProxyType = attrs.field(converter=MappingProxyType)
+    __slots__ = ("rows_by_op", "rows_by_name", "contracts")
 
-    def __attrs_post_init__(self):
-        by_name = {row.name: row for rows in self.rows_by_op.values() for row in rows}
-        object.__setattr__(self, "rows_by_name", MappingProxyType(by_name))
+    def __init__(self, rows_by_op, contracts):
+        frozen = MappingProxyType({op: tuple(rows) for op, rows in rows_by_op.items()})
+        by_name = MappingProxyType({row.name: row for rows in frozen.values() for row in rows})
+        object.__setattr__(self, "rows_by_op", frozen)
+        object.__setattr__(self, "rows_by_name", by_name)
+        object.__setattr__(self, "contracts", MappingProxyType(dict(contracts)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"OpTable is immutable (tried to set {name!r})")
+
+    def __repr__(self) -> str:
+        return f"OpTable(ops={list(self.rows_by_op)}, rows={len(self.rows_by_name)})"
 
     @classmethod
     def from_rows(cls, rows, contracts=None) -> "OpTable":
@@ -60,7 +61,7 @@ class OpTable:
         by_op: dict[str, list[KernelSpec]] = {}
         for row in rows:
             by_op.setdefault(row.op, []).append(row)
-        return cls(rows_by_op=by_op, contracts=dict(contracts))
+        return cls(by_op, contracts)
 
     @property
     def ops(self) -> tuple[str, ...]:

@@ -16,12 +16,11 @@ a bucketed dim should sit on a bucket edge.
 
 from __future__ import annotations
 
-import attrs
 
-
-@attrs.frozen
 class ExactBucket:
     """The dim's value is its own bucket (hidden size, head_dim)."""
+
+    __slots__ = ()
 
     def bucket(self, value: int) -> tuple[int, int]:
         return (value, value)
@@ -29,12 +28,20 @@ class ExactBucket:
     def describe(self) -> str:
         return "exact"
 
+    def __repr__(self) -> str:
+        return "ExactBucket()"
 
-@attrs.frozen
+
 class TokenBuckets:
     """0, 1, 2-16, 17-128, then one bucket per power of two (129-256, ...)."""
 
-    first_edges: tuple[int, ...] = (1, 16, 128)
+    __slots__ = ("first_edges",)
+
+    def __init__(self, first_edges: tuple[int, ...] = (1, 16, 128)):
+        self.first_edges = tuple(first_edges)
+
+    def __repr__(self) -> str:
+        return f"TokenBuckets({self.first_edges!r})"
 
     def bucket(self, value: int) -> tuple[int, int]:
         if value <= 0:
@@ -76,14 +83,25 @@ LAYOUT_TAGS = {
 FLOAT_DTYPES = frozenset({"fp32", "fp16", "bf16"})
 
 
-@attrs.frozen
 class OpContract:
-    op: str
-    parameters: tuple[str, ...]
-    dtypes: frozenset[str] = attrs.field(converter=frozenset)
-    dims: tuple[tuple[str, object], ...]
-    layouts: frozenset[str] = attrs.field(converter=frozenset, default=frozenset())
-    doc: str = ""
+    """An op's one signature: parameters, dtypes, named dims with bucket rules, layout tags, doc.
+
+    A plain immutable class rather than attrs: it sits on the import path of
+    every process that builds the table (see the note in dispatcher/spec.py).
+    """
+
+    __slots__ = ("op", "parameters", "dtypes", "dims", "layouts", "doc")
+
+    def __init__(self, *, op: str, parameters, dtypes, dims, layouts=(), doc: str = ""):
+        for name, value in (("op", op), ("parameters", tuple(parameters)), ("dtypes", frozenset(dtypes)),
+                            ("dims", tuple(dims)), ("layouts", frozenset(layouts)), ("doc", doc)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"OpContract is immutable (tried to set {name!r})")
+
+    def __repr__(self) -> str:
+        return f"OpContract(op={self.op!r}, parameters={self.parameters!r}, dims={self.dim_names!r})"
 
     @property
     def dim_names(self) -> tuple[str, ...]:
