@@ -21,8 +21,23 @@ from rapid_llm.kernels.ops.norm.reference import rms_norm as rms_norm_reference
 
 
 def test_lazy_exports_resolve_every_name():
+    """Catches a name listed in _EXPORTS that its module does not define."""
     for name in kernels.__all__:
         assert getattr(kernels, name) is not None, name
+
+
+def test_dispatch_stays_the_function_after_its_submodule_is_imported():
+    """Catches the package attribute `dispatch` turning into the dispatch.py module once anything
+    imports the submodule (Python sets submodules as package attributes): the CLI then crashed."""
+    import importlib
+
+    import rapid_llm.kernels.dispatcher as dispatcher
+
+    module = importlib.import_module("rapid_llm.kernels.dispatcher.dispatch")
+    assert callable(dispatcher.dispatch) and dispatcher.dispatch is module.dispatch
+    from rapid_llm.kernels.dispatcher import dispatch as imported
+
+    assert imported is module.dispatch and kernels.dispatch is module.dispatch
 
 
 def test_public_rms_norm_uses_the_planner_cache_and_the_dispatched_row():

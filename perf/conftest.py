@@ -106,6 +106,7 @@ def record_requirement(benchmark, text: str, metric: str, limit: float, unit: st
     benchmark.extra_info["requirement"] = {"text": text, "metric": metric, "max": limit, "unit": unit, **extra}
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest run without pytest-benchmark must still load this conftest
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     # The gate refuses to store a planted run as a baseline; it reads this.
     output_json["rapid_llm_perf"] = {

@@ -116,8 +116,9 @@ def load_row(op: str, row_name: str, *, dtype: str, shape: dict, layout):
     native row is still timed), then the target is imported. A skip carries
     the explain() tree, so the report doubles as the support matrix.
     """
-    from rapid_llm.kernels.dispatcher import NoEligibleKernel, default_table, dispatch, probe_environment
-    from rapid_llm.kernels.dispatcher.dispatch import resolve_target
+    from rapid_llm.kernels.dispatcher import default_table, probe_environment
+    # dispatch from its submodule: the package attribute of that name can be the submodule itself
+    from rapid_llm.kernels.dispatcher.dispatch import NoEligibleKernel, dispatch, resolve_target
 
     env = probe_environment()
     table = default_table()

@@ -31,7 +31,7 @@ import time
 import pytest
 
 from perf import _trivial_targets
-from perf.calibration import CALIBRATION_SIZE, calibration_workload, children_cpu_seconds
+from perf.calibration import CALIBRATION_SIZE, calibration_workload, children_cpu_seconds, note_calibration
 from perf.conftest import record_requirement
 from rapid_llm.kernels.dispatcher import (
     Device,
@@ -41,9 +41,10 @@ from rapid_llm.kernels.dispatcher import (
     Libraries,
     OpTable,
     Planner,
-    dispatch,
 )
-from rapid_llm.kernels.dispatcher.dispatch import _dispatch
+# From the submodule, not the package: the package's name `dispatch` is also
+# its submodule's name, and which of the two it resolves to depends on import order.
+from rapid_llm.kernels.dispatcher.dispatch import clear_memo, dispatch
 from rapid_llm.kernels.dispatcher.table import build_tables
 from rapid_llm.kernels.ops.interfaces import FLOAT_DTYPES
 
@@ -62,6 +63,8 @@ def test_calibration(benchmark):
     benchmark.extra_info["calibration"] = True
     benchmark.extra_info["workload"] = f"calibration_workload(size={CALIBRATION_SIZE}), pure Python"
     assert benchmark(calibration_workload) == calibration_workload()
+    # Seeds "the machine's full speed" for the paired measurements that follow.
+    note_calibration(benchmark.stats.stats.min)
 
 
 # ---------------------------------------------------------------------------
@@ -95,14 +98,13 @@ def test_cold_dispatch(benchmark, measure):
     benchmark.extra_info["rows_evaluated"] = len(selection.rows)
     record_requirement(benchmark, "cold dispatch <= 100 µs", "median", 100e-6)
     # Each call starts from an empty memo: setup clears it outside the clock.
-    measure(memoised_rms_norm_dispatch, setup=_dispatch.cache_clear, between=_dispatch.cache_clear,
+    measure(memoised_rms_norm_dispatch, setup=clear_memo, between=clear_memo,
             rounds=1500, warmup_rounds=50)
 
 
 def test_memoised_dispatch(benchmark, measure):
     selection = memoised_rms_norm_dispatch()
-    # The native row is unverified (golden gate), so the reference serves this
-    # query; what matters is that the memo returns the same Selection object.
+    # What matters is that the memo returns the same Selection object.
     assert memoised_rms_norm_dispatch() is selection
     benchmark.extra_info["selected"] = selection.row.name
     record_requirement(benchmark, "memoised dispatch <= 1 µs", "median", 1e-6)
@@ -225,7 +227,7 @@ def test_explain_cli(benchmark, measure):
 
 def _fresh_explain_state():
     gc.collect(0)
-    _dispatch.cache_clear()
+    clear_memo()
 
 
 # ---------------------------------------------------------------------------

@@ -164,15 +164,43 @@ def test_reduced_baseline_refuses_runs_with_different_benchmarks(gate):
         gate.reduce_runs([document(), document(fewer)], ["python"])
 
 
-def test_confirmation_keeps_the_better_measurement(gate):
-    noisy = gate.compare(document(), document(slower={MEMO: 2.0}))
-    quiet_again = gate.compare(document(), document(slower={MEMO: 1.1}))
-    merged = gate.merge_confirmation(noisy, quiet_again)
-    assert merged["passed"]
-    still_slow = gate.merge_confirmation(noisy, gate.compare(document(), document(slower={MEMO: 2.1})))
-    assert not still_slow["passed"]
-    row = next(r for r in still_slow["rows"] if r["name"] == MEMO)
-    assert row["slowdown"] == pytest.approx(2.0) and row["measurements"] == 2
+def _remeasure(gate, comparison, factor):
+    return gate.merge_confirmation(comparison, gate.compare(document(), document(slower={MEMO: factor})))
+
+
+def _memo_row(comparison):
+    return next(r for r in comparison["rows"] if r["name"] == MEMO)
+
+
+def test_confirmation_two_readings_over_the_threshold_fail(gate):
+    first = gate.compare(document(), document(slower={MEMO: 2.0}))
+    confirmed = _remeasure(gate, first, 2.1)
+    assert gate.undecided_suspects(confirmed) == []  # no third run needed
+    settled = gate.settle(confirmed)
+    assert not settled["passed"]
+    row = _memo_row(settled)
+    assert row["slowdown"] == pytest.approx(2.05) and row["measurements"] == 2
+
+
+def test_confirmation_clears_a_one_off_noisy_reading(gate):
+    first = gate.compare(document(), document(slower={MEMO: 2.0}))
+    split = _remeasure(gate, first, 1.1)
+    assert gate.undecided_suspects(split) == [MEMO]  # one each way: measure a third time
+    cleared = gate.settle(_remeasure(gate, split, 1.05))
+    assert cleared["passed"] and _memo_row(cleared)["status"] == "ok"
+
+
+def test_one_low_reading_cannot_hide_a_real_regression(gate):
+    # The best of three would pass this; a majority does not.
+    first = gate.compare(document(), document(slower={MEMO: 2.0}))
+    result = gate.settle(_remeasure(gate, _remeasure(gate, first, 0.9), 2.0))
+    assert not result["passed"] and gate.regressed_names(result) == [MEMO]
+
+
+def test_undecided_suspect_is_settled_by_its_median(gate):
+    first = gate.compare(document(), document(slower={MEMO: 2.0}))
+    assert gate.settle(_remeasure(gate, first, 1.0))["passed"]  # median 1.5 <= 1.6
+    assert not gate.settle(_remeasure(gate, first, 1.3))["passed"]  # median 1.65 > 1.6
 
 
 def test_requirements_are_reported_but_do_not_fail_the_gate(gate):

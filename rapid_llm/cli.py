@@ -36,21 +36,21 @@ def _environment(args):
     """(Environment, is_local). --device/--lib describe another machine; deny/force still apply."""
     from .kernels.dispatcher import Device, Libraries, probe_environment
 
-    env = probe_environment()
     device = getattr(args, "device", None)
     libs = getattr(args, "lib", None)
     if device is None and not libs and not getattr(args, "no_local_libs", False):
-        return env, True
-    import attrs
-
-    described = Libraries() if getattr(args, "no_local_libs", False) else env.libs
-    if libs:
-        described = Libraries({**described.as_dict(), **Libraries.parse(libs).as_dict()})
+        return probe_environment(), True
     try:
-        target_device = Device.parse(device) if device else env.device
+        # A described device needs no torch import (and no GPU) to probe.
+        env = probe_environment(device=Device.parse(device)) if device else probe_environment()
+        described = Libraries() if getattr(args, "no_local_libs", False) else env.libs
+        if libs:
+            described = Libraries({**described.as_dict(), **Libraries.parse(libs).as_dict()})
     except ValueError as error:
         raise SystemExit(f"rapid-llm: {error}") from None
-    return attrs.evolve(env, device=target_device, libs=described), False
+    import attrs
+
+    return attrs.evolve(env, libs=described), False
 
 
 def _select(op, env, table, *, dtype, shape, layout, force=None, deny=None, load=False):

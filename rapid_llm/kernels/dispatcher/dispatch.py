@@ -251,12 +251,13 @@ def dispatch(op: str, *, device, dtype: str, shape=None, layout=_NOTHING, libs=_
     rank (bypasses only the golden gate); deny: backend or row names never
     to select; graph_safe: only rows capturable in a CUDA graph.
     """
-    if shape is None:
-        shape_items = ()
-    elif type(shape) is dict:
-        shape_items = tuple(shape.items())
-    else:
-        shape_items = tuple(shape)
+    shape_items = () if shape is None else tuple(shape.items()) if type(shape) is dict else tuple(shape)
+    # Fast path: the same call as before, with the same argument values (hashable as given).
+    raw_key = (op, device, dtype, shape_items, layout, libs, table, force, deny, graph_safe)
+    try:
+        return _CALL_MEMO[raw_key]
+    except (KeyError, TypeError):  # TypeError: an unhashable argument (a set or list layout): normalise
+        pass
     if type(layout) is not frozenset:
         layout = frozenset(layout)
     if type(deny) is not frozenset:
@@ -267,7 +268,27 @@ def dispatch(op: str, *, device, dtype: str, shape=None, layout=_NOTHING, libs=_
         device = Device.parse(device)
     if table is None:
         table = default_table()
-    return _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, graph_safe)
+    selection = _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, graph_safe)
+    try:
+        if len(_CALL_MEMO) >= _CALL_MEMO_LIMIT:
+            _CALL_MEMO.clear()
+        _CALL_MEMO[raw_key] = selection
+    except TypeError:
+        pass
+    return selection
+
+
+# Memo of dispatch() calls keyed by the arguments exactly as given (before normalisation), in
+# front of the lru_cache of normalised queries: a repeated call costs one dict lookup. Results
+# are immutable values, so sharing them is safe; the bound keeps ever-new queries from growing it.
+_CALL_MEMO: dict = {}
+_CALL_MEMO_LIMIT = 16384
+
+
+def clear_memo() -> None:
+    """Forget every memoised dispatch (both layers): the next call is a cold dispatch."""
+    _CALL_MEMO.clear()
+    _dispatch.cache_clear()
 
 
 def dispatch_for(op: str, *tensors, layout=_NOTHING, env=None, table=None, **shape) -> Selection:

@@ -24,31 +24,47 @@ import attrs
 from .spec import DEVICE_KINDS, DTYPE_TORCH_NAMES, KNOWN_LIBRARIES
 
 
-@attrs.frozen(cache_hash=True)
-class Device:
-    """Where kernels run: ``cpu`` or ``cuda`` with its SM version (90 = sm90).
+class Device(tuple):
+    """Where kernels run: ``cpu`` or ``cuda`` with its SM version (90 = sm90). Immutable, hashable.
 
     `triton_interpreter` is set on a cpu device whose process opted into
     Triton's interpreter. `name` is for humans and takes no part in equality.
+
+    A tuple subclass (not attrs) on purpose: dispatch() is memoised on its
+    arguments, and a tuple hashes and compares in C; an attrs class would add
+    a Python-level __hash__ call (~0.2 us) to every memoised dispatch.
     """
 
-    kind: str
-    sm: int | None = None
-    triton_interpreter: bool = False
-    name: str = attrs.field(default="", eq=False)
-
-    def __attrs_post_init__(self):
-        if self.kind not in DEVICE_KINDS:
-            raise ValueError(f"device kind must be one of {sorted(DEVICE_KINDS)}, got {self.kind!r}")
-        if self.kind == "cpu" and self.sm is not None:
+    def __new__(cls, kind: str, sm: int | None = None, triton_interpreter: bool = False, name: str = ""):
+        if kind not in DEVICE_KINDS:
+            raise ValueError(f"device kind must be one of {sorted(DEVICE_KINDS)}, got {kind!r}")
+        if kind == "cpu" and sm is not None:
             raise ValueError("a cpu device has no SM version")
-        if self.kind == "cuda" and self.triton_interpreter:
+        if kind == "cuda" and triton_interpreter:
             raise ValueError("the Triton interpreter flag applies to cpu devices only")
+        if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int)):
+            raise ValueError(f"sm must be an int such as 90, got {sm!r}")
+        device = super().__new__(cls, (kind, sm, bool(triton_interpreter)))
+        object.__setattr__(device, "name", name)
+        return device
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Device is immutable")
+
+    kind = property(lambda self: self[0], doc="'cpu' or 'cuda'")
+    sm = property(lambda self: self[1], doc="compute capability major*10+minor, or None")
+    triton_interpreter = property(lambda self: self[2], doc="cpu device running Triton's interpreter")
+
+    def __repr__(self) -> str:
+        return f"Device({self.kind!r}, sm={self.sm!r}, triton_interpreter={self.triton_interpreter!r})"
 
     def __str__(self) -> str:
         if self.kind == "cuda":
             return f"cuda:sm{self.sm}" if self.sm is not None else "cuda"
         return "cpu+triton-interpreter" if self.triton_interpreter else "cpu"
+
+    def __reduce__(self):
+        return (Device, (self.kind, self.sm, self.triton_interpreter, self.name))
 
     @classmethod
     def parse(cls, text: str) -> "Device":
@@ -70,25 +86,34 @@ class Device:
         )
 
 
-@attrs.frozen(cache_hash=True)
-class Libraries:
-    """Installed optional libraries, name -> version string (hashable)."""
+class Libraries(tuple):
+    """Installed optional libraries: sorted (name, version) pairs. Immutable, hashable in C.
 
-    versions: tuple[tuple[str, str], ...] = attrs.field(
-        default=(), converter=lambda items: tuple(sorted(dict(items).items()))
-    )
+    Built from a mapping or pairs: ``Libraries({"triton": "3.6.0"})``.
+    """
+
+    def __new__(cls, versions=()):
+        items = versions.items() if hasattr(versions, "items") else versions
+        return super().__new__(cls, tuple(sorted(dict(items).items())))
+
+    @property
+    def versions(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return f"Libraries({dict(self)!r})"
 
     def get(self, name: str) -> str | None:
-        for lib, version in self.versions:
+        for lib, version in self:
             if lib == name:
                 return version
         return None
 
     def as_dict(self) -> dict[str, str]:
-        return dict(self.versions)
+        return dict(self)
 
     def without(self, names) -> "Libraries":
-        return Libraries([(k, v) for k, v in self.versions if k not in names])
+        return Libraries([(k, v) for k, v in self if k not in names])
 
     @classmethod
     def parse(cls, specs) -> "Libraries":
@@ -239,20 +264,23 @@ def _probe_torch(triton_interpret: bool):
     return Device("cpu", triton_interpreter=triton_interpret), torch.__version__, ()
 
 
-_PROBED: Environment | None = None
+#: Process-wide probes: key None is this machine; a Device key is a described device (CLI --device).
+_PROBED: dict = {}
 
 
-def probe_environment(environ=None, *, refresh: bool = False) -> Environment:
+def probe_environment(environ=None, *, device: Device | None = None, refresh: bool = False) -> Environment:
     """Build the process's Environment (cached after the first call).
 
-    Pass `environ` (a mapping) to probe from that mapping instead of
-    os.environ; such probes are not cached and install no import blocker.
+    Pass `device` to describe another device: torch is then not imported
+    (the CLI's --device). Pass `environ` (a mapping) to probe from that
+    mapping instead of os.environ; such probes are not cached and install no
+    import blocker.
     """
-    global _PROBED
-    if environ is None and _PROBED is not None and not refresh:
-        return _PROBED
     process_wide = environ is None
-    if process_wide:
+    cache_key = device
+    if process_wide and cache_key in _PROBED and not refresh:
+        return _PROBED[cache_key]
+    if environ is None:
         import os
 
         environ = os.environ
@@ -265,7 +293,10 @@ def probe_environment(environ=None, *, refresh: bool = False) -> Environment:
             # i.e. when our kernel modules are first imported (lazily, after this).
             environ.setdefault("TRITON_INTERPRET", "1")
     libs = Libraries(installed_library_versions()).without(hidden)
-    device, torch_version, cuda_devices = _probe_torch(triton_interpret)
+    if device is None:
+        device, torch_version, cuda_devices = _probe_torch(triton_interpret)
+    else:
+        torch_version, cuda_devices = None, ()
     env = Environment(
         device=device,
         libs=libs,
@@ -277,7 +308,7 @@ def probe_environment(environ=None, *, refresh: bool = False) -> Environment:
         cuda_devices=cuda_devices,
     )
     if process_wide:
-        _PROBED = env
+        _PROBED[cache_key] = env
     return env
 
 
