@@ -7,6 +7,7 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
   support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0)
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
+  dispatcher-table from perf/baselines/cpu/dispatcher.json (the CPU dispatcher baseline)
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from contextlib import redirect_stdout
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
+DISPATCHER_BASELINE = os.path.join(ROOT, "perf", "baselines", "cpu", "dispatcher.json")
+DISPATCHER_ROWS = (
+    ("test_memoised_dispatch", "memoised `dispatch()`", "≤ 1 µs"),
+    ("test_cold_dispatch", "cold `dispatch()` of one op", "≤ 100 µs"),
+    ("test_planned_call", "`PlannedOp` call (overhead over the direct call in the last column)", "≤ 0.3 µs overhead"),
+    ("test_direct_call", "direct call of the same target", "-"),
+    ("test_build_tables", "`build_tables()`", "-"),
+    ("test_explain_cli", "`rapid-llm explain` in-process", "-"),
+    ("test_import_and_build_subprocess", "new process: import `rapid_llm.kernels` + build all tables", "≤ 100 ms"),
+)
 
 
 def _cli(*argv) -> str:
@@ -79,8 +90,46 @@ def perf_table() -> str:
     return "\n".join(lines)
 
 
+def _time(seconds: float) -> str:
+    for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def dispatcher_table() -> str:
+    with open(DISPATCHER_BASELINE) as handle:
+        baseline = json.load(handle)
+    lines = [
+        f"CPU dispatcher costs from the stored baseline (`perf/baselines/cpu/dispatcher.json`, "
+        f"{baseline['created'][:10]}, {baseline['runs']} runs, this project's 2-core VM, Python "
+        f"{baseline['machine'].get('python', '?')}). Median: pytest-benchmark's median of the run whose "
+        "normalised value is the baseline; best: the fastest batch seen while interleaved with the "
+        "calibration workload (the machine at full speed).",
+        "",
+        "| what | median | best | requirement | note |",
+        "|---|---|---|---|---|",
+    ]
+    for name, label, requirement in DISPATCHER_ROWS:
+        entry = baseline["benchmarks"].get(f"perf/test_dispatcher_bench.py::{name}")
+        if entry is None:
+            continue
+        info = entry.get("extra_info", {})
+        best = (info.get("paired") or {}).get("work_min_s")
+        note = ""
+        if "plan_overhead_s" in info:
+            note = f"overhead {_time(info['plan_overhead_s'])}"
+        if "torch_imported" in info:
+            note = (f"bare interpreter {_time(info['bare_interpreter_median_s'])}; torch imported: "
+                    f"{info['torch_imported']}, triton imported: {info['triton_imported']}")
+        lines.append(f"| {label} | {_time(entry['median_s'])} | {_time(best) if best else '-'} | "
+                     f"{requirement} | {note} |")
+    return "\n".join(lines)
+
+
 def render(text: str) -> str:
-    for name, make in (("support-matrix", support_matrix), ("perf-table", perf_table)):
+    for name, make in (("support-matrix", support_matrix), ("perf-table", perf_table),
+                       ("dispatcher-table", dispatcher_table)):
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         head, found, rest = text.partition(start)
         if not found:
