@@ -120,8 +120,9 @@ def dispatcher_table() -> str:
         if "plan_overhead_s" in info:
             note = f"overhead {_time(info['plan_overhead_s'])}"
         if "torch_imported" in info:
-            note = (f"bare interpreter {_time(info['bare_interpreter_median_s'])}; torch imported: "
-                    f"{info['torch_imported']}, triton imported: {info['triton_imported']}")
+            note = (f"bare interpreter {_time(info['bare_interpreter_median_s'])}, interpreter + attrs "
+                    f"{_time(info['attrs_only_median_s']) if 'attrs_only_median_s' in info else '-'}; "
+                    f"torch imported: {info['torch_imported']}, triton imported: {info['triton_imported']}")
         lines.append(f"| {label} | {_time(entry['median_s'])} | {_time(best) if best else '-'} | "
                      f"{requirement} | {note} |")
     return "\n".join(lines)

@@ -115,7 +115,7 @@ def cmd_doctor(args) -> int:
         "python": platform.python_version(),
         "torch": env.torch_version,
         "device": str(env.device),
-        "device_name": env.device.name or None,
+        "device_name": env.device_name,
         "cuda_devices": list(env.cuda_devices),
         "triton_interpreter": env.triton_interpret,
         "libraries": libraries,
@@ -129,7 +129,7 @@ def cmd_doctor(args) -> int:
         _print_json(document)
         return 0
     print(f"rapid_llm {document['rapid_llm']}  python {document['python']}  torch {document['torch'] or 'not installed'}")
-    device = document["device"] + (f" ({env.device.name})" if env.device.name else "")
+    device = document["device"] + (f" ({env.device_name})" if env.device_name else "")
     print(f"device           {device}")
     if env.cuda_devices:
         print(f"cuda devices     {', '.join(env.cuda_devices)}")

@@ -28,14 +28,23 @@ class Device(tuple):
     """Where kernels run: ``cpu`` or ``cuda`` with its SM version (90 = sm90). Immutable, hashable.
 
     `triton_interpreter` is set on a cpu device whose process opted into
-    Triton's interpreter. `name` is for humans and takes no part in equality.
+    Triton's interpreter. (The GPU's marketing name lives in
+    Environment.device_name: it takes no part in dispatch.)
 
-    A tuple subclass (not attrs) on purpose: dispatch() is memoised on its
-    arguments, and a tuple hashes and compares in C; an attrs class would add
-    a Python-level __hash__ call (~0.2 us) to every memoised dispatch.
+    Why a tuple subclass with interned instances and an identity hash:
+    dispatch() is memoised on its arguments, and this keeps the Device part of
+    every memo lookup a pointer hash and a pointer compare, in C. Equal
+    devices are the same object, so identity hashing stays consistent with
+    equality.
     """
 
-    def __new__(cls, kind: str, sm: int | None = None, triton_interpreter: bool = False, name: str = ""):
+    _interned: dict = {}
+
+    def __new__(cls, kind: str, sm: int | None = None, triton_interpreter: bool = False):
+        value = (kind, sm, bool(triton_interpreter))
+        device = cls._interned.get(value)
+        if device is not None:
+            return device
         if kind not in DEVICE_KINDS:
             raise ValueError(f"device kind must be one of {sorted(DEVICE_KINDS)}, got {kind!r}")
         if kind == "cpu" and sm is not None:
@@ -44,12 +53,10 @@ class Device(tuple):
             raise ValueError("the Triton interpreter flag applies to cpu devices only")
         if sm is not None and (isinstance(sm, bool) or not isinstance(sm, int)):
             raise ValueError(f"sm must be an int such as 90, got {sm!r}")
-        device = super().__new__(cls, (kind, sm, bool(triton_interpreter)))
-        object.__setattr__(device, "name", name)
+        device = cls._interned[value] = super().__new__(cls, value)
         return device
 
-    def __setattr__(self, name, value):
-        raise AttributeError("Device is immutable")
+    __hash__ = object.__hash__
 
     kind = property(lambda self: self[0], doc="'cpu' or 'cuda'")
     sm = property(lambda self: self[1], doc="compute capability major*10+minor, or None")
@@ -64,7 +71,7 @@ class Device(tuple):
         return "cpu+triton-interpreter" if self.triton_interpreter else "cpu"
 
     def __reduce__(self):
-        return (Device, (self.kind, self.sm, self.triton_interpreter, self.name))
+        return (Device, tuple(self))
 
     @classmethod
     def parse(cls, text: str) -> "Device":
@@ -87,14 +94,26 @@ class Device(tuple):
 
 
 class Libraries(tuple):
-    """Installed optional libraries: sorted (name, version) pairs. Immutable, hashable in C.
+    """Installed optional libraries: sorted (name, version) pairs. Immutable, interned, hashable in C.
 
     Built from a mapping or pairs: ``Libraries({"triton": "3.6.0"})``.
     """
 
+    _interned: dict = {}
+
     def __new__(cls, versions=()):
         items = versions.items() if hasattr(versions, "items") else versions
-        return super().__new__(cls, tuple(sorted(dict(items).items())))
+        value = tuple(sorted(dict(items).items()))
+        libraries = cls._interned.get(value)
+        if libraries is None:
+            libraries = cls._interned[value] = super().__new__(cls, value)
+        return libraries
+
+    # Interned like Device (equal values are one object), so the memo key hashes a pointer.
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (Libraries, (tuple(self),))
 
     @property
     def versions(self) -> tuple[tuple[str, str], ...]:
@@ -149,6 +168,7 @@ class Environment:
     triton_interpret: bool = False
     torch_version: str | None = attrs.field(default=None, eq=False)
     cuda_devices: tuple[str, ...] = attrs.field(default=(), eq=False, converter=tuple)
+    device_name: str | None = attrs.field(default=None, eq=False)
 
     def forced_row(self, op: str) -> str | None:
         for forced_op, row in self.force:
@@ -251,7 +271,7 @@ def installed_library_versions() -> dict[str, str]:
 
 
 def _probe_torch(triton_interpret: bool):
-    """(device, torch version, names of visible CUDA devices); cpu when torch has no GPU."""
+    """(device, torch version, names of visible CUDA devices, current device's name); cpu without a GPU."""
     import warnings
 
     try:
@@ -261,13 +281,13 @@ def _probe_torch(triton_interpret: bool):
             warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
             import torch
     except ImportError:
-        return Device("cpu", triton_interpreter=triton_interpret), None, ()
+        return Device("cpu", triton_interpreter=triton_interpret), None, (), None
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
         names = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        return Device("cuda", major * 10 + minor, name=names[index]), torch.__version__, names
-    return Device("cpu", triton_interpreter=triton_interpret), torch.__version__, ()
+        return Device("cuda", major * 10 + minor), torch.__version__, names, names[index]
+    return Device("cpu", triton_interpreter=triton_interpret), torch.__version__, (), None
 
 
 #: Process-wide probes: key None is this machine; a Device key is a described device (CLI --device).
@@ -300,9 +320,9 @@ def probe_environment(environ=None, *, device: Device | None = None, refresh: bo
             environ.setdefault("TRITON_INTERPRET", "1")
     libs = Libraries(installed_library_versions()).without(hidden)
     if device is None:
-        device, torch_version, cuda_devices = _probe_torch(triton_interpret)
+        device, torch_version, cuda_devices, device_name = _probe_torch(triton_interpret)
     else:
-        torch_version, cuda_devices = None, ()
+        torch_version, cuda_devices, device_name = None, (), None
     env = Environment(
         device=device,
         libs=libs,
@@ -312,6 +332,7 @@ def probe_environment(environ=None, *, device: Device | None = None, refresh: bo
         triton_interpret=triton_interpret,
         torch_version=torch_version,
         cuda_devices=cuda_devices,
+        device_name=device_name,
     )
     if process_wide:
         _PROBED[cache_key] = env
@@ -347,7 +368,7 @@ def device_of(torch_device, triton_interpret: bool) -> Device:
 
             index = torch_device.index if torch_device.index is not None else torch.cuda.current_device()
             major, minor = torch.cuda.get_device_capability(index)
-            device = Device("cuda", major * 10 + minor, name=torch.cuda.get_device_name(index))
+            device = Device("cuda", major * 10 + minor)
         elif torch_device.type == "cpu":
             device = Device("cpu", triton_interpreter=triton_interpret)
         else:
