@@ -43,7 +43,7 @@ def pytest_sessionfinish(session, exitstatus):
     document = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "device": str(env.device),
-        "device_name": env.device.name or platform.processor(),
+        "device_name": env.device_name or platform.processor(),
         "torch": torch.__version__,
         "libs": env.libs.as_dict(),
         "command": "RAPID_LLM_PARITY_REPORT=... python -m pytest conformance/test_parity.py",
