@@ -96,6 +96,59 @@ RMS_NORM_CASES = (
 
 
 # ---------------------------------------------------------------------------
+# norm.fused_add_rms_norm (in place: every case returns (x, residual) written)
+# ---------------------------------------------------------------------------
+
+
+def _fused_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0):
+    def make(dtype, device, generator):
+        hidden = shape[-1]
+
+        def tensor():
+            if row_pad:
+                wide = _randn((*shape[:-1], hidden + row_pad), dtype, device, generator, scale)
+                return wide[..., :hidden]
+            return _randn(shape, dtype, device, generator, scale)
+
+        x, residual = tensor(), tensor()
+        weight = _randn((hidden,), torch.float32 if weight_fp32 else dtype, device, generator)
+        layout = frozenset(tag for tag, t in (("x:rows", x), ("residual:rows", residual)) if rows_view_ok(t))
+        return (x, residual, weight, eps), {"num_tokens": x.numel() // hidden, "hidden": hidden}, layout
+    return make
+
+
+def _fused_large_offsets(dtype, device, generator):
+    """More than 2**31 elements in each of x and residual: int64 row offsets."""
+    hidden = 4096
+    rows = (1 << 31) // hidden + 7
+    seeded = torch.Generator(device=device).manual_seed(int(generator.initial_seed()))
+    x = torch.empty((rows, hidden), dtype=dtype, device=device).normal_(generator=seeded)
+    residual = torch.empty((rows, hidden), dtype=dtype, device=device).normal_(generator=seeded)
+    weight = _randn((hidden,), dtype, device, generator)
+    return (x, residual, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, frozenset({"x:rows", "residual:rows"})
+
+
+def fused_add_rms_norm_oracle(x, residual, weight, eps):
+    stored = (residual.double() + x.double()).to(residual.dtype)
+    return rms_norm_oracle(stored, weight, eps), stored
+
+
+FUSED_ADD_RMS_NORM_CASES = (
+    Case("one_token", _fused_case((1, 4096))),
+    Case("hidden_5", _fused_case((3, 5))),
+    Case("hidden_1000", _fused_case((7, 1000))),
+    Case("hidden_5120_3d", _fused_case((2, 3, 5120))),
+    Case("packed_rows_tail", _fused_case((37, 128))),
+    Case("wide_rows_two_pass", _fused_case((3, 20000))),
+    Case("empty_batch", _fused_case((0, 256))),
+    Case("large_magnitudes", _fused_case((5, 2048), scale=1e3)),
+    Case("weight_fp32", _fused_case((9, 768), weight_fp32=True)),
+    Case("strided_rows", _fused_case((11, 1024), row_pad=64)),
+    Case("int64_offsets_2pow31", _fused_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
+# ---------------------------------------------------------------------------
 # elementwise.scale
 # ---------------------------------------------------------------------------
 
@@ -135,5 +188,7 @@ SCALE_CASES = (
     Case("int64_offsets_2pow31", _scale_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
 )
 
-CASES = {"norm.rms_norm": RMS_NORM_CASES, "elementwise.scale": SCALE_CASES}
-ORACLES = {"norm.rms_norm": rms_norm_oracle, "elementwise.scale": scale_oracle}
+CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
+         "elementwise.scale": SCALE_CASES}
+ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
+           "elementwise.scale": scale_oracle}

@@ -159,3 +159,45 @@ def test_native_scale_refuses_non_contiguous_x(env):
     with pytest.raises(OpInputError) as info:
         fn(x, 2.0)
     _expect(info, "x", ["contiguous"])
+
+
+FUSED_ROWS = _loadable_rows("norm.fused_add_rms_norm", _env()) + [
+    pytest.param("public", kernels.fused_add_rms_norm, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", FUSED_ROWS)
+class TestFusedAddRmsNormBadInput:
+    def test_residual_of_another_shape_is_rejected(self, name, fn, env):
+        x = torch.randn(4, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.randn(4, 9, device=_device(env)), torch.ones(8, device=_device(env)), 1e-6)
+        _expect(info, "residual", ["[4, 8]", "[4, 9]"])
+
+    def test_residual_of_another_dtype_is_rejected(self, name, fn, env):
+        x = torch.randn(4, 8, device=_device(env)).half()
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.randn(4, 8, device=_device(env)), torch.ones(8, device=_device(env)).half(), 1e-6)
+        _expect(info, "residual", ["torch.float16", "torch.float32"])
+
+    def test_residual_aliasing_x_is_rejected(self, name, fn, env):
+        """Catches the add reading values it already overwrote (x and residual are both written)."""
+        x = torch.randn(4, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, x, torch.ones(8, device=_device(env)), 1e-6)
+        _expect(info, "residual", ["distinct"])
+
+    def test_bad_weight_is_named_under_this_op(self, name, fn, env):
+        x = torch.randn(4, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.randn(4, 8, device=_device(env)), torch.ones(3, device=_device(env)), 1e-6)
+        _expect(info, "weight", ["[8]"])
+        assert info.value.op == "norm.fused_add_rms_norm"
+
+    def test_inputs_are_untouched_when_rejected(self, name, fn, env):
+        """Catches a partial write (residual already added) before a late check fails."""
+        x = torch.randn(4, 8, device=_device(env))
+        residual = torch.randn(4, 8, device=_device(env))
+        before = (x.clone(), residual.clone())
+        with pytest.raises(OpInputError):
+            fn(x, residual, torch.ones(8, device=_device(env)), -1.0)
+        assert torch.equal(x, before[0]) and torch.equal(residual, before[1])

@@ -15,6 +15,11 @@ TOLERANCES = {
     ("norm.rms_norm", "fp32"): (1e-5, 1e-5),
     ("norm.rms_norm", "fp16"): (1e-3, 2e-3),
     ("norm.rms_norm", "bf16"): (1e-2, 8e-3),
+    # The stored residual is one rounding of an fp32 add (the same in every row); the normalised
+    # output then differs as rms_norm's does.
+    ("norm.fused_add_rms_norm", "fp32"): (1e-5, 1e-5),
+    ("norm.fused_add_rms_norm", "fp16"): (1e-3, 2e-3),
+    ("norm.fused_add_rms_norm", "bf16"): (1e-2, 8e-3),
 }
 
 

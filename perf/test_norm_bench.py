@@ -93,3 +93,70 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, weight, EPS), bytes_moved=bytes_moved,
                            graph_safe=graph_safe)
+
+
+# ---------------------------------------------------------------------------
+# norm.fused_add_rms_norm: in place (residual += x; x = rms_norm(residual))
+# ---------------------------------------------------------------------------
+
+FUSED_OP = "norm.fused_add_rms_norm"
+FUSED_PEER = "peer/torch.add_+rms_norm"
+FUSED_ARMS = table_arms(FUSED_OP) + [FUSED_PEER]
+FUSED_CASES = hidden_cases(per_head=False)
+
+
+def _fused_peer_callable():
+    import torch.nn.functional as F
+
+    if not hasattr(F, "rms_norm"):
+        pytest.skip("this torch has no torch.nn.functional.rms_norm")
+
+    def peer(x, residual, weight, eps):
+        residual.add_(x)
+        x.copy_(F.rms_norm(residual, (x.shape[-1],), weight, eps))
+        return x, residual
+
+    return peer
+
+
+@pytest.mark.parametrize(
+    "arm,case", [pytest.param(arm, case, id=f"{arm}-{case.id}") for arm in FUSED_ARMS for case in FUSED_CASES]
+)
+def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
+    import torch
+
+    shape = {"num_tokens": case.rows, "hidden": case.hidden}
+    if arm == FUSED_PEER:
+        fn, graph_safe = _fused_peer_callable(), True
+    else:
+        fn, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
+                           layout=frozenset({"x:rows", "residual:rows"}))
+        graph_safe = row.graph_safe
+    x, weight = _inputs(case)
+    residual = torch.randn_like(x, dtype=torch.float32).to(x.dtype)
+
+    reference_name, reference = reference_row(FUSED_OP)
+    expected_x, expected_residual = reference(x.clone(), residual.clone(), weight, EPS)
+    out_x, out_residual = fn(x.clone(), residual.clone(), weight, EPS)
+    torch.cuda.synchronize()
+    atol, rtol = TOLERANCES[case.dtype]
+    if arm != reference_name:
+        for name, got, want in (("x", out_x, expected_x), ("residual", out_residual, expected_residual)):
+            torch.testing.assert_close(got, want, atol=atol, rtol=rtol,
+                                       msg=lambda m: f"{arm} {name} disagrees with {reference_name} on {case.id}: {m}")
+    max_abs_diff = max((out_x.float() - expected_x.float()).abs().max().item(),
+                       (out_residual.float() - expected_residual.float()).abs().max().item())
+    del out_x, out_residual, expected_x, expected_residual
+
+    element = BYTES_PER_ELEMENT[case.dtype]
+    bytes_moved = case.elements * element * 4 + case.hidden * weight.element_size()
+    benchmark.extra_info.update(
+        op=FUSED_OP, row=arm, case=case.id, **case.describe(), eps=EPS,
+        correctness=f"vs {reference_name}: max_abs_diff={max_abs_diff:.3g} (atol={atol}, rtol={rtol})",
+        max_abs_diff=max_abs_diff,
+        bytes_formula="x and residual read once and written once, weight read once",
+    )
+    # Repeated calls keep adding x into residual: values grow linearly, far from overflow in the
+    # few hundred calls timed; x is renormalised every call.
+    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, residual, weight, EPS), bytes_moved=bytes_moved,
+                           graph_safe=graph_safe)

@@ -18,6 +18,7 @@ _EXPORTS = {
     # public functional ops (each goes through the default planner's cache)
     "scale": "rapid_llm.kernels.functional",
     "rms_norm": "rapid_llm.kernels.functional",
+    "fused_add_rms_norm": "rapid_llm.kernels.functional",
 }
 
 __all__ = sorted(_EXPORTS)

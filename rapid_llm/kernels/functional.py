@@ -15,10 +15,12 @@ from __future__ import annotations
 from .dispatcher.plan import default_planner
 from .ops.checks import rows_view_ok
 from .ops.elementwise.checks import SCALE, check_scale_args
-from .ops.norm.checks import RMS_NORM, check_rms_norm_args
+from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
 
 _CONTIGUOUS = frozenset({"x:contiguous"})
 _ROWS = frozenset({"x:rows"})
+_RESIDUAL_ROWS = frozenset({"residual:rows"})
+_BOTH_ROWS = frozenset({"x:rows", "residual:rows"})
 _NONE = frozenset()
 
 
@@ -35,3 +37,12 @@ def rms_norm(x, weight, eps: float = 1e-6):
     layout = _ROWS if rows_view_ok(x) else _NONE
     planned = default_planner().for_tensor(RMS_NORM, x, layout, num_tokens=num_tokens, hidden=hidden)
     return planned(x, weight, eps)
+
+
+def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6):
+    """In place: residual += x; x = rms_norm(residual). Contract: ops/interfaces.py, norm.fused_add_rms_norm."""
+    num_tokens, hidden = check_fused_add_rms_norm_args(x, residual, weight, eps)
+    x_rows, residual_rows = rows_view_ok(x), rows_view_ok(residual)
+    layout = _BOTH_ROWS if x_rows and residual_rows else _ROWS if x_rows else _RESIDUAL_ROWS if residual_rows else _NONE
+    planned = default_planner().for_tensor(FUSED_ADD_RMS_NORM, x, layout, num_tokens=num_tokens, hidden=hidden)
+    return planned(x, residual, weight, eps)

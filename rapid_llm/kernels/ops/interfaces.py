@@ -77,6 +77,7 @@ TOKEN_BUCKETS = TokenBuckets()
 LAYOUT_TAGS = {
     "x:contiguous": "the main input is contiguous (row-major, no gaps)",
     "x:rows": "the main input x of shape [..., n] views as [rows, n] without a copy: one row stride, unit stride along n",
+    "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
 }
 
 #: Every dtype a floating-point elementwise/norm op accepts.
@@ -146,6 +147,23 @@ x: [..., hidden] (num_tokens = product of the leading dims), fp32/fp16/bf16.
 weight: [hidden], x's dtype or fp32. eps: float >= 0.
 Accumulation and the weight product are in fp32, rounded once to x's dtype
 (FlashInfer/vLLM semantics). Returns a new contiguous tensor of x's shape.""",
+        ),
+        OpContract(
+            op="norm.fused_add_rms_norm",
+            parameters=("x", "residual", "weight", "eps"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+            layouts=("x:rows", "residual:rows"),
+            doc="""fused_add_rms_norm(x, residual, weight, eps) -> (x, residual), both updated in place:
+
+    residual <- residual + x                  (fp32 add, rounded once to residual's dtype)
+    x        <- rms_norm(residual, weight, eps)  (of the stored residual, fp32 math, one rounding)
+
+The contract engines use between transformer sublayers (vLLM's and
+FlashInfer's fused_add_rmsnorm): the result equals the unfused pair
+`residual += x; x = rms_norm(residual)`. x, residual: [..., hidden], same
+shape, dtype and device; weight: [hidden], x's dtype or fp32. Returns the
+same two tensor objects.""",
         ),
     )
 }

@@ -1,0 +1,93 @@
+"""Native Triton fused residual add + RMSNorm, in place.
+
+    residual[r, :] <- residual[r, :] + x[r, :]                       (fp32 add, one rounding)
+    x[r, :]        <- residual[r, :] * rsqrt(mean(residual[r, :]**2) + eps) * weight
+
+x, residual: [..., hidden], each viewed as [rows, hidden] with its own row
+stride and hidden contiguous (layout tags ``x:rows``, ``residual:rows``);
+weight: [hidden] (x's dtype or fp32). The norm is taken of the residual as
+stored (rounded), so the result equals the unfused pair. Memory-bound: x
+and residual are read once and written once (rows up to
+MAX_SINGLE_PASS_HIDDEN wide stay in registers; wider rows re-read the
+residual they just wrote). Launch knobs: rms_norm.launch_config.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..checks import OpInputError, expect_triton_device
+from .checks import FUSED_ADD_RMS_NORM, check_fused_add_rms_norm_args
+from .rms_norm import launch_config
+
+
+def _rows(op, name, tensor, num_rows, hidden):
+    try:
+        rows = tensor.view(num_rows, hidden)
+    except RuntimeError:
+        raise OpInputError(op, name, f"layout {name}:rows (views as [num_tokens, hidden] without a copy)",
+                           f"strides {tensor.stride()} for shape {list(tensor.shape)}") from None
+    if hidden > 1 and rows.stride(1) != 1:
+        raise OpInputError(op, name, f"unit stride along hidden (layout {name}:rows)", f"strides {tensor.stride()}")
+    return rows
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
+    num_rows, hidden = check_fused_add_rms_norm_args(x, residual, weight, eps)
+    expect_triton_device(FUSED_ADD_RMS_NORM, "x", x)
+    x_rows = _rows(FUSED_ADD_RMS_NORM, "x", x, num_rows, hidden)
+    residual_rows = _rows(FUSED_ADD_RMS_NORM, "residual", residual, num_rows, hidden)
+    if num_rows == 0:
+        return x, residual
+    config = launch_config(hidden)
+    grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
+    _fused_add_rms_norm_kernel[grid](
+        x_rows, residual_rows, weight, x_rows.stride(0), residual_rows.stride(0), hidden, num_rows, float(eps),
+        **config,
+    )
+    return x, residual
+
+
+@triton.jit
+def _fused_add_rms_norm_kernel(
+    x_ptr, residual_ptr, weight_ptr,
+    x_row_stride, residual_row_stride, hidden, num_rows, eps,
+    BLOCK_ROWS: tl.constexpr, BLOCK_HIDDEN: tl.constexpr, SINGLE_PASS: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < num_rows
+    # int64: row * stride exceeds 2**31 for large prefill batches of wide rows.
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * x_row_stride
+    residual_rows = residual_ptr + rows.to(tl.int64)[:, None] * residual_row_stride
+    columns = tl.arange(0, BLOCK_HIDDEN)[None, :]
+    if SINGLE_PASS:
+        mask = row_mask[:, None] & (columns < hidden)
+        x = tl.load(x_rows + columns, mask=mask, other=0.0).to(tl.float32)
+        residual = tl.load(residual_rows + columns, mask=mask, other=0.0).to(tl.float32)
+        stored = (x + residual).to(residual_ptr.dtype.element_ty)
+        tl.store(residual_rows + columns, stored, mask=mask)
+        summed = stored.to(tl.float32)
+        inverse_rms = tl.rsqrt(tl.sum(summed * summed, axis=1) / hidden + eps)
+        weight = tl.load(weight_ptr + columns, mask=columns < hidden, other=0.0).to(tl.float32)
+        tl.store(x_rows + columns, (summed * inverse_rms[:, None] * weight).to(x_ptr.dtype.element_ty), mask=mask)
+    else:
+        sum_squares = tl.zeros((BLOCK_ROWS, BLOCK_HIDDEN), dtype=tl.float32)
+        for start in range(0, hidden, BLOCK_HIDDEN):
+            mask = row_mask[:, None] & (start + columns < hidden)
+            x = tl.load(x_rows + start + columns, mask=mask, other=0.0).to(tl.float32)
+            residual = tl.load(residual_rows + start + columns, mask=mask, other=0.0).to(tl.float32)
+            stored = (x + residual).to(residual_ptr.dtype.element_ty)
+            tl.store(residual_rows + start + columns, stored, mask=mask)
+            summed = stored.to(tl.float32)
+            sum_squares += summed * summed
+        inverse_rms = tl.rsqrt(tl.sum(sum_squares, axis=1) / hidden + eps)
+        # The second pass reads back what this program stored in the first.
+        tl.debug_barrier()
+        for start in range(0, hidden, BLOCK_HIDDEN):
+            mask = row_mask[:, None] & (start + columns < hidden)
+            summed = tl.load(residual_rows + start + columns, mask=mask, other=0.0).to(tl.float32)
+            weight = tl.load(weight_ptr + start + columns, mask=start + columns < hidden, other=0.0)
+            y = summed * inverse_rms[:, None] * weight.to(tl.float32)
+            tl.store(x_rows + start + columns, y.to(x_ptr.dtype.element_ty), mask=mask)
