@@ -201,3 +201,42 @@ class TestFusedAddRmsNormBadInput:
         with pytest.raises(OpInputError):
             fn(x, residual, torch.ones(8, device=_device(env)), -1.0)
         assert torch.equal(x, before[0]) and torch.equal(residual, before[1])
+
+
+GATED_ROWS = [
+    param
+    for op, public in (("activation.silu_and_mul", kernels.silu_and_mul),
+                       ("activation.gelu_tanh_and_mul", kernels.gelu_tanh_and_mul))
+    for param in _loadable_rows(op, _env()) + [pytest.param(f"public:{op}", public, id=f"public-{op}")]
+]
+
+
+@pytest.mark.parametrize("name, fn", GATED_ROWS)
+class TestGatedActivationBadInput:
+    def test_odd_last_dim_is_rejected(self, name, fn, env):
+        """Catches gate | up split at the wrong column (a silent wrong answer)."""
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 7, device=_device(env)))
+        _expect(info, "x", ["2*d", "[4, 7]"])
+
+    def test_out_of_wrong_shape_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 8, device=_device(env)), torch.empty(4, 8, device=_device(env)))
+        _expect(info, "out", ["[4, 4]", "[4, 8]"])
+
+    def test_out_of_other_dtype_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 8, device=_device(env)), torch.empty(4, 4, device=_device(env)).half())
+        _expect(info, "out", ["torch.float32", "torch.float16"])
+
+    def test_out_overlapping_x_is_rejected(self, name, fn, env):
+        """Catches an out= aliasing the gate half: columns read after being overwritten."""
+        x = torch.randn(4, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, x[:, :4])
+        _expect(info, "out", ["overlapping"])
+
+    def test_integer_x_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.ones(4, 8, dtype=torch.int32, device=_device(env)))
+        _expect(info, "x", ["torch.int32"])

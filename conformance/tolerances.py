@@ -2,7 +2,7 @@
 
 Why these numbers:
 - elementwise.scale is one fp32 multiply and one rounding in every row: exact.
-- norm.rms_norm rows accumulate in fp32 in different orders and may use an
+- the norm and activation rows accumulate in fp32 in different orders and may use an
   approximate rsqrt, so outputs can differ by one rounding step of the output
   dtype: bf16 has 8 significant bits (one step is 2**-7 relative at worst),
   fp16 has 11 (2**-10), fp32 sums over ~1e4 elements differ by ~1e-6.
@@ -20,6 +20,14 @@ TOLERANCES = {
     ("norm.fused_add_rms_norm", "fp32"): (1e-5, 1e-5),
     ("norm.fused_add_rms_norm", "fp16"): (1e-3, 2e-3),
     ("norm.fused_add_rms_norm", "bf16"): (1e-2, 8e-3),
+    # One fp32 activation (exp-based, implementations differ by a few fp32 ulp) times up, one
+    # rounding: one step of the output dtype at most, as for rms_norm.
+    ("activation.silu_and_mul", "fp32"): (1e-5, 1e-5),
+    ("activation.silu_and_mul", "fp16"): (1e-3, 2e-3),
+    ("activation.silu_and_mul", "bf16"): (1e-2, 8e-3),
+    ("activation.gelu_tanh_and_mul", "fp32"): (1e-5, 1e-5),
+    ("activation.gelu_tanh_and_mul", "fp16"): (1e-3, 2e-3),
+    ("activation.gelu_tanh_and_mul", "bf16"): (1e-2, 8e-3),
 }
 
 

@@ -19,6 +19,8 @@ _EXPORTS = {
     "scale": "rapid_llm.kernels.functional",
     "rms_norm": "rapid_llm.kernels.functional",
     "fused_add_rms_norm": "rapid_llm.kernels.functional",
+    "silu_and_mul": "rapid_llm.kernels.functional",
+    "gelu_tanh_and_mul": "rapid_llm.kernels.functional",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,6 +13,7 @@ miss. The call site derives the layout tags it can provide from the tensors
 from __future__ import annotations
 
 from .dispatcher.plan import default_planner
+from .ops.activation.checks import GELU_TANH_AND_MUL, SILU_AND_MUL, check_gated_args
 from .ops.checks import rows_view_ok
 from .ops.elementwise.checks import SCALE, check_scale_args
 from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
@@ -21,6 +22,8 @@ _CONTIGUOUS = frozenset({"x:contiguous"})
 _ROWS = frozenset({"x:rows"})
 _RESIDUAL_ROWS = frozenset({"residual:rows"})
 _BOTH_ROWS = frozenset({"x:rows", "residual:rows"})
+_OUT_ROWS = frozenset({"out:rows"})
+_X_AND_OUT_ROWS = frozenset({"x:rows", "out:rows"})
 _NONE = frozenset()
 
 
@@ -46,3 +49,20 @@ def fused_add_rms_norm(x, residual, weight, eps: float = 1e-6):
     layout = _BOTH_ROWS if x_rows and residual_rows else _ROWS if x_rows else _RESIDUAL_ROWS if residual_rows else _NONE
     planned = default_planner().for_tensor(FUSED_ADD_RMS_NORM, x, layout, num_tokens=num_tokens, hidden=hidden)
     return planned(x, residual, weight, eps)
+
+
+def _gated(op, x, out):
+    num_tokens, intermediate = check_gated_args(op, x, out)
+    x_rows, out_rows = rows_view_ok(x), out is None or rows_view_ok(out)
+    layout = _X_AND_OUT_ROWS if x_rows and out_rows else _ROWS if x_rows else _OUT_ROWS if out_rows else _NONE
+    return default_planner().for_tensor(op, x, layout, num_tokens=num_tokens, intermediate=intermediate)(x, out)
+
+
+def silu_and_mul(x, out=None):
+    """silu(x[..., :d]) * x[..., d:]. Contract: ops/interfaces.py, activation.silu_and_mul."""
+    return _gated(SILU_AND_MUL, x, out)
+
+
+def gelu_tanh_and_mul(x, out=None):
+    """gelu_tanh(x[..., :d]) * x[..., d:]. Contract: ops/interfaces.py, activation.gelu_tanh_and_mul."""
+    return _gated(GELU_TANH_AND_MUL, x, out)

@@ -69,3 +69,17 @@ def rows_view_ok(x) -> bool:
         if shape[dim] > 1 and strides[dim] != strides[dim + 1] * shape[dim + 1]:
             return False
     return True
+
+
+def rows_view(op: str, argument: str, tensor, num_rows: int, width: int):
+    """tensor as [num_rows, width] without a copy and with unit column stride, or an OpInputError
+    naming the layout tag `<argument>:rows` that the row required."""
+    try:
+        rows = tensor.view(num_rows, width)
+    except RuntimeError:
+        raise OpInputError(op, argument, f"layout {argument}:rows (views as [rows, {width}] without a copy)",
+                           f"strides {tensor.stride()} for shape {list(tensor.shape)}") from None
+    if width > 1 and rows.stride(1) != 1:
+        raise OpInputError(op, argument, f"unit stride along the last dim (layout {argument}:rows)",
+                           f"strides {tensor.stride()}")
+    return rows

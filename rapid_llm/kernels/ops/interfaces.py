@@ -78,6 +78,7 @@ LAYOUT_TAGS = {
     "x:contiguous": "the main input is contiguous (row-major, no gaps)",
     "x:rows": "the main input x of shape [..., n] views as [rows, n] without a copy: one row stride, unit stride along n",
     "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
+    "out:rows": "the caller's out= tensor, if any, views as [rows, n] without a copy (as x:rows)",
 }
 
 #: Every dtype a floating-point elementwise/norm op accepts.
@@ -164,6 +165,22 @@ FlashInfer's fused_add_rmsnorm): the result equals the unfused pair
 `residual += x; x = rms_norm(residual)`. x, residual: [..., hidden], same
 shape, dtype and device; weight: [hidden], x's dtype or fp32. Returns the
 same two tensor objects.""",
+        ),
+        OpContract(
+            op="activation.silu_and_mul",
+            parameters=("x", "out"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("intermediate", EXACT)),
+            layouts=("x:rows", "out:rows"),
+            doc="silu_and_mul(x, out=None) -> out[..., d] = silu(x[..., :d]) * x[..., d:], silu(g) = g * sigmoid(g)\n\nx: [..., 2*d] holding gate | up along the last dim (num_tokens = product of\nthe leading dims, intermediate = d), fp32/fp16/bf16. out: optional\npreallocated [..., d] tensor of x's dtype and device, not overlapping x;\nreturned (a new contiguous tensor when None). Math in fp32, one rounding\n(the vLLM/FlashInfer/SGLang contract of the MLP activation).",
+        ),
+        OpContract(
+            op="activation.gelu_tanh_and_mul",
+            parameters=("x", "out"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("intermediate", EXACT)),
+            layouts=("x:rows", "out:rows"),
+            doc="gelu_tanh_and_mul(x, out=None) -> out[..., d] = gelu_tanh(x[..., :d]) * x[..., d:], gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))\n\nx: [..., 2*d] holding gate | up along the last dim (num_tokens = product of\nthe leading dims, intermediate = d), fp32/fp16/bf16. out: optional\npreallocated [..., d] tensor of x's dtype and device, not overlapping x;\nreturned (a new contiguous tensor when None). Math in fp32, one rounding\n(the vLLM/FlashInfer/SGLang contract of the MLP activation).",
         ),
     )
 }

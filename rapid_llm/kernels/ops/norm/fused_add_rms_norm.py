@@ -18,27 +18,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import OpInputError, expect_triton_device
+from ..checks import expect_triton_device, rows_view
 from .checks import FUSED_ADD_RMS_NORM, check_fused_add_rms_norm_args
 from .rms_norm import launch_config
-
-
-def _rows(op, name, tensor, num_rows, hidden):
-    try:
-        rows = tensor.view(num_rows, hidden)
-    except RuntimeError:
-        raise OpInputError(op, name, f"layout {name}:rows (views as [num_tokens, hidden] without a copy)",
-                           f"strides {tensor.stride()} for shape {list(tensor.shape)}") from None
-    if hidden > 1 and rows.stride(1) != 1:
-        raise OpInputError(op, name, f"unit stride along hidden (layout {name}:rows)", f"strides {tensor.stride()}")
-    return rows
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
     num_rows, hidden = check_fused_add_rms_norm_args(x, residual, weight, eps)
     expect_triton_device(FUSED_ADD_RMS_NORM, "x", x)
-    x_rows = _rows(FUSED_ADD_RMS_NORM, "x", x, num_rows, hidden)
-    residual_rows = _rows(FUSED_ADD_RMS_NORM, "residual", residual, num_rows, hidden)
+    x_rows = rows_view(FUSED_ADD_RMS_NORM, "x", x, num_rows, hidden)
+    residual_rows = rows_view(FUSED_ADD_RMS_NORM, "residual", residual, num_rows, hidden)
     if num_rows == 0:
         return x, residual
     config = launch_config(hidden)

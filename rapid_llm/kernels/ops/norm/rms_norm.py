@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import OpInputError, expect_triton_device
+from ..checks import expect_triton_device, rows_view
 from .checks import RMS_NORM, check_rms_norm_args
 
 MAX_SINGLE_PASS_HIDDEN = 16384
@@ -47,13 +47,7 @@ def launch_config(hidden: int) -> dict:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     num_rows, hidden = check_rms_norm_args(x, weight, eps)
     expect_triton_device(RMS_NORM, "x", x)
-    try:
-        rows = x.view(num_rows, hidden)
-    except RuntimeError:
-        raise OpInputError(RMS_NORM, "x", "layout x:rows (views as [num_tokens, hidden] without a copy)",
-                           f"strides {x.stride()} for shape {list(x.shape)}") from None
-    if hidden > 1 and rows.stride(1) != 1:
-        raise OpInputError(RMS_NORM, "x", "unit stride along hidden (layout x:rows)", f"strides {x.stride()}")
+    rows = rows_view(RMS_NORM, "x", x, num_rows, hidden)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if num_rows == 0:
         return out
