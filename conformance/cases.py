@@ -247,9 +247,61 @@ GATED_CASES = (
 )
 
 
+# ---------------------------------------------------------------------------
+# embedding.vocab_embedding
+# ---------------------------------------------------------------------------
+
+
+def _embedding_case(ids_shape, rows, hidden, *, vocab_start=0, vocab_end=None, id_range=None,
+                    ids_dtype=torch.int64, row_pad=0):
+    def make(dtype, device, generator):
+        low, high = id_range or (vocab_start, vocab_start + rows)
+        ids = torch.randint(low, high, ids_shape, generator=generator, dtype=torch.int64).to(ids_dtype).to(device)
+        if row_pad:
+            table = _randn((rows, hidden + row_pad), dtype, device, generator)[:, :hidden]
+        else:
+            table = _randn((rows, hidden), dtype, device, generator)
+        layout = frozenset({"table:rows"}) if hidden == 1 or table.stride(1) == 1 else frozenset()
+        return (ids, table, vocab_start, vocab_end), {"num_tokens": ids.numel(), "hidden": hidden}, layout
+    return make
+
+
+def _embedding_large_offsets(dtype, device, generator):
+    """A Qwen2.5-sized vocab with wide rows: 152064 x 14336 > 2**31 elements; ids hit the last rows."""
+    rows, hidden = 152064, 14336
+    table = torch.empty((rows, hidden), dtype=dtype, device=device)
+    table.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
+    ids = torch.cat([torch.arange(rows - 64, rows), torch.randint(0, rows, (64,), generator=generator)]).to(device)
+    return (ids, table, 0, None), {"num_tokens": ids.numel(), "hidden": hidden}, frozenset({"table:rows"})
+
+
+def vocab_embedding_oracle(ids, table, vocab_start, vocab_end):
+    vocab_end = vocab_start + table.shape[0] if vocab_end is None else vocab_end
+    out = torch.zeros((*ids.shape, table.shape[1]), dtype=table.dtype, device=table.device)
+    for index, token in enumerate(ids.reshape(-1).tolist()):
+        if vocab_start <= token < vocab_end:
+            out.view(-1, table.shape[1])[index] = table[token - vocab_start]
+    return out
+
+
+EMBEDDING_CASES = (
+    Case("one_token", _embedding_case((1,), 1000, 64)),
+    Case("int32_ids_2d", _embedding_case((4, 5), 1000, 64, ids_dtype=torch.int32)),
+    Case("hidden_1000_tail", _embedding_case((9,), 512, 1000)),
+    Case("hidden_5", _embedding_case((7,), 50, 5)),
+    Case("shard_zero_rows", _embedding_case((40,), 400, 96, vocab_start=300, id_range=(0, 1000))),
+    Case("shard_with_padding_rows", _embedding_case((40,), 416, 96, vocab_start=300, vocab_end=700,
+                                                    id_range=(0, 1000))),
+    Case("empty_ids", _embedding_case((0,), 100, 64)),
+    Case("strided_table_rows", _embedding_case((17,), 300, 256, row_pad=32)),
+    Case("int64_offsets_2pow31", _embedding_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
 CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
          "elementwise.scale": SCALE_CASES, "activation.silu_and_mul": GATED_CASES,
-         "activation.gelu_tanh_and_mul": GATED_CASES}
+         "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES}
 ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
            "elementwise.scale": scale_oracle, "activation.silu_and_mul": _gated_oracle(_silu64),
-           "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64)}
+           "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
+           "embedding.vocab_embedding": vocab_embedding_oracle}

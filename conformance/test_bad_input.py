@@ -240,3 +240,53 @@ class TestGatedActivationBadInput:
         with pytest.raises(OpInputError) as info:
             fn(torch.ones(4, 8, dtype=torch.int32, device=_device(env)))
         _expect(info, "x", ["torch.int32"])
+
+
+EMBEDDING_ROWS = _loadable_rows("embedding.vocab_embedding", _env()) + [
+    pytest.param("public", kernels.vocab_embedding, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", EMBEDDING_ROWS)
+class TestVocabEmbeddingBadInput:
+    def test_float_ids_are_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.ones(3, device=_device(env)), torch.randn(10, 4, device=_device(env)))
+        _expect(info, "ids", ["torch.int32", "torch.float32"])
+
+    def test_table_must_be_two_dimensional(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.zeros(3, dtype=torch.long, device=_device(env)), torch.randn(10, device=_device(env)))
+        _expect(info, "table", ["[rows, hidden]"])
+
+    def test_vocab_end_past_the_table_is_rejected(self, name, fn, env):
+        """Catches a shard range that would read past the table's last row."""
+        with pytest.raises(OpInputError) as info:
+            fn(torch.zeros(3, dtype=torch.long, device=_device(env)), torch.randn(10, 4, device=_device(env)), 5, 16)
+        _expect(info, "vocab_end", ["[5, 15]", "16"])
+
+    def test_negative_vocab_start_is_rejected(self, name, fn, env):
+        with pytest.raises(OpInputError) as info:
+            fn(torch.zeros(3, dtype=torch.long, device=_device(env)), torch.randn(10, 4, device=_device(env)), -1)
+        _expect(info, "vocab_start", [">= 0"])
+
+
+def test_reference_embedding_raises_on_negative_ids():
+    """The reference path validates ids on the host (documented): a negative id is an error, not row -1."""
+    from rapid_llm.kernels.ops.embedding.reference import vocab_embedding
+
+    with pytest.raises(OpInputError) as info:
+        vocab_embedding(torch.tensor([3, -2, 1]), torch.randn(10, 4))
+    _expect(info, "ids", [">= 0", "-2"])
+
+
+def test_native_embedding_gives_zero_rows_for_ids_outside_the_table(env):
+    """The documented kernel-path behaviour (no host sync): out-of-range ids read nothing, zero rows."""
+    fn, reason = resolve_target("rapid_llm.kernels.ops.embedding.vocab_embedding:vocab_embedding", None)
+    if fn is None:
+        pytest.skip(f"native vocab_embedding does not load here: {reason}")
+    if env.device.kind == "cpu" and not env.device.triton_interpreter:
+        pytest.skip("native vocab_embedding runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    table = torch.randn(10, 4, device=_device(env))
+    out = fn(torch.tensor([3, -2, 10, 99], device=_device(env)), table)
+    assert torch.equal(out[0], table[3])
+    assert torch.count_nonzero(out[1:]) == 0

@@ -40,9 +40,10 @@ def _parameters():
                     yield pytest.param(op, row, case, dtype, id=f"{row.name}-{case.id}-{dtype}")
 
 
-def _poison_allocator(like, device) -> None:
-    """Free a NaN-filled block of the output's size so the next allocation of that size reuses it."""
-    poison = torch.full((max(like.numel(), 1),), float("nan"), dtype=like.dtype, device=device)
+def _poison_allocator(args, device) -> None:
+    """Free a NaN-filled block as large as the largest input so the output allocation reuses it."""
+    nbytes = max((a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)), default=0)
+    poison = torch.full((max(nbytes // 4, 1),), float("nan"), dtype=torch.float32, device=device)
     del poison
 
 
@@ -82,7 +83,7 @@ def test_row_matches_reference(op, row, case, dtype, env):
     if fn is None:
         pytest.skip(f"{row.name} does not load here: {reason}")
 
-    _poison_allocator(args[0], torch_device)
+    _poison_allocator(args, torch_device)
     outs = fn(*args)
     baseline_args = fresh_inputs()[0]
     if row.is_reference:

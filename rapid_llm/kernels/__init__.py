@@ -21,6 +21,7 @@ _EXPORTS = {
     "fused_add_rms_norm": "rapid_llm.kernels.functional",
     "silu_and_mul": "rapid_llm.kernels.functional",
     "gelu_tanh_and_mul": "rapid_llm.kernels.functional",
+    "vocab_embedding": "rapid_llm.kernels.functional",
 }
 
 __all__ = sorted(_EXPORTS)

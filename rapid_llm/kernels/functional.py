@@ -15,6 +15,7 @@ from __future__ import annotations
 from .dispatcher.plan import default_planner
 from .ops.activation.checks import GELU_TANH_AND_MUL, SILU_AND_MUL, check_gated_args
 from .ops.checks import rows_view_ok
+from .ops.embedding.checks import VOCAB_EMBEDDING, check_vocab_embedding_args
 from .ops.elementwise.checks import SCALE, check_scale_args
 from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
 
@@ -24,6 +25,7 @@ _RESIDUAL_ROWS = frozenset({"residual:rows"})
 _BOTH_ROWS = frozenset({"x:rows", "residual:rows"})
 _OUT_ROWS = frozenset({"out:rows"})
 _X_AND_OUT_ROWS = frozenset({"x:rows", "out:rows"})
+_TABLE_ROWS = frozenset({"table:rows"})
 _NONE = frozenset()
 
 
@@ -66,3 +68,11 @@ def silu_and_mul(x, out=None):
 def gelu_tanh_and_mul(x, out=None):
     """gelu_tanh(x[..., :d]) * x[..., d:]. Contract: ops/interfaces.py, activation.gelu_tanh_and_mul."""
     return _gated(GELU_TANH_AND_MUL, x, out)
+
+
+def vocab_embedding(ids, table, vocab_start: int = 0, vocab_end: int | None = None):
+    """table[ids - vocab_start], zero rows outside [vocab_start, vocab_end). Contract: ops/interfaces.py."""
+    _, _, hidden = check_vocab_embedding_args(ids, table, vocab_start, vocab_end)
+    layout = _TABLE_ROWS if hidden == 1 or table.stride(1) == 1 else _NONE
+    planned = default_planner().for_tensor(VOCAB_EMBEDDING, table, layout, num_tokens=ids.numel(), hidden=hidden)
+    return planned(ids, table, vocab_start, vocab_end)

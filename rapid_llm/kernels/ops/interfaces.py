@@ -79,6 +79,7 @@ LAYOUT_TAGS = {
     "x:rows": "the main input x of shape [..., n] views as [rows, n] without a copy: one row stride, unit stride along n",
     "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
     "out:rows": "the caller's out= tensor, if any, views as [rows, n] without a copy (as x:rows)",
+    "table:rows": "the embedding table [vocab, hidden] has unit stride along hidden (any row stride)",
 }
 
 #: Every dtype a floating-point elementwise/norm op accepts.
@@ -181,6 +182,24 @@ same two tensor objects.""",
             dims=(("num_tokens", TOKEN_BUCKETS), ("intermediate", EXACT)),
             layouts=("x:rows", "out:rows"),
             doc="gelu_tanh_and_mul(x, out=None) -> out[..., d] = gelu_tanh(x[..., :d]) * x[..., d:], gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))\n\nx: [..., 2*d] holding gate | up along the last dim (num_tokens = product of\nthe leading dims, intermediate = d), fp32/fp16/bf16. out: optional\npreallocated [..., d] tensor of x's dtype and device, not overlapping x;\nreturned (a new contiguous tensor when None). Math in fp32, one rounding\n(the vLLM/FlashInfer/SGLang contract of the MLP activation).",
+        ),
+        OpContract(
+            op="embedding.vocab_embedding",
+            parameters=("ids", "table", "vocab_start", "vocab_end"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+            layouts=("table:rows",),
+            doc="""vocab_embedding(ids, table, vocab_start=0, vocab_end=None) -> out[..., hidden]
+
+ids: int32/int64 [...] token ids (num_tokens = ids.numel()); table:
+[rows, hidden] fp32/fp16/bf16 holding the rows of ids vocab_start ..
+vocab_end - 1 (a vocab-parallel shard; vocab_end defaults to vocab_start +
+rows and may not exceed it). out[i] = table[ids[i] - vocab_start] for ids in
+[vocab_start, vocab_end), a zero row otherwise (the other shards' tokens:
+an all-reduce over shards completes the embedding). Row offsets are int64
+(vocab x hidden exceeds 2**31 elements for real models). Negative ids are
+invalid: the reference row raises (it checks on the host, one sync); the
+native row gives them zero rows like any id outside the shard (no sync).""",
         ),
     )
 }
