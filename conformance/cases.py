@@ -298,10 +298,67 @@ EMBEDDING_CASES = (
 )
 
 
+# ---------------------------------------------------------------------------
+# kvcache.update_kv_buffer (in place: the whole buffer is compared, untouched rows included)
+# ---------------------------------------------------------------------------
+
+
+def _packed(t):
+    return (t.shape[2] == 1 or t.stride(2) == 1) and (t.shape[1] == 1 or t.stride(1) == t.shape[2])
+
+
+def _kv_case(tokens, rows, heads, head_dim, *, loc_dtype=torch.int32, kv_token_pad=0, buffer_row_pad=0):
+    def make(dtype, device, generator):
+        width = heads * head_dim
+        kv = _randn((tokens, width + kv_token_pad), dtype, device, generator)[:, :width].view(tokens, heads, head_dim) \
+            if kv_token_pad else _randn((tokens, heads, head_dim), dtype, device, generator)
+        if buffer_row_pad:
+            buffer = _randn((rows, width + buffer_row_pad), dtype, device, generator)[:, :width]
+            buffer = buffer.view(rows, heads, head_dim)
+        else:
+            buffer = _randn((rows, heads, head_dim), dtype, device, generator)
+        loc = torch.randperm(rows, generator=generator)[:tokens].to(loc_dtype).to(device)  # no repeats, any order
+        layout = frozenset(tag for tag, t in (("kv:rows", kv), ("buffer:rows", buffer)) if _packed(t))
+        return (kv, loc, buffer), {"num_tokens": tokens, "num_kv_heads": heads // 2, "head_dim": head_dim}, layout
+    return make
+
+
+def _kv_large_offsets(dtype, device, generator):
+    """A buffer past 2**31 elements; tokens land in its last rows and elsewhere."""
+    heads, head_dim = 16, 128
+    rows = (1 << 31) // (heads * head_dim) + 64
+    buffer = torch.empty((rows, heads, head_dim), dtype=dtype, device=device)
+    buffer.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
+    loc = torch.cat([torch.arange(rows - 32, rows), torch.randperm(rows - 32, generator=generator)[:32]]).to(device)
+    kv = _randn((64, heads, head_dim), dtype, device, generator)
+    return (kv, loc.to(torch.int32), buffer), {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim}, \
+        frozenset({"kv:rows", "buffer:rows"})
+
+
+def update_kv_buffer_oracle(kv, loc, buffer):
+    out = buffer.clone()
+    for token, row in enumerate(loc.tolist()):
+        out[row] = kv[token]
+    return out
+
+
+KV_CASES = (
+    Case("one_token", _kv_case(1, 64, 16, 128)),
+    Case("scattered_subset_int32", _kv_case(37, 300, 16, 128)),
+    Case("int64_loc_gqa4", _kv_case(20, 50, 8, 128, loc_dtype=torch.int64)),
+    Case("odd_head_dim", _kv_case(9, 40, 2, 72)),
+    Case("empty", _kv_case(0, 16, 4, 64)),
+    Case("strided_kv_tokens", _kv_case(13, 100, 8, 64, kv_token_pad=128)),
+    Case("strided_buffer_rows", _kv_case(13, 100, 8, 64, buffer_row_pad=64)),
+    Case("int64_offsets_2pow31", _kv_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
 CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
          "elementwise.scale": SCALE_CASES, "activation.silu_and_mul": GATED_CASES,
-         "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES}
+         "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES,
+         "kvcache.update_kv_buffer": KV_CASES}
 ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
            "elementwise.scale": scale_oracle, "activation.silu_and_mul": _gated_oracle(_silu64),
            "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
-           "embedding.vocab_embedding": vocab_embedding_oracle}
+           "embedding.vocab_embedding": vocab_embedding_oracle, "kvcache.update_kv_buffer": update_kv_buffer_oracle}

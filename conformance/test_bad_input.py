@@ -290,3 +290,75 @@ def test_native_embedding_gives_zero_rows_for_ids_outside_the_table(env):
     out = fn(torch.tensor([3, -2, 10, 99], device=_device(env)), table)
     assert torch.equal(out[0], table[3])
     assert torch.count_nonzero(out[1:]) == 0
+
+
+KV_ROWS = _loadable_rows("kvcache.update_kv_buffer", _env()) + [
+    pytest.param("public", kernels.update_kv_buffer, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", KV_ROWS)
+class TestUpdateKvBufferBadInput:
+    def _args(self, env, tokens=4, rows=10):
+        device = _device(env)
+        return (torch.randn(tokens, 4, 8, device=device), torch.arange(tokens, dtype=torch.int32, device=device),
+                torch.randn(rows, 4, 8, device=device))
+
+    def test_odd_head_count_is_rejected(self, name, fn, env):
+        kv, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(kv[:, :3], loc, buffer[:, :3])
+        _expect(info, "kv", ["2*Hk"])
+
+    def test_float_loc_is_rejected(self, name, fn, env):
+        kv, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(kv, loc.float(), buffer)
+        _expect(info, "loc", ["torch.int32", "torch.float32"])
+
+    def test_loc_of_wrong_length_is_rejected(self, name, fn, env):
+        kv, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(kv, loc[:3], buffer)
+        _expect(info, "loc", ["[4]", "[3]"])
+
+    def test_buffer_with_other_heads_is_rejected(self, name, fn, env):
+        kv, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(kv, loc, buffer[:, :2])
+        _expect(info, "buffer", ["[rows, 4, 8]"])
+
+    def test_buffer_of_other_dtype_is_rejected(self, name, fn, env):
+        kv, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(kv, loc, buffer.half())
+        _expect(info, "buffer", ["torch.float32", "torch.float16"])
+
+
+def test_reference_kv_write_raises_on_row_ids_outside_the_buffer():
+    """The reference validates row ids on the host: an id past the buffer is an error, not a wild write."""
+    from rapid_llm.kernels.ops.kvcache.reference import update_kv_buffer
+
+    buffer = torch.randn(10, 4, 8)
+    before = buffer.clone()
+    with pytest.raises(OpInputError) as info:
+        update_kv_buffer(torch.randn(2, 4, 8), torch.tensor([3, 10], dtype=torch.int32), buffer)
+    _expect(info, "loc", ["[0, 10)", "10"])
+    assert torch.equal(buffer, before), "a rejected write must leave the buffer untouched"
+
+
+def test_native_kv_write_skips_row_ids_outside_the_buffer(env):
+    """The documented kernel-path behaviour (no host sync): out-of-range ids write nothing."""
+    fn, reason = resolve_target("rapid_llm.kernels.ops.kvcache.update_kv_buffer:update_kv_buffer", None)
+    if fn is None:
+        pytest.skip(f"native update_kv_buffer does not load here: {reason}")
+    if env.device.kind == "cpu" and not env.device.triton_interpreter:
+        pytest.skip("native update_kv_buffer runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    device = _device(env)
+    buffer = torch.randn(10, 4, 8, device=device)
+    before = buffer.clone()
+    kv = torch.randn(3, 4, 8, device=device)
+    fn(kv, torch.tensor([2, -1, 10], dtype=torch.int32, device=device), buffer)
+    assert torch.equal(buffer[2], kv[0])
+    mask = torch.ones(10, dtype=torch.bool, device=device)
+    mask[2] = False
+    assert torch.equal(buffer[mask], before[mask])

@@ -16,6 +16,7 @@ from .dispatcher.plan import default_planner
 from .ops.activation.checks import GELU_TANH_AND_MUL, SILU_AND_MUL, check_gated_args
 from .ops.checks import rows_view_ok
 from .ops.embedding.checks import VOCAB_EMBEDDING, check_vocab_embedding_args
+from .ops.kvcache.checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
 from .ops.elementwise.checks import SCALE, check_scale_args
 from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
 
@@ -26,6 +27,8 @@ _BOTH_ROWS = frozenset({"x:rows", "residual:rows"})
 _OUT_ROWS = frozenset({"out:rows"})
 _X_AND_OUT_ROWS = frozenset({"x:rows", "out:rows"})
 _TABLE_ROWS = frozenset({"table:rows"})
+_KV_TAGS = {(True, True): frozenset({"kv:rows", "buffer:rows"}), (True, False): frozenset({"kv:rows"}),
+            (False, True): frozenset({"buffer:rows"}), (False, False): frozenset()}
 _NONE = frozenset()
 
 
@@ -76,3 +79,17 @@ def vocab_embedding(ids, table, vocab_start: int = 0, vocab_end: int | None = No
     layout = _TABLE_ROWS if hidden == 1 or table.stride(1) == 1 else _NONE
     planned = default_planner().for_tensor(VOCAB_EMBEDDING, table, layout, num_tokens=ids.numel(), hidden=hidden)
     return planned(ids, table, vocab_start, vocab_end)
+
+
+def _packed_token_rows(t) -> bool:
+    """[T, H, D] with each token's H*D elements contiguous (views as [T, H*D] without a copy)."""
+    return (t.shape[2] == 1 or t.stride(2) == 1) and (t.shape[1] == 1 or t.stride(1) == t.shape[2])
+
+
+def update_kv_buffer(kv, loc, buffer):
+    """buffer[loc[i]] = kv[i], in place; returns buffer. Contract: ops/interfaces.py, kvcache.update_kv_buffer."""
+    num_tokens, heads, head_dim = check_update_kv_buffer_args(kv, loc, buffer)
+    layout = _KV_TAGS[(_packed_token_rows(kv), _packed_token_rows(buffer))]
+    planned = default_planner().for_tensor(UPDATE_KV_BUFFER, kv, layout, num_tokens=num_tokens,
+                                           num_kv_heads=heads // 2, head_dim=head_dim)
+    return planned(kv, loc, buffer)

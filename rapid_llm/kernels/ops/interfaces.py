@@ -80,6 +80,8 @@ LAYOUT_TAGS = {
     "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
     "out:rows": "the caller's out= tensor, if any, views as [rows, n] without a copy (as x:rows)",
     "table:rows": "the embedding table [vocab, hidden] has unit stride along hidden (any row stride)",
+    "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
+    "buffer:rows": "the KV buffer [rows, 2*Hk, D] views as [rows, 2*Hk*D] without a copy (as kv:rows)",
 }
 
 #: Every dtype a floating-point elementwise/norm op accepts.
@@ -200,6 +202,21 @@ an all-reduce over shards completes the embedding). Row offsets are int64
 (vocab x hidden exceeds 2**31 elements for real models). Negative ids are
 invalid: the reference row raises (it checks on the host, one sync); the
 native row gives them zero rows like any id outside the shard (no sync).""",
+        ),
+        OpContract(
+            op="kvcache.update_kv_buffer",
+            parameters=("kv", "loc", "buffer"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("num_kv_heads", EXACT), ("head_dim", EXACT)),
+            layouts=("kv:rows", "buffer:rows"),
+            doc="""update_kv_buffer(kv, loc, buffer) -> buffer, written in place: buffer[loc[i]] = kv[i]
+
+kv: [T, 2*Hk, D] (K heads then V heads of each token, SGLang's fused KV
+layout); loc: int32/int64 [T] buffer row ids, in any order, without
+repeats (a repeated id leaves one of its tokens, unspecified which);
+buffer: [rows, 2*Hk, D], kv's dtype and device. Rows not named in loc are
+untouched. Ids outside [0, rows) are invalid: the reference row raises (a
+host check, one sync); the native row skips them (masked, no sync).""",
         ),
     )
 }

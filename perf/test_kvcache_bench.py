@@ -1,0 +1,64 @@
+"""GPU benchmarks of kvcache.update_kv_buffer: every row, plus torch's index_copy_ as the peer.
+
+    test_update_kv_buffer[native/update_kv_buffer-tokens=32768-kv_heads=8-head_dim=128-bf16]
+
+kv [T, 2*Hk, 128] scattered to T random distinct rows of a buffer of 4*T (at least 65536) rows:
+the ANCHORS.md shape is T=32768, Hk=8 (Llama-3-8B). Bytes = kv read once + the same bytes
+written into the buffer + loc. Checked against the reference row before timing (exact).
+Skipped without CUDA: "needs a CUDA device".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perf import gpu_timing
+from perf.gpu_cases import BYTES_PER_ELEMENT, load_row, reference_row, table_arms
+
+pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
+
+OP = "kvcache.update_kv_buffer"
+PEER = "peer/torch.index_copy_"
+HEAD_DIM = 128
+CASES = [(tokens, kv_heads) for kv_heads in (8, 4) for tokens in (1, 16, 64, 4096, 32768)]
+
+
+def _peer(kv, loc, buffer):
+    return buffer.index_copy_(0, loc.long(), kv)
+
+
+@pytest.mark.parametrize("arm,tokens,kv_heads", [
+    pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
+    for arm in table_arms(OP) + [PEER] for tokens, kv_heads in CASES
+])
+def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
+    import torch
+
+    shape = {"num_tokens": tokens, "num_kv_heads": kv_heads, "head_dim": HEAD_DIM}
+    if arm == PEER:
+        fn, graph_safe = _peer, True
+    else:
+        fn, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
+        graph_safe = row.graph_safe
+    generator = torch.Generator(device="cuda").manual_seed(tokens + kv_heads)
+    rows = max(4 * tokens, 65536)
+    kv = torch.randn((tokens, 2 * kv_heads, HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
+    buffer = torch.randn((rows, 2 * kv_heads, HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
+    loc = torch.randperm(rows, device="cuda", generator=generator)[:tokens].to(torch.int32)
+
+    reference_name, reference = reference_row(OP)
+    expected = reference(kv, loc, buffer.clone())
+    got = fn(kv, loc, buffer.clone())
+    torch.cuda.synchronize()
+    if arm != reference_name:
+        torch.testing.assert_close(got, expected, atol=0, rtol=0, msg=lambda m: f"{arm} vs {reference_name}: {m}")
+    del got, expected
+
+    bytes_moved = 2 * kv.numel() * BYTES_PER_ELEMENT["bf16"] + tokens * loc.element_size()
+    benchmark.extra_info.update(
+        op=OP, row=arm, case=f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16", tokens=tokens,
+        dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
+        correctness=f"vs {reference_name}: exact", bytes_formula="kv read + the same bytes written + loc read",
+    )
+    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer), bytes_moved=bytes_moved,
+                           graph_safe=graph_safe)
