@@ -76,7 +76,7 @@ def perf_table() -> str:
         "`perf/results/h200/bench_h200.json` (`python perf/gpu_report.py`); this table keeps decode and "
         "the two largest prefill sizes.",
         "",
-        "| op | case | native | torch reference | peer: torch eager (`F.rms_norm`; `add_` + `F.rms_norm`; `F.silu`/`F.gelu` then `mul`; `F.embedding`) |",
+        "| op | case | native | torch reference | peer: torch eager (`F.rms_norm`; `add_` + `F.rms_norm`; `F.silu`/`F.gelu` then `mul`; `F.embedding`; `index_copy_`) |",
         "|---|---|---|---|---|",
     ]
     for (op, case_id), by_row in rows.items():
