@@ -299,6 +299,81 @@ EMBEDDING_CASES = (
 
 
 # ---------------------------------------------------------------------------
+# embedding.rotary (in place on q and k; both compared)
+# ---------------------------------------------------------------------------
+
+
+def _cos_sin_cache(max_position, rotary_dim, dtype, device, base=10000.0):
+    inverse = 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(max_position, dtype=torch.float64)[:, None] * inverse[None, :]
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype).to(device)
+
+
+def _rotary_case(tokens, q_heads, k_heads, head_dim, *, rotary_dim=None, is_neox=True, fused_qkv=False,
+                 cache_in_q_dtype=False, positions_dtype=torch.int64, max_position=4096):
+    def make(dtype, device, generator):
+        width_q, width_k = q_heads * head_dim, k_heads * head_dim
+        if fused_qkv:
+            qkv = _randn((tokens, width_q + 2 * width_k), dtype, device, generator)
+            q, k = qkv[:, :width_q], qkv[:, width_q:width_q + width_k]
+        else:
+            q, k = _randn((tokens, width_q), dtype, device, generator), _randn((tokens, width_k), dtype, device, generator)
+        cache = _cos_sin_cache(max_position, rotary_dim or head_dim, dtype if cache_in_q_dtype else torch.float32,
+                               device)
+        positions = torch.randint(0, max_position, (tokens,), generator=generator).to(positions_dtype).to(device)
+        shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": head_dim}
+        return (positions, q, k, head_dim, cache, is_neox), shape, frozenset({"qk:rows"})
+    return make
+
+
+def _rotary_large_offsets(dtype, device, generator):
+    """q past 2**31 elements: token offsets need int64 arithmetic."""
+    q_heads, k_heads, head_dim = 32, 8, 128
+    tokens = (1 << 31) // (q_heads * head_dim) + 5
+    seeded = torch.Generator(device=device).manual_seed(int(generator.initial_seed()))
+    q = torch.empty((tokens, q_heads * head_dim), dtype=dtype, device=device).normal_(generator=seeded)
+    k = torch.empty((tokens, k_heads * head_dim), dtype=dtype, device=device).normal_(generator=seeded)
+    positions = torch.randint(0, 8192, (tokens,), device=device, generator=seeded)
+    shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": head_dim}
+    return (positions, q, k, head_dim, _cos_sin_cache(8192, head_dim, torch.float32, device), True), shape, \
+        frozenset({"qk:rows"})
+
+
+def rotary_oracle(positions, q, k, head_dim, cache, is_neox):
+    rotary_dim = cache.shape[1]
+    half = rotary_dim // 2
+    cos, sin = cache[positions.long()].double().split(half, dim=-1)
+    outs = []
+    for tensor in (q, k):
+        heads = tensor.double().view(tensor.shape[0], tensor.shape[1] // head_dim, head_dim).clone()
+        rotated = heads[..., :rotary_dim]
+        if is_neox:
+            x1, x2 = rotated[..., :half], rotated[..., half:]
+            result = torch.cat((x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]), -1)
+        else:
+            x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+            result = torch.stack((x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]),
+                                 -1).flatten(-2)
+        heads[..., :rotary_dim] = result
+        outs.append(heads.view(tensor.shape).to(tensor.dtype))
+    return tuple(outs)
+
+
+ROTARY_CASES = (
+    Case("neox_gqa", _rotary_case(5, 4, 2, 64)),
+    Case("gptj_gqa", _rotary_case(5, 4, 2, 64, is_neox=False)),
+    Case("neox_partial_rotary", _rotary_case(6, 3, 1, 64, rotary_dim=32)),
+    Case("gptj_partial_rotary", _rotary_case(6, 3, 1, 64, rotary_dim=16, is_neox=False)),
+    Case("llama_heads_fused_qkv_views", _rotary_case(7, 32, 8, 128, fused_qkv=True)),
+    Case("cache_in_q_dtype_int32_positions", _rotary_case(4, 2, 2, 128, cache_in_q_dtype=True,
+                                                          positions_dtype=torch.int32)),
+    Case("one_token", _rotary_case(1, 8, 1, 128)),
+    Case("empty", _rotary_case(0, 4, 2, 64)),
+    Case("int64_offsets_2pow31", _rotary_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
+# ---------------------------------------------------------------------------
 # kvcache.update_kv_buffer (in place: the whole buffer is compared, untouched rows included)
 # ---------------------------------------------------------------------------
 
@@ -357,8 +432,9 @@ KV_CASES = (
 CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
          "elementwise.scale": SCALE_CASES, "activation.silu_and_mul": GATED_CASES,
          "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES,
-         "kvcache.update_kv_buffer": KV_CASES}
+         "kvcache.update_kv_buffer": KV_CASES, "embedding.rotary": ROTARY_CASES}
 ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
            "elementwise.scale": scale_oracle, "activation.silu_and_mul": _gated_oracle(_silu64),
            "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
-           "embedding.vocab_embedding": vocab_embedding_oracle, "kvcache.update_kv_buffer": update_kv_buffer_oracle}
+           "embedding.vocab_embedding": vocab_embedding_oracle, "kvcache.update_kv_buffer": update_kv_buffer_oracle,
+           "embedding.rotary": rotary_oracle}

@@ -362,3 +362,57 @@ def test_native_kv_write_skips_row_ids_outside_the_buffer(env):
     mask = torch.ones(10, dtype=torch.bool, device=device)
     mask[2] = False
     assert torch.equal(buffer[mask], before[mask])
+
+
+ROTARY_ROWS = _loadable_rows("embedding.rotary", _env()) + [pytest.param("public", kernels.rotary, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", ROTARY_ROWS)
+class TestRotaryBadInput:
+    def _args(self, env, tokens=3):
+        device = _device(env)
+        cache = torch.randn(16, 8, device=device)
+        return (torch.arange(tokens, device=device), torch.randn(tokens, 2 * 8, device=device),
+                torch.randn(tokens, 8, device=device), 8, cache, True)
+
+    def test_q_not_a_multiple_of_head_dim_is_rejected(self, name, fn, env):
+        positions, q, k, head_dim, cache, neox = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions, q[:, :12], k, head_dim, cache, neox)
+        _expect(info, "q", ["heads * 8"])
+
+    def test_rotary_dim_wider_than_head_dim_is_rejected(self, name, fn, env):
+        positions, q, k, _, _, neox = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions, q, k, 8, torch.randn(16, 10, device=_device(env)), neox)
+        _expect(info, "cos_sin_cache", ["<= 8"])
+
+    def test_positions_of_other_length_are_rejected(self, name, fn, env):
+        positions, q, k, head_dim, cache, neox = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions[:2], q, k, head_dim, cache, neox)
+        _expect(info, "q", ["[2, heads * 8]"])
+
+    def test_non_bool_is_neox_is_rejected(self, name, fn, env):
+        positions, q, k, head_dim, cache, _ = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions, q, k, head_dim, cache, 1)
+        _expect(info, "is_neox", ["a bool"])
+
+    def test_k_aliasing_q_is_rejected(self, name, fn, env):
+        positions, q, _, head_dim, cache, neox = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions, q, q, head_dim, cache, neox)
+        _expect(info, "k", ["distinct"])
+
+
+def test_reference_rotary_raises_on_positions_beyond_the_cache():
+    """The reference validates positions on the host: a position past the cache is an error."""
+    from rapid_llm.kernels.ops.embedding.reference import rotary
+
+    q, k = torch.randn(2, 16), torch.randn(2, 8)
+    before = (q.clone(), k.clone())
+    with pytest.raises(OpInputError) as info:
+        rotary(torch.tensor([3, 16]), q, k, 8, torch.randn(16, 8), True)
+    _expect(info, "positions", ["[0, 16)", "16"])
+    assert torch.equal(q, before[0]) and torch.equal(k, before[1])

@@ -13,6 +13,10 @@ TOLERANCES = {
     ("embedding.vocab_embedding", "fp32"): (0.0, 0.0),
     ("embedding.vocab_embedding", "fp16"): (0.0, 0.0),
     ("embedding.vocab_embedding", "bf16"): (0.0, 0.0),
+    # Rotary: two fp32 products and a sum per output, one rounding; cos/sin read from the same cache.
+    ("embedding.rotary", "fp32"): (1e-5, 1e-5),
+    ("embedding.rotary", "fp16"): (1e-3, 2e-3),
+    ("embedding.rotary", "bf16"): (1e-2, 8e-3),
     ("kvcache.update_kv_buffer", "fp32"): (0.0, 0.0),
     ("kvcache.update_kv_buffer", "fp16"): (0.0, 0.0),
     ("kvcache.update_kv_buffer", "bf16"): (0.0, 0.0),

@@ -33,7 +33,8 @@ import xml.etree.ElementTree as ElementTree
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = ("perf/test_norm_bench.py", "perf/test_elementwise_bench.py", "perf/test_activation_bench.py",
-          "perf/test_embedding_bench.py", "perf/test_kvcache_bench.py")
+          "perf/test_embedding_bench.py", "perf/test_kvcache_bench.py",
+          "perf/test_rotary_bench.py")
 SCHEMA = "rapid_llm.perf.gpu_report/1"
 
 

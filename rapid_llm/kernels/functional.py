@@ -16,6 +16,7 @@ from .dispatcher.plan import default_planner
 from .ops.activation.checks import GELU_TANH_AND_MUL, SILU_AND_MUL, check_gated_args
 from .ops.checks import rows_view_ok
 from .ops.embedding.checks import VOCAB_EMBEDDING, check_vocab_embedding_args
+from .ops.embedding.rotary_checks import ROTARY, check_rotary_args
 from .ops.kvcache.checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
 from .ops.elementwise.checks import SCALE, check_scale_args
 from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
@@ -29,6 +30,7 @@ _X_AND_OUT_ROWS = frozenset({"x:rows", "out:rows"})
 _TABLE_ROWS = frozenset({"table:rows"})
 _KV_TAGS = {(True, True): frozenset({"kv:rows", "buffer:rows"}), (True, False): frozenset({"kv:rows"}),
             (False, True): frozenset({"buffer:rows"}), (False, False): frozenset()}
+_QK_ROWS = frozenset({"qk:rows"})
 _NONE = frozenset()
 
 
@@ -93,3 +95,12 @@ def update_kv_buffer(kv, loc, buffer):
     planned = default_planner().for_tensor(UPDATE_KV_BUFFER, kv, layout, num_tokens=num_tokens,
                                            num_kv_heads=heads // 2, head_dim=head_dim)
     return planned(kv, loc, buffer)
+
+
+def rotary(positions, q, k, head_dim: int, cos_sin_cache, is_neox: bool):
+    """Rotary embedding in place on q and k; returns (q, k). Contract: ops/interfaces.py, embedding.rotary."""
+    tokens, q_heads, k_heads, _ = check_rotary_args(positions, q, k, head_dim, cos_sin_cache, is_neox)
+    unit = all(t.shape[1] == 1 or t.stride(1) == 1 for t in (q, k, cos_sin_cache))
+    planned = default_planner().for_tensor(ROTARY, q, _QK_ROWS if unit else _NONE, num_tokens=tokens,
+                                           num_q_heads=q_heads, num_kv_heads=k_heads, head_dim=head_dim)
+    return planned(positions, q, k, head_dim, cos_sin_cache, is_neox)

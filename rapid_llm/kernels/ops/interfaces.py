@@ -80,6 +80,7 @@ LAYOUT_TAGS = {
     "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
     "out:rows": "the caller's out= tensor, if any, views as [rows, n] without a copy (as x:rows)",
     "table:rows": "the embedding table [vocab, hidden] has unit stride along hidden (any row stride)",
+    "qk:rows": "q [T, Hq*D] and k [T, Hk*D] each have unit stride along their last dim (any token stride)",
     "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
     "buffer:rows": "the KV buffer [rows, 2*Hk, D] views as [rows, 2*Hk*D] without a copy (as kv:rows)",
 }
@@ -217,6 +218,26 @@ repeats (a repeated id leaves one of its tokens, unspecified which);
 buffer: [rows, 2*Hk, D], kv's dtype and device. Rows not named in loc are
 untouched. Ids outside [0, rows) are invalid: the reference row raises (a
 host check, one sync); the native row skips them (masked, no sync).""",
+        ),
+        OpContract(
+            op="embedding.rotary",
+            parameters=("positions", "q", "k", "head_dim", "cos_sin_cache", "is_neox"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
+                  ("head_dim", EXACT)),
+            layouts=("qk:rows",),
+            doc="""rotary(positions, q, k, head_dim, cos_sin_cache, is_neox) -> (q, k), rotated in place
+
+positions: int32/int64 [T]; q: [T, Hq*head_dim]; k: [T, Hk*head_dim] (q's
+dtype); cos_sin_cache: [max_position, rotary_dim] = cos | sin halves (fp32 or
+q's dtype), rotary_dim even and <= head_dim (partial rotary: the last
+head_dim - rotary_dim dims of each head are left as they are). For each
+head, with c, s = cache[pos] halves and the pairs (x1, x2):
+    x1' = x1 c - x2 s,   x2' = x2 c + x1 s          (fp32 math, one rounding)
+is_neox=True pairs dim i with i + rotary_dim/2 (NeoX / Llama half split);
+False pairs 2i with 2i+1 (GPT-J interleaved). Positions outside
+[0, max_position) are invalid: the reference row raises (a host check, one
+sync); the native row leaves those tokens unrotated (no sync).""",
         ),
     )
 }

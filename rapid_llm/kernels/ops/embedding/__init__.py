@@ -34,4 +34,26 @@ ROWS = (
         priority=10,
         description="Triton: one program per (token, column block), int64 row offsets, no host sync",
     ),
+    KernelSpec(
+        name="torch/rotary",
+        op="embedding.rotary",
+        backend="torch",
+        target="rapid_llm.kernels.ops.embedding.reference:rotary",
+        dtypes=FLOAT_DTYPES,
+        golden=GoldenRecord.reference(),
+        # The position check reads positions on the host: a device sync, not capturable.
+        graph_safe=False,
+        description="fp32 PyTorch reference (NeoX and GPT-J), checks positions on the host",
+    ),
+    KernelSpec(
+        name="native/rotary",
+        op="embedding.rotary",
+        backend="native",
+        target="rapid_llm.kernels.ops.embedding.rotary:rotary",
+        dtypes=FLOAT_DTYPES,
+        libraries=(TRITON,),
+        capability=TRITON_DEVICES,
+        layout=("qk:rows",),
+        description="Triton: one program per (token, q or k), all heads as one tile, no host sync",
+    ),
 )
