@@ -429,12 +429,64 @@ KV_CASES = (
 )
 
 
+# ---------------------------------------------------------------------------
+# quantization.per_token_fp8 / per_token_group_fp8 (outputs: e4m3 values, fp32 scales)
+# ---------------------------------------------------------------------------
+
+
+def _quant_case(shape, *, scale=1.0, zero_rows=(), group_size=None, column_major=False):
+    def make(dtype, device, generator):
+        x = _randn(shape, dtype, device, generator, scale)
+        for row in zero_rows:
+            x[row] = 0
+        args = (x,) if group_size is None else (x, group_size, column_major)
+        return args, {"num_tokens": shape[0], "hidden": shape[1]}, frozenset({"x:rows"})
+    return make
+
+
+def _fp8_oracle(x64, group):
+    """float64 scales and quotients; the cast to e4m3 is the only rounding."""
+    tokens, hidden = x64.shape
+    groups = x64.view(tokens, hidden // group, group)
+    scale = groups.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+    q = (groups / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(tokens, hidden)
+    return q, scale.view(tokens, hidden // group).float()
+
+
+def per_token_fp8_oracle(x):
+    q, scale = _fp8_oracle(x.double(), x.shape[1])
+    return q, scale
+
+
+def per_token_group_fp8_oracle(x, group_size, column_major_scales):
+    return _fp8_oracle(x.double(), group_size)
+
+
+PER_TOKEN_FP8_CASES = (
+    Case("one_token", _quant_case((1, 4096))),
+    Case("odd_hidden", _quant_case((5, 1000))),
+    Case("zero_rows_stay_finite", _quant_case((4, 256), zero_rows=(0, 2))),
+    Case("large_magnitudes", _quant_case((3, 512), scale=3e4)),
+    Case("empty", _quant_case((0, 128))),
+)
+PER_TOKEN_GROUP_FP8_CASES = (
+    Case("one_token_g128", _quant_case((1, 4096), group_size=128)),
+    Case("groups_of_64", _quant_case((7, 512), group_size=64)),
+    Case("zero_rows_stay_finite", _quant_case((4, 256), zero_rows=(1,), group_size=128)),
+    Case("column_major_scales_unaligned_tokens", _quant_case((5, 384), group_size=128, column_major=True)),
+    Case("large_magnitudes", _quant_case((3, 512), scale=3e4, group_size=128)),
+)
+
+
 CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
          "elementwise.scale": SCALE_CASES, "activation.silu_and_mul": GATED_CASES,
          "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES,
-         "kvcache.update_kv_buffer": KV_CASES, "embedding.rotary": ROTARY_CASES}
+         "kvcache.update_kv_buffer": KV_CASES, "embedding.rotary": ROTARY_CASES,
+         "quantization.per_token_fp8": PER_TOKEN_FP8_CASES,
+         "quantization.per_token_group_fp8": PER_TOKEN_GROUP_FP8_CASES}
 ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
            "elementwise.scale": scale_oracle, "activation.silu_and_mul": _gated_oracle(_silu64),
            "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
            "embedding.vocab_embedding": vocab_embedding_oracle, "kvcache.update_kv_buffer": update_kv_buffer_oracle,
-           "embedding.rotary": rotary_oracle}
+           "embedding.rotary": rotary_oracle, "quantization.per_token_fp8": per_token_fp8_oracle,
+           "quantization.per_token_group_fp8": per_token_group_fp8_oracle}

@@ -312,11 +312,14 @@ def cmd_plan(args) -> int:
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
     print(f"{model.name}  device={env.device}  dtype={args.dtype}  libs: {libs}")
-    print(f"{'op':<22}{'where':<38}{'tokens':<14}{'selected':<18}why")
+    op_width = max([len("op")] + [len(e["op"]) for e in served]) + 2
+    row_width = max([len("selected")] + [len(e["selected"] or "-") for e in served]) + 2
+    print(f"{'op':<{op_width}}{'where':<38}{'tokens':<14}{'selected':<{row_width}}why")
     for entry in served:
         low, high = entry["tokens"]
         tokens = f"{low}-{high}" if low != high else str(low)
-        print(f"{entry['op']:<22}{entry['where'][:36]:<38}{tokens:<14}{entry['selected'] or '-':<18}{entry['why']}")
+        print(f"{entry['op']:<{op_width}}{entry['where'][:36]:<38}{tokens:<14}{entry['selected'] or '-':<{row_width}}"
+              f"{entry['why']}")
     if not_served:
         print("\nnot served yet (no rows in the table):")
         for entry in not_served:

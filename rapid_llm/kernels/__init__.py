@@ -24,6 +24,8 @@ _EXPORTS = {
     "vocab_embedding": "rapid_llm.kernels.functional",
     "update_kv_buffer": "rapid_llm.kernels.functional",
     "rotary": "rapid_llm.kernels.functional",
+    "per_token_fp8": "rapid_llm.kernels.functional",
+    "per_token_group_fp8": "rapid_llm.kernels.functional",
 }
 
 __all__ = sorted(_EXPORTS)

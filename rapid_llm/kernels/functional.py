@@ -19,6 +19,12 @@ from .ops.embedding.checks import VOCAB_EMBEDDING, check_vocab_embedding_args
 from .ops.embedding.rotary_checks import ROTARY, check_rotary_args
 from .ops.kvcache.checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
 from .ops.elementwise.checks import SCALE, check_scale_args
+from .ops.quantization.checks import (
+    PER_TOKEN_FP8,
+    PER_TOKEN_GROUP_FP8,
+    check_per_token_fp8_args,
+    check_per_token_group_fp8_args,
+)
 from .ops.norm.checks import FUSED_ADD_RMS_NORM, RMS_NORM, check_fused_add_rms_norm_args, check_rms_norm_args
 
 _CONTIGUOUS = frozenset({"x:contiguous"})
@@ -104,3 +110,18 @@ def rotary(positions, q, k, head_dim: int, cos_sin_cache, is_neox: bool):
     planned = default_planner().for_tensor(ROTARY, q, _QK_ROWS if unit else _NONE, num_tokens=tokens,
                                            num_q_heads=q_heads, num_kv_heads=k_heads, head_dim=head_dim)
     return planned(positions, q, k, head_dim, cos_sin_cache, is_neox)
+
+
+def per_token_fp8(x):
+    """(q e4m3 [T, H], scale fp32 [T, 1]). Contract: ops/interfaces.py, quantization.per_token_fp8."""
+    tokens, hidden = check_per_token_fp8_args(PER_TOKEN_FP8, x)
+    layout = _ROWS if rows_view_ok(x) else _NONE
+    return default_planner().for_tensor(PER_TOKEN_FP8, x, layout, num_tokens=tokens, hidden=hidden)(x)
+
+
+def per_token_group_fp8(x, group_size: int = 128, column_major_scales: bool = False):
+    """(q e4m3 [T, H], scale fp32 [T, H/g]). Contract: ops/interfaces.py, quantization.per_token_group_fp8."""
+    tokens, hidden = check_per_token_group_fp8_args(x, group_size, column_major_scales)
+    layout = _ROWS if rows_view_ok(x) else _NONE
+    planned = default_planner().for_tensor(PER_TOKEN_GROUP_FP8, x, layout, num_tokens=tokens, hidden=hidden)
+    return planned(x, group_size, column_major_scales)

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
-FAMILIES = ("elementwise", "norm", "activation", "embedding", "kvcache")
+FAMILIES = ("elementwise", "norm", "activation", "embedding", "kvcache", "quantization")
 
 
 class TableError(ValueError):

@@ -239,5 +239,33 @@ False pairs 2i with 2i+1 (GPT-J interleaved). Positions outside
 [0, max_position) are invalid: the reference row raises (a host check, one
 sync); the native row leaves those tokens unrotated (no sync).""",
         ),
+        OpContract(
+            op="quantization.per_token_fp8",
+            parameters=("x",),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+            layouts=("x:rows",),
+            doc="""per_token_fp8(x) -> (q, scale)
+
+x: [T, H] fp32/fp16/bf16. scale[t] = max(max_h |x[t, h]|, 1e-10) / 448 (fp32,
+shape [T, 1]); q = clamp(x / scale, -448, 448) as float8_e4m3fn, shape [T, H].
+448 is e4m3's largest finite value; the 1e-10 floor keeps all-zero rows finite.
+Dynamic per-token activation quantization (vLLM/SGLang semantics).""",
+        ),
+        OpContract(
+            op="quantization.per_token_group_fp8",
+            parameters=("x", "group_size", "column_major_scales"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+            layouts=("x:rows",),
+            doc="""per_token_group_fp8(x, group_size=128, column_major_scales=False) -> (q, scale)
+
+x: [T, H] with H % group_size == 0. For each token and each group of
+group_size consecutive columns: scale = max(absmax, 1e-10) / 448 (fp32) and
+q = clamp(x / scale, -448, 448) as float8_e4m3fn. scale: [T, H / group_size];
+with column_major_scales=True it is stored column-major with the token dim
+padded to a multiple of 4 (strides (1, ceil(T / 4) * 4)): the TMA-aligned
+activation-scale layout DeepGEMM's block-scaled fp8 GEMMs read.""",
+        ),
     )
 }

@@ -1,0 +1,81 @@
+"""fp8 quantization: the scale layouts and the bad-input errors of every row eligible here.
+
+Catches: column_major_scales returning a row-major (or unpadded) tensor, which DeepGEMM-style
+consumers would read with the wrong strides; scales of the wrong shape; q that does not
+dequantize back to x within one e4m3 step; and bad group sizes reaching a kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, probe_environment, resolve_target
+from rapid_llm.kernels.ops.checks import OpInputError
+
+TABLE = build_tables()
+GROUP_OP = "quantization.per_token_group_fp8"
+TOKEN_OP = "quantization.per_token_fp8"
+
+
+def _rows(op):
+    env = probe_environment()
+    found = []
+    for row in TABLE.rows(op):
+        try:
+            dispatch(op, device=env.device, dtype="fp32", layout=TABLE.contracts[op].layouts, libs=env.libs,
+                     table=TABLE, force=row.name)
+        except NoEligibleKernel:
+            continue
+        fn, _ = resolve_target(row.target, row.available)
+        if fn is not None:
+            found.append(pytest.param(fn, id=row.name))
+    return found
+
+
+def _device():
+    return "cuda" if probe_environment().device.kind == "cuda" else "cpu"
+
+
+@pytest.mark.parametrize("fn", _rows(GROUP_OP))
+@pytest.mark.parametrize("tokens", [1, 5, 8])
+def test_column_major_scales_are_tma_aligned(fn, tokens):
+    x = torch.randn(tokens, 256, device=_device())
+    q, scale = fn(x, 128, True)
+    aligned = (tokens + 3) // 4 * 4
+    assert scale.shape == (tokens, 2) and scale.stride() == (1, aligned), (scale.shape, scale.stride())
+    row_major_q, row_major_scale = fn(x, 128, False)
+    assert row_major_scale.is_contiguous()
+    assert torch.equal(scale, row_major_scale) and torch.equal(q.float(), row_major_q.float())
+
+
+@pytest.mark.parametrize("fn", _rows(GROUP_OP))
+def test_group_quantization_dequantizes_within_one_e4m3_step(fn):
+    x = torch.randn(6, 512, device=_device()) * 5
+    q, scale = fn(x, 128, False)
+    back = q.float().view(6, 4, 128) * scale.view(6, 4, 1)
+    torch.testing.assert_close(back.view(6, 512), x, atol=1e-6, rtol=0.0625)
+
+
+@pytest.mark.parametrize("fn", _rows(TOKEN_OP))
+def test_per_token_scale_shape_and_zero_rows(fn):
+    x = torch.randn(4, 64, device=_device())
+    x[2] = 0
+    q, scale = fn(x)
+    assert scale.shape == (4, 1) and scale.dtype == torch.float32 and q.dtype == torch.float8_e4m3fn
+    assert torch.isfinite(scale).all() and torch.count_nonzero(q[2].float()) == 0
+
+
+@pytest.mark.parametrize("fn", _rows(GROUP_OP))
+@pytest.mark.parametrize("group_size, expected", [(96, "divisor"), (0, "positive"), (True, "positive")])
+def test_bad_group_sizes_are_rejected(fn, group_size, expected):
+    with pytest.raises(OpInputError) as info:
+        fn(torch.randn(2, 256, device=_device()), group_size, False)
+    assert info.value.argument == "group_size" and expected in str(info.value)
+
+
+@pytest.mark.parametrize("fn", _rows(TOKEN_OP))
+def test_three_dimensional_x_is_rejected(fn):
+    with pytest.raises(OpInputError) as info:
+        fn(torch.randn(2, 3, 64, device=_device()))
+    assert info.value.argument == "x" and "[T, H]" in str(info.value)
