@@ -11,25 +11,14 @@ import pytest
 import torch
 
 import rapid_llm.kernels as kernels
-from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, resolve_target
+from conformance.rows_here import loadable_rows
+from rapid_llm.kernels.dispatcher import resolve_target
 from rapid_llm.kernels.ops.checks import OpInputError
-
-TABLE = build_tables()
 
 
 def _loadable_rows(op, env):
-    """Rows of `op` that can run on this machine for fp32 with every layout tag provided."""
-    rows = []
-    for row in TABLE.rows(op):
-        try:
-            dispatch(op, device=env.device, dtype="fp32", layout=TABLE.contracts[op].layouts, libs=env.libs,
-                     table=TABLE, force=row.name)
-        except NoEligibleKernel:
-            continue
-        fn, _ = resolve_target(row.target, row.available)
-        if fn is not None:
-            rows.append(pytest.param(row.name, fn, id=row.name))
-    return rows
+    """Rows of `op` that can run on this machine, as pytest params (name, fn)."""
+    return [pytest.param(name, fn, id=name) for name, fn in loadable_rows(op)]
 
 
 def _device(env):

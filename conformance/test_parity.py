@@ -4,9 +4,9 @@ Generated from the table: one test per (row, case, dtype). A row that
 cannot serve a case here is skipped with its explain() reason, so the
 report doubles as the support matrix. Non-reference rows are compared with
 the reference row's output; the reference row is compared with a float64
-oracle. Before each call the allocator is poisoned (a NaN-filled block of
-the output's size is freed, so the row's output allocation reuses it): an
-element a kernel never writes shows up as NaN. Inputs are seeded random
+oracle. Before each call the allocator is poisoned (a NaN-filled block as
+large as the largest input is freed, so an output allocation of that size
+class reuses it): an element a kernel never writes shows up as NaN. Inputs are seeded random
 data, never zeros. Every row's golden record is checked too: a measured
 max |diff| above the recorded `GoldenRecord.max_abs_diff` fails.
 

@@ -10,31 +10,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, probe_environment, resolve_target
+from conformance.rows_here import loadable_rows, torch_device
 from rapid_llm.kernels.ops.checks import OpInputError
 
-TABLE = build_tables()
 GROUP_OP = "quantization.per_token_group_fp8"
 TOKEN_OP = "quantization.per_token_fp8"
 
 
 def _rows(op):
-    env = probe_environment()
-    found = []
-    for row in TABLE.rows(op):
-        try:
-            dispatch(op, device=env.device, dtype="fp32", layout=TABLE.contracts[op].layouts, libs=env.libs,
-                     table=TABLE, force=row.name)
-        except NoEligibleKernel:
-            continue
-        fn, _ = resolve_target(row.target, row.available)
-        if fn is not None:
-            found.append(pytest.param(fn, id=row.name))
-    return found
+    return [pytest.param(fn, id=name) for name, fn in loadable_rows(op)]
 
 
 def _device():
-    return "cuda" if probe_environment().device.kind == "cuda" else "cpu"
+    return torch_device()
 
 
 @pytest.mark.parametrize("fn", _rows(GROUP_OP))
