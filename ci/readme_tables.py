@@ -76,17 +76,18 @@ def perf_table() -> str:
         "`perf/results/h200/bench_h200.json` (`python perf/gpu_report.py`); this table keeps decode and "
         "the two largest prefill sizes.",
         "",
-        "| op | case | native | torch reference | peer: torch eager (`F.rms_norm`; `add_` + `F.rms_norm`; `F.silu`/`F.gelu` then `mul`; `F.embedding`; `index_copy_`) |",
-        "|---|---|---|---|---|",
+        "| op | case | native | torch reference | peer: torch eager (`F.rms_norm`; `add_` + `F.rms_norm`; `F.silu`/`F.gelu` then `mul`; `F.embedding`; `index_copy_`) | peer: FlashInfer 0.6.0 |",
+        "|---|---|---|---|---|---|",
     ]
     for (op, case_id), by_row in rows.items():
         native = next((c for r, c in by_row.items() if r.startswith("native/")), None)
         reference = next((c for r, c in by_row.items() if r.startswith("torch/")), None)
-        peer = next((c for r, c in by_row.items() if r.startswith("peer/")), None)
+        peer = next((c for r, c in by_row.items() if r.startswith("peer/torch")), None)
+        flashinfer = by_row.get("peer/flashinfer")
         tokens = native["tokens"] if native and native.get("tokens") is not None else None
         if tokens is not None and 64 < tokens < 16384:
             continue
-        lines.append(f"| {op} | {case_id} | {_cell(native)} | {_cell(reference)} | {_cell(peer)} |")
+        lines.append(f"| {op} | {case_id} | {_cell(native)} | {_cell(reference)} | {_cell(peer)} | {_cell(flashinfer)} |")
     return "\n".join(lines)
 
 

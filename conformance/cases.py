@@ -430,15 +430,76 @@ KV_CASES = (
 
 
 # ---------------------------------------------------------------------------
+# kvcache.update_kv_buffer_fp8 (an e4m3 buffer, per-tensor K and V scales; whole buffer compared)
+# ---------------------------------------------------------------------------
+
+
+def _kv_fp8_case(tokens, rows, heads, head_dim, *, kv_scale=1.0, k_scale=0.05, v_scale=0.02, loc_dtype=torch.int32,
+                 kv_token_pad=0):
+    base = _kv_case(tokens, rows, heads, head_dim, loc_dtype=loc_dtype, kv_token_pad=kv_token_pad)
+
+    def make(dtype, device, generator):
+        (kv, loc, buffer), shape, layout = base(dtype, device, generator)
+        kv.mul_(kv_scale)
+        # Untouched rows hold arbitrary earlier values: random bytes, NaN encodings (0x7f/0xff) excluded.
+        raw = torch.randint(0, 255, buffer.shape, generator=generator, dtype=torch.int32)
+        raw = torch.where((raw & 0x7F) == 0x7F, raw - 1, raw).to(torch.uint8)
+        fp8_buffer = raw.view(torch.float8_e4m3fn).to(device)
+        scales = (torch.tensor([k_scale], device=device), torch.tensor([v_scale], device=device))
+        return (kv, loc, fp8_buffer) + scales, shape, layout
+    return make
+
+
+def _kv_fp8_large_offsets(dtype, device, generator):
+    """An fp8 buffer just past 2**31 elements (2 GiB); tokens land in its last rows and elsewhere."""
+    heads, head_dim = 16, 128
+    rows = (1 << 31) // (heads * head_dim) + 64
+    raw = torch.empty((rows, heads, head_dim), dtype=torch.uint8, device=device)
+    raw.random_(0, 0x7F, generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
+    loc = torch.cat([torch.arange(rows - 32, rows), torch.randperm(rows - 32, generator=generator)[:32]]).to(device)
+    kv = _randn((64, heads, head_dim), dtype, device, generator)
+    scales = torch.tensor([0.03], device=device), torch.tensor([0.01], device=device)
+    return (kv, loc.to(torch.int32), raw.view(torch.float8_e4m3fn)) + scales, \
+        {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim}, frozenset({"kv:rows", "buffer:rows"})
+
+
+def update_kv_buffer_fp8_oracle(kv, loc, buffer, k_scale, v_scale):
+    """float64 quotients; the cast to e4m3 is the only rounding."""
+    out = buffer.clone()
+    half = kv.shape[1] // 2
+    scales = torch.tensor([k_scale.item()] * half + [v_scale.item()] * half, dtype=torch.float64)[:, None]
+    quantized = (kv.double().cpu() / scales).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    for token, row in enumerate(loc.tolist()):
+        out[row] = quantized[token].to(out.device)
+    return out
+
+
+KV_FP8_CASES = (
+    Case("one_token", _kv_fp8_case(1, 64, 16, 128)),
+    Case("scattered_subset_int32", _kv_fp8_case(37, 300, 16, 128)),
+    Case("int64_loc_gqa4", _kv_fp8_case(20, 50, 8, 128, loc_dtype=torch.int64)),
+    Case("odd_head_dim", _kv_fp8_case(9, 40, 2, 72)),
+    Case("empty", _kv_fp8_case(0, 16, 4, 64)),
+    Case("strided_kv_tokens", _kv_fp8_case(13, 100, 8, 64, kv_token_pad=128)),
+    # |kv / scale| far past 448 (clamped to +-448) and far below e4m3's smallest normal (subnormals, zeros).
+    Case("saturating_values", _kv_fp8_case(11, 30, 8, 64, kv_scale=200.0)),
+    Case("subnormal_values", _kv_fp8_case(11, 30, 8, 64, kv_scale=1e-3)),
+    Case("int64_offsets_2pow31", _kv_fp8_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
+)
+
+
+# ---------------------------------------------------------------------------
 # quantization.per_token_fp8 / per_token_group_fp8 (outputs: e4m3 values, fp32 scales)
 # ---------------------------------------------------------------------------
 
 
-def _quant_case(shape, *, scale=1.0, zero_rows=(), group_size=None, column_major=False):
+def _quant_case(shape, *, scale=1.0, zero_rows=(), group_size=None, column_major=False, outlier=None):
     def make(dtype, device, generator):
         x = _randn(shape, dtype, device, generator, scale)
         for row in zero_rows:
             x[row] = 0
+        if outlier is not None and shape[0]:
+            x[:, ::97] = outlier  # one (or more) per group of >= 97 columns
         args = (x,) if group_size is None else (x, group_size, column_major)
         return args, {"num_tokens": shape[0], "hidden": shape[1]}, frozenset({"x:rows"})
     return make
@@ -466,27 +527,38 @@ PER_TOKEN_FP8_CASES = (
     Case("one_token", _quant_case((1, 4096))),
     Case("odd_hidden", _quant_case((5, 1000))),
     Case("zero_rows_stay_finite", _quant_case((4, 256), zero_rows=(0, 2))),
-    Case("large_magnitudes", _quant_case((3, 512), scale=3e4)),
+    # 1e4 * randn stays inside fp16's range (65504): non-finite x is outside the contract.
+    Case("large_magnitudes", _quant_case((3, 512), scale=1e4)),
     Case("empty", _quant_case((0, 128))),
+    Case("hidden_5120_tail_tokens", _quant_case((17, 5120))),
+    Case("wide_rows_two_pass", _quant_case((3, 20000))),
+    # One huge value per row: the rest of the row lands in e4m3's subnormal range, or flushes to zero.
+    Case("outliers_push_rest_subnormal", _quant_case((6, 1024), outlier=1e4)),
 )
 PER_TOKEN_GROUP_FP8_CASES = (
     Case("one_token_g128", _quant_case((1, 4096), group_size=128)),
     Case("groups_of_64", _quant_case((7, 512), group_size=64)),
     Case("zero_rows_stay_finite", _quant_case((4, 256), zero_rows=(1,), group_size=128)),
     Case("column_major_scales_unaligned_tokens", _quant_case((5, 384), group_size=128, column_major=True)),
-    Case("large_magnitudes", _quant_case((3, 512), scale=3e4, group_size=128)),
+    Case("large_magnitudes", _quant_case((3, 512), scale=1e4, group_size=128)),
+    Case("deepseek_7168_column_major", _quant_case((33, 7168), group_size=128, column_major=True)),
+    Case("groups_of_32_odd_tokens", _quant_case((9, 96), group_size=32)),
+    Case("empty_column_major", _quant_case((0, 256), group_size=128, column_major=True)),
+    Case("outliers_push_rest_subnormal", _quant_case((5, 1024), group_size=128, outlier=1e4)),
 )
 
 
 CASES = {"norm.rms_norm": RMS_NORM_CASES, "norm.fused_add_rms_norm": FUSED_ADD_RMS_NORM_CASES,
          "elementwise.scale": SCALE_CASES, "activation.silu_and_mul": GATED_CASES,
          "activation.gelu_tanh_and_mul": GATED_CASES, "embedding.vocab_embedding": EMBEDDING_CASES,
-         "kvcache.update_kv_buffer": KV_CASES, "embedding.rotary": ROTARY_CASES,
+         "kvcache.update_kv_buffer": KV_CASES, "kvcache.update_kv_buffer_fp8": KV_FP8_CASES,
+         "embedding.rotary": ROTARY_CASES,
          "quantization.per_token_fp8": PER_TOKEN_FP8_CASES,
          "quantization.per_token_group_fp8": PER_TOKEN_GROUP_FP8_CASES}
 ORACLES = {"norm.rms_norm": rms_norm_oracle, "norm.fused_add_rms_norm": fused_add_rms_norm_oracle,
            "elementwise.scale": scale_oracle, "activation.silu_and_mul": _gated_oracle(_silu64),
            "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
            "embedding.vocab_embedding": vocab_embedding_oracle, "kvcache.update_kv_buffer": update_kv_buffer_oracle,
+           "kvcache.update_kv_buffer_fp8": update_kv_buffer_fp8_oracle,
            "embedding.rotary": rotary_oracle, "quantization.per_token_fp8": per_token_fp8_oracle,
            "quantization.per_token_group_fp8": per_token_group_fp8_oracle}

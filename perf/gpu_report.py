@@ -3,8 +3,9 @@
 
     python perf/gpu_report.py --out perf/results/h200            # on the H200
     python perf/gpu_report.py --out /tmp/r -- -k "tokens=64"     # extra pytest args after --
+    python perf/gpu_report.py --out /tmp/r --name h200_ext --suites perf/test_elementwise_bench.py
 
-Runs perf/test_norm_bench.py and perf/test_elementwise_bench.py under
+Runs the GPU suites in SUITES (or those given with --suites) under
 pytest-benchmark (--benchmark-json, --junitxml), then writes into --out:
 
   bench_h200.json            one summary per case: row, shape, dtype, event-timed µs, GB/s,
@@ -34,7 +35,7 @@ import xml.etree.ElementTree as ElementTree
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = ("perf/test_norm_bench.py", "perf/test_elementwise_bench.py", "perf/test_activation_bench.py",
           "perf/test_embedding_bench.py", "perf/test_kvcache_bench.py",
-          "perf/test_rotary_bench.py")
+          "perf/test_rotary_bench.py", "perf/test_quantization_bench.py")
 SCHEMA = "rapid_llm.perf.gpu_report/1"
 
 
@@ -122,6 +123,8 @@ def _case(bench: dict) -> dict:
         "us_p80": info.get("event_p80_us"),
         "GBps": info.get("GBps"),
         "pct_of_copy_bw": info.get("pct_of_copy_bw"),
+        "same_size_copy_us": info.get("same_size_copy_us"),
+        "pct_of_same_size_copy": info.get("pct_of_same_size_copy"),
         "graph_us": info.get("graph_us"),
         "graph_GBps": info.get("graph_GBps"),
         "wall_us": stats["median"] * 1e6,
@@ -173,6 +176,8 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="h200", help="suffix of the file names (default h200)")
     parser.add_argument("--commit", help="the commit the tree was copied from, where it is not a git checkout "
                                          "(e.g. a GPU machine that receives a copy of the working tree)")
+    parser.add_argument("--suites", nargs="+", metavar="FILE", default=list(SUITES),
+                        help="benchmark files to run, relative to the repository root (default: every GPU suite)")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = parser.parse_args(argv)
 
@@ -180,7 +185,7 @@ def main(argv=None) -> int:
     os.makedirs(out, exist_ok=True)
     raw_json = os.path.join(out, f"pytest_benchmark_{args.name}.json")
     junit = os.path.join(out, f"junit_{args.name}.xml")
-    command = [sys.executable, "-m", "pytest", *SUITES, f"--benchmark-json={raw_json}", f"--junitxml={junit}",
+    command = [sys.executable, "-m", "pytest", *args.suites, f"--benchmark-json={raw_json}", f"--junitxml={junit}",
                "-p", "no:cacheprovider", "-q", "-rfEs", "--benchmark-columns=median,rounds",
                "--benchmark-sort=fullname", *args.pytest_args]
     started = datetime.datetime.now(datetime.timezone.utc)

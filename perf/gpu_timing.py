@@ -6,7 +6,9 @@
                                     without launch gaps (decode-sized shapes)
     measure_copy_bandwidth()        device-to-device copy, bytes read + written: the ceiling that
                                     every memory-bound kernel is reported against
-    record_case(...)                all of the above for one case, into benchmark.extra_info
+    record_case(...)                all of the above for one case, into benchmark.extra_info, with a
+                                    copy of the same bytes timed the same way (the ceiling at that
+                                    size: mid-size shapes cannot reach the 2 GiB copy's bandwidth)
 
 Why these choices:
   - Events, not host clocks: launches are asynchronous; events time the GPU.
@@ -155,6 +157,21 @@ class GpuSession:
     triton_version: str | None
     copy: dict
     flush: object  # a FLUSH_BYTES torch tensor, reused by every case
+    same_size_copies: dict = None  # bytes moved -> median µs of a copy moving as many bytes
+
+    def same_size_copy_us(self, bytes_moved: int) -> float:
+        """Device time of a device-to-device copy moving `bytes_moved` bytes (half read, half written),
+        L2 flushed: the ceiling at this size, where launch and tail effects cap any kernel."""
+        import torch
+
+        if self.same_size_copies is None:
+            self.same_size_copies = {}
+        if bytes_moved not in self.same_size_copies:
+            source = torch.empty(max(1, bytes_moved // 2), dtype=torch.uint8, device="cuda")
+            target = torch.empty_like(source)
+            timing = event_timer(lambda: target.copy_(source), flush=self.flush, iterations=20, warmup=3)
+            self.same_size_copies[bytes_moved] = timing.median_us
+        return self.same_size_copies[bytes_moved]
 
     @classmethod
     def create(cls) -> "GpuSession":
@@ -214,6 +231,8 @@ def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=
         l2_flush_bytes=FLUSH_BYTES,
         GBps=bytes_moved / (event.median_us * 1e-6) / 1e9,
         pct_of_copy_bw=100.0 * bytes_moved / (event.median_us * 1e-6) / 1e9 / session.copy_GBps,
+        same_size_copy_us=session.same_size_copy_us(bytes_moved),
+        pct_of_same_size_copy=100.0 * session.same_size_copy_us(bytes_moved) / event.median_us,
         graph_us=graph_timing.median_us if graph_timing else None,
         graph_GBps=(bytes_moved / (graph_timing.median_us * 1e-6) / 1e9) if graph_timing else None,
         graph_note=f"{GRAPH_CALLS} calls per graph, L2 warm" if graph_timing else None,

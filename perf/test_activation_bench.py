@@ -1,6 +1,6 @@
 """GPU benchmarks of the gated activations: every row of activation.silu_and_mul and
 activation.gelu_tanh_and_mul, plus torch eager (F.silu / F.gelu on the gate half times the up half)
-as the peer.
+and FlashInfer (perf/peers.py, when installed) as peers.
 
     test_gated[native/silu_and_mul-tokens=32768-d=14336-bf16]
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
+from perf.peers import FLASHINFER, flashinfer_peer
 from perf.gpu_cases import BYTES_PER_ELEMENT, load_row, reference_row, table_arms, torch_dtype
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
@@ -51,13 +52,15 @@ def _peer(op):
 
 @pytest.mark.parametrize("op,arm,tokens,d,dtype", [
     pytest.param(op, arm, tokens, d, dtype, id=f"{arm}-tokens={tokens}-d={d}-{dtype}")
-    for op in OPS for arm in table_arms(op) + [PEER] for tokens, d, dtype in _cases()
+    for op in OPS for arm in table_arms(op) + [PEER, FLASHINFER] for tokens, d, dtype in _cases()
 ])
 def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
     import torch
 
     if arm == PEER:
         fn, graph_safe = _peer(op), True
+    elif arm == FLASHINFER:
+        fn, graph_safe = flashinfer_peer(op, dtype), True
     else:
         fn, row = load_row(op, arm, dtype=dtype, shape={"num_tokens": tokens, "intermediate": d},
                            layout=frozenset({"x:rows", "out:rows"}))

@@ -1,4 +1,5 @@
-"""GPU benchmarks of kvcache.update_kv_buffer: every row, plus torch's index_copy_ as the peer.
+"""GPU benchmarks of kvcache.update_kv_buffer (every row, plus torch's index_copy_ as the peer) and
+of kvcache.update_kv_buffer_fp8 (every row; its reference is the torch eager peer).
 
     test_update_kv_buffer[native/update_kv_buffer-tokens=32768-kv_heads=8-head_dim=128-bf16]
 
@@ -62,3 +63,44 @@ def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer), bytes_moved=bytes_moved,
                            graph_safe=graph_safe)
+
+
+# ---------------------------------------------------------------------------
+# kvcache.update_kv_buffer_fp8: the same scatter into an e4m3 buffer, per-tensor K and V scales
+# ---------------------------------------------------------------------------
+
+FP8_OP = "kvcache.update_kv_buffer_fp8"
+
+
+@pytest.mark.parametrize("arm,tokens,kv_heads", [
+    pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
+    for arm in table_arms(FP8_OP) for tokens, kv_heads in CASES
+])
+def test_update_kv_buffer_fp8(benchmark, gpu_session, arm, tokens, kv_heads):
+    import torch
+
+    shape = {"num_tokens": tokens, "num_kv_heads": kv_heads, "head_dim": HEAD_DIM}
+    fn, row = load_row(FP8_OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
+    generator = torch.Generator(device="cuda").manual_seed(tokens + kv_heads)
+    rows = max(4 * tokens, 65536)
+    kv = torch.randn((tokens, 2 * kv_heads, HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
+    buffer = torch.zeros((rows, 2 * kv_heads, HEAD_DIM), device="cuda").to(torch.float8_e4m3fn)
+    loc = torch.randperm(rows, device="cuda", generator=generator)[:tokens].to(torch.int32)
+    scales = torch.tensor([0.02], device="cuda"), torch.tensor([0.05], device="cuda")
+
+    reference_name, reference = reference_row(FP8_OP)
+    expected = reference(kv, loc, buffer.clone(), *scales)
+    got = fn(kv, loc, buffer.clone(), *scales)
+    torch.cuda.synchronize()
+    if arm != reference_name:
+        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{arm}: bytes differ from {reference_name}"
+    del got, expected
+
+    bytes_moved = kv.numel() * (BYTES_PER_ELEMENT["bf16"] + 1) + tokens * loc.element_size()
+    benchmark.extra_info.update(
+        op=FP8_OP, row=arm, case=f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16", tokens=tokens,
+        dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
+        correctness=f"vs {reference_name}: bitwise", bytes_formula="kv read (2 B) + e4m3 written (1 B) + loc read",
+    )
+    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer, *scales), bytes_moved=bytes_moved,
+                           graph_safe=row.graph_safe)

@@ -1,4 +1,5 @@
-"""GPU benchmarks of norm.rms_norm: every row of the table, plus torch's own F.rms_norm as a peer.
+"""GPU benchmarks of norm.rms_norm: every row of the table, plus torch's own F.rms_norm and
+FlashInfer (perf/peers.py, when installed) as peers.
 
     test_rms_norm[native/rms_norm-tokens=32768-hidden=4096-bf16]
     test_rms_norm[torch/rms_norm-tokens=64-heads=32-hidden=128-bf16]
@@ -18,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
+from perf.peers import FLASHINFER, flashinfer_peer
 from perf.gpu_cases import BYTES_PER_ELEMENT, hidden_cases, load_row, reference_row, table_arms, torch_dtype
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timi
 OP = "norm.rms_norm"
 PEER = "peer/torch.rms_norm"
 EPS = 1e-6
-ARMS = table_arms(OP) + [PEER]
+ARMS = table_arms(OP) + [PEER, FLASHINFER]
 CASES = hidden_cases()
 
 # Output is one rounding of an fp32 result; reduction order differs between
@@ -67,6 +69,8 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
     if arm == PEER:
         fn, graph_safe = _peer_callable(), True
+    elif arm == FLASHINFER:
+        fn, graph_safe = flashinfer_peer(OP, case.dtype), True
     else:
         fn, row = load_row(OP, arm, dtype=case.dtype, shape=shape, layout=frozenset({"x:rows"}))
         graph_safe = row.graph_safe
@@ -101,7 +105,7 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
 
 FUSED_OP = "norm.fused_add_rms_norm"
 FUSED_PEER = "peer/torch.add_+rms_norm"
-FUSED_ARMS = table_arms(FUSED_OP) + [FUSED_PEER]
+FUSED_ARMS = table_arms(FUSED_OP) + [FUSED_PEER, FLASHINFER]
 FUSED_CASES = hidden_cases(per_head=False)
 
 
@@ -128,6 +132,8 @@ def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
     if arm == FUSED_PEER:
         fn, graph_safe = _fused_peer_callable(), True
+    elif arm == FLASHINFER:
+        fn, graph_safe = flashinfer_peer(FUSED_OP, case.dtype), True
     else:
         fn, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
                            layout=frozenset({"x:rows", "residual:rows"}))

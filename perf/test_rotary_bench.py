@@ -4,8 +4,8 @@
 
 q [T, Hq*128] and k [T, Hk*128] bf16 (Llama-3-8B 32/8, Qwen2.5-7B 28/4), an fp32 cos/sin cache of
 8192 positions. Bytes = q and k read and written once + the cos/sin rows read. Checked against the
-reference row first. The ANCHORS.md peer (FlashInfer apply_rope_pos_ids_inplace, 3.52 TB/s) is
-not installed here; the peer arm is torch eager (the reference's math without its host check).
+reference row first. Peers: torch eager (the reference's math without its host check) and
+FlashInfer's apply_rope_with_cos_sin_cache_inplace (the same contract; perf/peers.py), when installed.
 Skipped without CUDA: "needs a CUDA device".
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
+from perf.peers import FLASHINFER, flashinfer_peer
 from perf.gpu_cases import load_row, reference_row, table_arms
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
@@ -39,7 +40,7 @@ def _peer(positions, q, k, head_dim, cache, is_neox):
 
 @pytest.mark.parametrize("arm,tokens,q_heads,k_heads", [
     pytest.param(arm, t, q, k, id=f"{arm}-tokens={t}-q_heads={q}-kv_heads={k}-head_dim={HEAD_DIM}-bf16")
-    for arm in table_arms(OP) + [PEER] for t, q, k in CASES
+    for arm in table_arms(OP) + [PEER, FLASHINFER] for t, q, k in CASES
 ])
 def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     import torch
@@ -47,6 +48,8 @@ def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": HEAD_DIM}
     if arm == PEER:
         fn, graph_safe = _peer, True
+    elif arm == FLASHINFER:
+        fn, graph_safe = flashinfer_peer(OP, "bf16"), True
     else:
         fn, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"qk:rows"}))
         graph_safe = row.graph_safe

@@ -23,6 +23,7 @@ _EXPORTS = {
     "gelu_tanh_and_mul": "rapid_llm.kernels.functional",
     "vocab_embedding": "rapid_llm.kernels.functional",
     "update_kv_buffer": "rapid_llm.kernels.functional",
+    "update_kv_buffer_fp8": "rapid_llm.kernels.functional",
     "rotary": "rapid_llm.kernels.functional",
     "per_token_fp8": "rapid_llm.kernels.functional",
     "per_token_group_fp8": "rapid_llm.kernels.functional",

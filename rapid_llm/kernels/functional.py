@@ -17,7 +17,12 @@ from .ops.activation.checks import GELU_TANH_AND_MUL, SILU_AND_MUL, check_gated_
 from .ops.checks import rows_view_ok
 from .ops.embedding.checks import VOCAB_EMBEDDING, check_vocab_embedding_args
 from .ops.embedding.rotary_checks import ROTARY, check_rotary_args
-from .ops.kvcache.checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
+from .ops.kvcache.checks import (
+    UPDATE_KV_BUFFER,
+    UPDATE_KV_BUFFER_FP8,
+    check_update_kv_buffer_args,
+    check_update_kv_buffer_fp8_args,
+)
 from .ops.elementwise.checks import SCALE, check_scale_args
 from .ops.quantization.checks import (
     PER_TOKEN_FP8,
@@ -101,6 +106,16 @@ def update_kv_buffer(kv, loc, buffer):
     planned = default_planner().for_tensor(UPDATE_KV_BUFFER, kv, layout, num_tokens=num_tokens,
                                            num_kv_heads=heads // 2, head_dim=head_dim)
     return planned(kv, loc, buffer)
+
+
+def update_kv_buffer_fp8(kv, loc, buffer, k_scale, v_scale):
+    """buffer[loc[i]] = e4m3(kv[i] / scale), in place; returns buffer. Contract: ops/interfaces.py,
+    kvcache.update_kv_buffer_fp8."""
+    num_tokens, heads, head_dim = check_update_kv_buffer_fp8_args(kv, loc, buffer, k_scale, v_scale)
+    layout = _KV_TAGS[(_packed_token_rows(kv), _packed_token_rows(buffer))]
+    planned = default_planner().for_tensor(UPDATE_KV_BUFFER_FP8, kv, layout, num_tokens=num_tokens,
+                                           num_kv_heads=heads // 2, head_dim=head_dim)
+    return planned(kv, loc, buffer, k_scale, v_scale)
 
 
 def rotary(positions, q, k, head_dim: int, cos_sin_cache, is_neox: bool):

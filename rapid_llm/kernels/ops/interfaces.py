@@ -220,6 +220,22 @@ untouched. Ids outside [0, rows) are invalid: the reference row raises (a
 host check, one sync); the native row skips them (masked, no sync).""",
         ),
         OpContract(
+            op="kvcache.update_kv_buffer_fp8",
+            parameters=("kv", "loc", "buffer", "k_scale", "v_scale"),
+            dtypes=FLOAT_DTYPES,
+            dims=(("num_tokens", TOKEN_BUCKETS), ("num_kv_heads", EXACT), ("head_dim", EXACT)),
+            layouts=("kv:rows", "buffer:rows"),
+            doc="""update_kv_buffer_fp8(kv, loc, buffer, k_scale, v_scale) -> buffer, written in place
+
+The fp8 KV cache: buffer[loc[i], h] = e4m3(clamp(kv[i, h] * (1 / s), -448, 448))
+with s = k_scale for the K heads (h < Hk) and v_scale for the V heads, fp32
+math (IEEE reciprocal, one multiply per element), round-to-nearest-even cast. kv: [T, 2*Hk, D] fp32/fp16/bf16 (the
+dispatch dtype); buffer: [rows, 2*Hk, D] float8_e4m3fn; k_scale, v_scale:
+one-element fp32 tensors on kv's device (per-tensor dequant scales, as
+vLLM's/SGLang's k_scale and v_scale: a reader computes q.float() * s). loc,
+untouched rows and invalid ids as update_kv_buffer.""",
+        ),
+        OpContract(
             op="embedding.rotary",
             parameters=("positions", "q", "k", "head_dim", "cos_sin_cache", "is_neox"),
             dtypes=FLOAT_DTYPES,
@@ -248,9 +264,14 @@ sync); the native row leaves those tokens unrotated (no sync).""",
             doc="""per_token_fp8(x) -> (q, scale)
 
 x: [T, H] fp32/fp16/bf16. scale[t] = max(max_h |x[t, h]|, 1e-10) / 448 (fp32,
-shape [T, 1]); q = clamp(x / scale, -448, 448) as float8_e4m3fn, shape [T, H].
-448 is e4m3's largest finite value; the 1e-10 floor keeps all-zero rows finite.
-Dynamic per-token activation quantization (vLLM/SGLang semantics).""",
+shape [T, 1]); q = clamp(x * (1 / scale), -448, 448) as float8_e4m3fn, shape
+[T, H]. 448 is e4m3's largest finite value; the 1e-10 floor keeps all-zero rows
+finite. fp32 math; the division and the reciprocal are IEEE (correctly
+rounded), then one multiply per element (as vLLM's inverted scales: an IEEE
+divide per element costs half the bandwidth). That can differ from an exact
+x / scale by one e4m3 step where a quotient falls next to a rounding
+boundary. x must be finite: the scales and q of a group holding inf or NaN
+are unspecified (the reference propagates them; kernels may differ). Dynamic per-token activation quantization (vLLM/SGLang semantics).""",
         ),
         OpContract(
             op="quantization.per_token_group_fp8",
@@ -262,7 +283,8 @@ Dynamic per-token activation quantization (vLLM/SGLang semantics).""",
 
 x: [T, H] with H % group_size == 0. For each token and each group of
 group_size consecutive columns: scale = max(absmax, 1e-10) / 448 (fp32) and
-q = clamp(x / scale, -448, 448) as float8_e4m3fn. scale: [T, H / group_size];
+q = clamp(x * (1 / scale), -448, 448) as float8_e4m3fn (arithmetic as
+per_token_fp8). scale: [T, H / group_size];
 with column_major_scales=True it is stored column-major with the token dim
 padded to a multiple of 4 (strides (1, ceil(T / 4) * 4)): the TMA-aligned
 activation-scale layout DeepGEMM's block-scaled fp8 GEMMs read.""",

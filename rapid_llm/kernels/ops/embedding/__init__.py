@@ -57,9 +57,9 @@ ROWS = (
         # Largest |diff| vs torch/rotary: 0.015625 in bf16 on the H200 (one bf16 step).
         golden=GoldenRecord(verified=True, max_abs_diff=0.015625, baseline="torch/rotary",
                             evidence="perf/results/h200/parity_2026-11-29_run8.json"),
-        # 3.44 TB/s (81% of copy: below the 85% target, tuning pending) at 32768 tokens, 32/8 heads
-        # of 128, bf16; ~14x the reference and torch eager; 1.6-1.8 us per call at decode sizes in
-        # graph replay (perf/results/h200/bench_h200.json).
+        # 3.76-3.89 TB/s (88-91% of copy) at 32768 tokens, 32/8 heads of 128, bf16, above
+        # FlashInfer's 3.61 TB/s in the same run; ~14x torch eager; 1.6-1.7 us per call at decode
+        # sizes in graph replay (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, bench_h200.json).
         priority=10,
         description="Triton: one program per (token, q or k), all heads as one tile, no host sync",
     ),

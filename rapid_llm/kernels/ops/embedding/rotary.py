@@ -6,9 +6,9 @@ c, s = cos_sin_cache[positions[t]] halves:  x1' = x1 c - x2 s,  x2' = x2 c + x1 
 2i with 2i+1. Dims past rotary_dim are not touched (partial rotary).
 
 Layout: q and k with unit stride along their last dim and any token stride
-(layout ``qk:rows``: e.g. views into a fused qkv tensor). Grid: (T, 2) —
-program (t, 0) rotates every q head of token t, (t, 1) every k head, as one
-[heads, rotary_dim/2] tile, so cos/sin are read once per token and tensor.
+(layout ``qk:rows``: e.g. views into a fused qkv tensor). Grid: (T, q head
+blocks + k head blocks): each program rotates BLOCK_HEADS heads of one token
+as one [BLOCK_HEADS, rotary_dim/2] tile of pairs (launch_config).
 Positions outside the cache are skipped (masked, no host sync): those
 tokens stay unrotated; the reference row is the one that raises on them.
 """
@@ -23,6 +23,24 @@ from ..checks import OpInputError, expect_triton_device
 from .rotary_checks import ROTARY, check_rotary_args
 
 
+def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
+    """Heads per program and warps from the head counts and rotary width (no search).
+
+    A program rotates BLOCK_HEADS heads of one token ([BLOCK_HEADS, rotary_dim/2]
+    pairs): about 512 pairs (2 KiB of bf16 read and written per program) over
+    two warps, 8 pairs per thread. The q and k heads of a token are split
+    into blocks of the same size, so programs are balanced. H200 sweep
+    (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, 64-32768 tokens,
+    32/8 and 28/4 heads x 128): 8 heads x 2 warps is the best or within 3% of
+    it at every size; 32 heads per program (one program per tensor) is 2-6%
+    slower, 1-2 heads per program under half as fast.
+    """
+    block_half = triton.next_power_of_2(rotary_dim // 2)
+    block_heads = max(1, min(triton.next_power_of_2(max(q_heads, k_heads)), 512 // block_half))
+    return {"BLOCK_HEADS": block_heads, "BLOCK_HALF": block_half,
+            "num_warps": max(1, min(8, block_heads * block_half // 256))}
+
+
 def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
            cos_sin_cache: torch.Tensor, is_neox: bool):
     tokens, q_heads, k_heads, rotary_dim = check_rotary_args(positions, q, k, head_dim, cos_sin_cache, is_neox)
@@ -31,25 +49,30 @@ def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: 
         if tensor.stride(1) != 1:
             raise OpInputError(ROTARY, name, "unit stride along the last dim (layout qk:rows)",
                                f"strides {tensor.stride()}")
-    if tokens == 0:
-        return q, k
-    half = rotary_dim // 2
-    block_heads = triton.next_power_of_2(max(q_heads, k_heads))
-    block_half = triton.next_power_of_2(half)
-    _rotary_kernel[(tokens, 2)](
-        positions, q, k, cos_sin_cache, q.stride(0), k.stride(0), cos_sin_cache.stride(0),
-        q_heads, k_heads, cos_sin_cache.shape[0], half, head_dim,
-        BLOCK_HEADS=block_heads, BLOCK_HALF=block_half, IS_NEOX=is_neox,
-        num_warps=max(1, min(8, block_heads * block_half // 256)),
-    )
+    if tokens:
+        launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, rotary_dim,
+               launch_config(q_heads, k_heads, rotary_dim))
     return q, k
+
+
+def launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, rotary_dim, config) -> None:
+    """Run the kernel with an explicit config (checked arguments; the tuning sweep calls this directly)."""
+    block_heads = config["BLOCK_HEADS"]
+    q_blocks = triton.cdiv(q_heads, block_heads)
+    grid = (positions.shape[0], q_blocks + triton.cdiv(k_heads, block_heads))
+    _rotary_kernel[grid](
+        positions, q, k, cos_sin_cache, q.stride(0), k.stride(0), cos_sin_cache.stride(0),
+        q_heads, k_heads, q_blocks, cos_sin_cache.shape[0], rotary_dim // 2, head_dim,
+        IS_NEOX=is_neox, **config,
+    )
 
 
 @triton.jit
 def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, q_token_stride, k_token_stride, cache_row_stride,
-                   q_heads, k_heads, max_position, half, head_dim,
+                   q_heads, k_heads, q_blocks, max_position, half, head_dim,
                    BLOCK_HEADS: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
     position = tl.load(positions_ptr + token).to(tl.int64)
     pairs = tl.arange(0, BLOCK_HALF)
     # Position validity as a block, so it can join the masks (no host sync, no branch).
@@ -58,13 +81,16 @@ def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, q_token_stride, k_tok
     cos = tl.load(cache_ptr + position_block * cache_row_stride + pairs, mask=pair_mask, other=1.0).to(tl.float32)
     sin = tl.load(cache_ptr + position_block * cache_row_stride + half + pairs, mask=pair_mask,
                   other=0.0).to(tl.float32)
-    if tl.program_id(1) == 0:
+    # Blocks [0, q_blocks) cover q's heads, the rest k's.
+    if block < q_blocks:
         base = q_ptr + token * q_token_stride
+        first_head = block * BLOCK_HEADS
         num_heads = q_heads
     else:
         base = k_ptr + token * k_token_stride
+        first_head = (block - q_blocks) * BLOCK_HEADS
         num_heads = k_heads
-    heads = tl.arange(0, BLOCK_HEADS)[:, None]
+    heads = first_head + tl.arange(0, BLOCK_HEADS)[:, None]
     mask = (heads < num_heads) & pair_mask[None, :]
     if IS_NEOX:
         first = heads * head_dim + pairs[None, :]

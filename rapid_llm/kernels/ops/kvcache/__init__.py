@@ -1,7 +1,7 @@
-"""kvcache family rows (data only, torch-free). Contract: ops/interfaces.py."""
+"""kvcache family rows (data only, torch-free). Contracts: ops/interfaces.py."""
 
 from ...dispatcher.spec import GoldenRecord, KernelSpec
-from ..common_rows import TRITON, TRITON_DEVICES
+from ..common_rows import TRITON, TRITON_DEVICES, TRITON_FP8_DEVICES
 from ..interfaces import FLOAT_DTYPES
 
 ROWS = (
@@ -28,10 +28,39 @@ ROWS = (
         # Bitwise equal to torch/update_kv_buffer on every case, the whole buffer compared.
         golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer",
                             evidence="perf/results/h200/parity_2026-11-29_run7.json"),
-        # 3.71 TB/s (88% of copy) for 32768 tokens x 16 x 128 bf16 into random rows, 2.9x torch's
-        # index_copy_; 1.2-1.4 us per call at 1-64 tokens in graph replay
-        # (perf/results/h200/bench_h200.json).
+        # 3.70 TB/s (88% of copy) for 32768 tokens x 16 x 128 bf16 into random rows, 2.9x torch's
+        # index_copy_; 1.1-1.4 us per call at 1-64 tokens in graph replay (perf/results/h200/
+        # bench_h200.json). 4 KV heads: 3.38 TB/s (80%) in that run, 3.53 (83%) with today's 2-warp
+        # config (sweep_kv_write_2026-11-29.json).
         priority=10,
         description="Triton: one program per (token, block of the row), int64 offsets, no host sync",
+    ),
+    KernelSpec(
+        name="torch/update_kv_buffer_fp8",
+        op="kvcache.update_kv_buffer_fp8",
+        backend="torch",
+        target="rapid_llm.kernels.ops.kvcache.reference:update_kv_buffer_fp8",
+        dtypes=FLOAT_DTYPES,
+        golden=GoldenRecord.reference(),
+        graph_safe=False,  # the host-side row-id check, as torch/update_kv_buffer
+        description="PyTorch reference: fp32 divide by k/v scale, clamp, e4m3 cast, byte index_copy_",
+    ),
+    KernelSpec(
+        name="native/update_kv_buffer_fp8",
+        op="kvcache.update_kv_buffer_fp8",
+        backend="native",
+        target="rapid_llm.kernels.ops.kvcache.update_kv_buffer_fp8:update_kv_buffer_fp8",
+        dtypes=FLOAT_DTYPES,
+        libraries=(TRITON,),
+        capability=TRITON_FP8_DEVICES,
+        layout=("kv:rows", "buffer:rows"),
+        # Bitwise equal to torch/update_kv_buffer_fp8 (the whole buffer) on every case on the H200.
+        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer_fp8",
+                            evidence="perf/results/h200/parity_2026-11-29_run10.json"),
+        # 3.61 TB/s (85% of copy) for 32768 tokens x 16 x 128 bf16 into random rows of an e4m3 buffer,
+        # 16x the reference; 1.5-1.7 us per call at 1-64 tokens in graph replay (perf/results/h200/
+        # bench_h200.json). 4 KV heads: 3.04 TB/s (72%) there, 3.21 (76%) with today's 2-warp config.
+        priority=10,
+        description="Triton: quantize to e4m3 in registers and scatter, one program per (token, row block)",
     ),
 )

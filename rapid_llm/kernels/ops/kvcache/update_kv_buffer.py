@@ -2,8 +2,8 @@
 
 kv [T, 2*Hk, D] and buffer [rows, 2*Hk, D] are each viewed as rows of
 W = 2*Hk*D contiguous elements with their own row stride (layout tags
-``kv:rows``, ``buffer:rows``); loc: int32/int64 [T]. Grid: (T, column blocks
-of BLOCK). Buffer offsets are computed in int64, so buffers past 2**31
+``kv:rows``, ``buffer:rows``); loc: int32/int64 [T]. Grid: (token blocks of
+BLOCK_TOKENS, column blocks of BLOCK). Buffer offsets are computed in int64, so buffers past 2**31
 elements need no special path; ids outside [0, rows) are skipped (masked
 store, no host sync: the reference row is the one that raises on them).
 Memory-bound: each token's row is read once and written once.
@@ -20,8 +20,12 @@ from .checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
 
 
 def launch_config(row_width: int) -> dict:
-    """1024 elements over 4 warps (one 16-byte access per thread in bf16), as the copy-like kernels."""
-    return {"BLOCK": min(1024, triton.next_power_of_2(row_width)), "num_warps": 4}
+    """Row blocks of up to 1024 elements, one token per program; 2 warps for rows of <= 1024
+    elements (4 KV heads x 128), else 4. H200 sweep (perf/results/h200/sweep_kv_write_2026-11-29.json,
+    bf16, random rows): 4 heads 3.53 TB/s and 1.12 us at 64 tokens (4 warps: 3.41, 1.27);
+    8 heads 3.70-3.74 TB/s for every block/warp choice; 2-4 tokens per program measured no better."""
+    block = min(1024, triton.next_power_of_2(row_width))
+    return {"BLOCK_TOKENS": 1, "BLOCK": block, "num_warps": 2 if row_width <= 1024 else 4}
 
 
 def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
@@ -33,21 +37,21 @@ def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) 
     if num_tokens == 0:
         return buffer
     config = launch_config(width)
-    grid = (num_tokens, triton.cdiv(width, config["BLOCK"]))
+    grid = (triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"]))
     _update_kv_buffer_kernel[grid](kv_rows, loc, buffer_rows, kv_rows.stride(0), buffer_rows.stride(0),
-                                   buffer.shape[0], width, **config)
+                                   buffer.shape[0], num_tokens, width, **config)
     return buffer
 
 
 @triton.jit
-def _update_kv_buffer_kernel(kv_ptr, loc_ptr, buffer_ptr, kv_row_stride, buffer_row_stride, buffer_rows, width,
-                             BLOCK: tl.constexpr):
-    token = tl.program_id(0).to(tl.int64)
+def _update_kv_buffer_kernel(kv_ptr, loc_ptr, buffer_ptr, kv_row_stride, buffer_row_stride, buffer_rows, num_tokens,
+                             width, BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    row = tl.load(loc_ptr + token).to(tl.int64)
-    # The row-id test as a block (one value per column), so it can join the store mask.
-    row_block = tl.zeros([BLOCK], dtype=tl.int64) + row
-    mask = columns < width
-    values = tl.load(kv_ptr + token * kv_row_stride + columns, mask=mask)
-    store_mask = mask & (row_block >= 0) & (row_block < buffer_rows)
-    tl.store(buffer_ptr + row_block * buffer_row_stride + columns, values, mask=store_mask)
+    token_mask = tokens < num_tokens
+    rows = tl.load(loc_ptr + tokens, mask=token_mask, other=-1).to(tl.int64)
+    mask = token_mask[:, None] & (columns < width)[None, :]
+    values = tl.load(kv_ptr + tokens[:, None] * kv_row_stride + columns[None, :], mask=mask)
+    # Ids outside [0, rows) are skipped: no host sync (the reference row raises on them).
+    store_mask = mask & ((rows >= 0) & (rows < buffer_rows))[:, None]
+    tl.store(buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :], values, mask=store_mask)

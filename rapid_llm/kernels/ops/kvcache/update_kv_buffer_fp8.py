@@ -1,0 +1,71 @@
+"""Native Triton KV-cache write into an fp8 (e4m3) buffer with per-tensor scales, in place.
+
+    buffer[loc[i], h, :] = e4m3(clamp(kv[i, h, :] * (1 / s), -448, 448)),  s = k_scale for h < Hk, else v_scale
+
+kv [T, 2*Hk, D] (fp32/fp16/bf16) and buffer [rows, 2*Hk, D] float8_e4m3fn are
+viewed as rows of W = 2*Hk*D elements (layout tags ``kv:rows``,
+``buffer:rows``); k_scale, v_scale: one-element fp32 device tensors (read by
+the kernel: no host sync, graph-capturable). fp32 math: an IEEE reciprocal
+(tl.math.div_rn) per program, one multiply per element, a round-to-nearest-even
+cast: bitwise equal to the torch reference. The e4m3 cast is native on sm89+ only (the row's capability).
+Grid and offsets as update_kv_buffer.py: (token blocks, column blocks), int64
+buffer offsets, ids outside [0, rows) skipped (the reference row raises on them).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..checks import expect_triton_device, rows_view
+from ..quantization.checks import FP8_E4M3_MAX
+from .checks import UPDATE_KV_BUFFER_FP8, check_update_kv_buffer_fp8_args
+
+
+def launch_config(row_width: int) -> dict:
+    """Row blocks of up to 2048 elements (16 per thread: the one-byte e4m3 stores want fuller threads
+    than the bf16 copy's 1024), one token per program, 4 warps; 2 for rows of <= 1024 elements.
+    H200 sweeps (perf/results/h200/sweep_fp8_kv_2026-11-29.json, sweep_kv_write_2026-11-29.json):
+    8 heads x 128: 3.61-3.66 TB/s at 32768 tokens (1024 x 4 warps: 3.51), 1.6-1.7 us at 1-64 tokens;
+    4 heads: 3.21 TB/s with 2 warps against 3.11 with 4; 2-4 tokens per program measured no better."""
+    return {"BLOCK_TOKENS": 1, "BLOCK": min(2048, triton.next_power_of_2(row_width)),
+            "num_warps": 2 if row_width <= 1024 else 4}
+
+
+def update_kv_buffer_fp8(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor,
+                         v_scale: torch.Tensor) -> torch.Tensor:
+    num_tokens, heads, head_dim = check_update_kv_buffer_fp8_args(kv, loc, buffer, k_scale, v_scale)
+    expect_triton_device(UPDATE_KV_BUFFER_FP8, "kv", kv)
+    width = heads * head_dim
+    kv_rows = rows_view(UPDATE_KV_BUFFER_FP8, "kv", kv, num_tokens, width)
+    buffer_rows = rows_view(UPDATE_KV_BUFFER_FP8, "buffer", buffer, buffer.shape[0], width)
+    if num_tokens == 0:
+        return buffer
+    config = launch_config(width)
+    grid = (triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"]))
+    _update_kv_buffer_fp8_kernel[grid](kv_rows, loc, buffer_rows, k_scale, v_scale, kv_rows.stride(0),
+                                       buffer_rows.stride(0), buffer.shape[0], num_tokens, width, width // 2,
+                                       FP8_E4M3_MAX, **config)
+    return buffer
+
+
+@triton.jit
+def _update_kv_buffer_fp8_kernel(kv_ptr, loc_ptr, buffer_ptr, k_scale_ptr, v_scale_ptr, kv_row_stride,
+                                 buffer_row_stride, buffer_rows, num_tokens, width, k_width, fp8_max,
+                                 BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
+    tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
+    columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    token_mask = tokens < num_tokens
+    rows = tl.load(loc_ptr + tokens, mask=token_mask, other=-1).to(tl.int64)
+    mask = token_mask[:, None] & (columns < width)[None, :]
+    # K heads come first in each row, then V heads: the scale is chosen per column.
+    k_inverse = tl.math.div_rn(1.0, tl.load(k_scale_ptr))
+    v_inverse = tl.math.div_rn(1.0, tl.load(v_scale_ptr))
+    inverse = tl.where(columns < k_width, k_inverse, v_inverse)
+    values = tl.load(kv_ptr + tokens[:, None] * kv_row_stride + columns[None, :], mask=mask, other=0.0)
+    quantized = tl.clamp(values.to(tl.float32) * inverse[None, :], -fp8_max, fp8_max,
+                         propagate_nan=tl.PropagateNan.ALL)
+    store_mask = mask & ((rows >= 0) & (rows < buffer_rows))[:, None]
+    tl.store(buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :],
+             quantized.to(buffer_ptr.dtype.element_ty), mask=store_mask)
