@@ -16,6 +16,7 @@ call, median; decode sizes also by CUDA-graph replay):
                the JIT compile time of each module (skipped if not importable)
   mid-size     rms_norm at 512 / 4096 tokens vs a copy of the same bytes
   kv_write     bf16 and e4m3 KV writes: tokens per program x block x warps
+  gated        silu_and_mul: block x warps at the presets' sizes, FlashInfer in the same run
   extension    explain() of elementwise.scale here (aot/scale when rapid_llm._C is built)
 
 Writes DIR/sweep_rotary_fp8.json and prints a table last.
@@ -249,6 +250,43 @@ def sweep_kv_write(copy_gbps):
     return rows_out
 
 
+@section("gated")
+def sweep_gated(copy_gbps):
+    """silu_and_mul: BLOCK x num_warps at the presets' intermediate sizes, FlashInfer in the same run."""
+    from rapid_llm.kernels.ops.activation import gated
+
+    try:
+        import flashinfer
+    except ImportError:
+        flashinfer = None
+    rows_out = []
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for d, tokens in ((18944, 16384), (14336, 16384), (14336, 32768), (768, 16384), (768, 32768)):
+        x = torch.randn((tokens, 2 * d), device="cuda", generator=g).bfloat16()
+        out = torch.empty((tokens, d), device="cuda", dtype=torch.bfloat16)
+        nbytes = x.numel() * 2 + out.numel() * 2
+        picked = gated.launch_config(d)
+        for block, warps, flat in [(b, w, f) for b in (1024, 2048, 4096) for w in (2, 4, 8) for f in (False, True)]:
+            if True:
+                config = {"BLOCK": block, "num_warps": warps, "FLAT": flat}
+                original = gated.launch_config
+                gated.launch_config = lambda *_, c=config: c
+                try:
+                    entry = bandwidth(timed(lambda: gated.gated_activation("activation.silu_and_mul", "silu", x, out)),
+                                      nbytes, copy_gbps)
+                finally:
+                    gated.launch_config = original
+                entry.update(arm="native", d=d, tokens=tokens, block=block, num_warps=warps, flat=flat,
+                             heuristic=(config == picked))
+                rows_out.append(entry)
+        if flashinfer is not None:
+            flashinfer.activation.silu_and_mul(x, out)
+            entry = bandwidth(timed(lambda: flashinfer.activation.silu_and_mul(x, out)), nbytes, copy_gbps)
+            entry.update(arm="flashinfer", d=d, tokens=tokens, block=None, num_warps=None, heuristic=False)
+            rows_out.append(entry)
+    return rows_out
+
+
 @section("extension")
 def extension_explain(copy_gbps):
     """explain() for elementwise.scale on this machine (the aot/scale row when rapid_llm._C is built)."""
@@ -353,7 +391,7 @@ def main() -> int:
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    copy=copy)
     for name, fn in (("fp8", check_fp8), ("rotary", sweep_rotary), ("mid_size", mid_size),
-                     ("kv_write", sweep_kv_write), ("extension", extension_explain),
+                     ("kv_write", sweep_kv_write), ("gated", sweep_gated), ("extension", extension_explain),
                      ("flashinfer", flashinfer_side_by_side)):
         if name not in args.skip:
             fn(copy["GBps"])
@@ -406,6 +444,20 @@ def _print_summary(results):
             print(f"kv {key}: best T={best['block_tokens']} B={best['block']} w={best['num_warps']} "
                   f"{best['TBps']} TB/s graph {best.get('graph_us')}; heuristic "
                   f"{[(p['TBps'], p.get('graph_us')) for p in pick]}")
+    gated_rows = sections.get("gated")
+    if isinstance(gated_rows, list):
+        for key in sorted({(r["d"], r["tokens"]) for r in gated_rows}):
+            cases = [r for r in gated_rows if (r["d"], r["tokens"]) == key]
+            native = [r for r in cases if r["arm"] == "native"]
+            best = max(native, key=lambda r: r["TBps"])
+            best_flat = max((r for r in native if r.get("flat")), key=lambda r: r["TBps"])
+            best_2d = max((r for r in native if not r.get("flat")), key=lambda r: r["TBps"])
+            print(f"  2d best B={best_2d['block']} w={best_2d['num_warps']} {best_2d['TBps']}; flat best "
+                  f"B={best_flat['block']} w={best_flat['num_warps']} {best_flat['TBps']}")
+            pick = [r["TBps"] for r in native if r["heuristic"]]
+            peer = [r["TBps"] for r in cases if r["arm"] == "flashinfer"]
+            print(f"gated d={key[0]} T={key[1]}: best B={best['block']} w={best['num_warps']} {best['TBps']} TB/s; "
+                  f"heuristic {pick}; flashinfer {peer}")
     for text in (sections.get("extension") or {}).values():
         print(text)
     for r in sections.get("mid_size") or []:
