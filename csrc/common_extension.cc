@@ -1,0 +1,37 @@
+// Registration of every op of the rapid_llm CUDA extension.
+//
+// One library fragment: the schema is defined here (device independent) and
+// the CUDA kernel is attached to it. RAPID_LLM_OP_NAMESPACE is rapid_llm for
+// the AOT build (rapid_llm._C) and rapid_llm_jit for the JIT build; see
+// rapid_llm_ext.h for why they differ.
+#include <Python.h>
+// c10::kCUDA / c10::kCPU rather than torch::kCUDA: the torch:: aliases come
+// only with <torch/all.h>, which would add seconds of compile time for nothing.
+#include <torch/library.h>
+
+#include "rapid_llm_ext.h"
+
+TORCH_LIBRARY_FRAGMENT(RAPID_LLM_OP_NAMESPACE, m) {
+  // `Tensor! out`: the op writes out in place and returns nothing, so the
+  // caller owns the allocation (and can reuse it inside a CUDA graph).
+  m.def("scale(Tensor! out, Tensor input, float factor) -> ()");
+  m.impl("scale", c10::kCUDA, &rapid_llm::scale);
+  // CPU tensors reach the same launcher only to fail its first TORCH_CHECK
+  // ("input must be a CUDA tensor"): a RuntimeError naming the problem,
+  // instead of the dispatcher's NotImplementedError about a missing backend.
+  m.impl("scale", c10::kCPU, &rapid_llm::scale);
+
+  m.def("update_kv_buffer(Tensor kv, Tensor loc, Tensor! buffer) -> ()");
+  m.impl("update_kv_buffer", c10::kCUDA, &rapid_llm::update_kv_buffer);
+  m.impl("update_kv_buffer", c10::kCPU, &rapid_llm::update_kv_buffer);
+}
+
+// `import rapid_llm._C` needs a module init function. The module carries no
+// Python attributes: loading the shared library runs the registration above,
+// and the ops are reached through torch.ops.rapid_llm.
+extern "C" PyObject* PyInit__C(void) {
+  static PyModuleDef module_def = {
+      PyModuleDef_HEAD_INIT, "_C", "rapid_llm CUDA extension (ops in torch.ops.rapid_llm)", -1,
+      nullptr, nullptr, nullptr, nullptr, nullptr};
+  return PyModule_Create(&module_def);
+}
