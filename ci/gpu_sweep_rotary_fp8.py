@@ -48,6 +48,16 @@ def timed(fn, *, graph=False) -> dict:
     return out
 
 
+def timed_with_config(module, config: dict, call, *, graph=False) -> dict:
+    """timed(call) with module.launch_config answering `config` (the kernels read it at each call)."""
+    original = module.launch_config
+    module.launch_config = lambda *_: config
+    try:
+        return timed(call, graph=graph)
+    finally:
+        module.launch_config = original
+
+
 def bandwidth(entry: dict, nbytes: int, copy_gbps: float) -> dict:
     gbps = nbytes / (entry["event_us"] * 1e-6) / 1e9
     entry.update(bytes=nbytes, TBps=round(gbps / 1e3, 3), pct_copy=round(100 * gbps / copy_gbps, 1))
@@ -156,16 +166,12 @@ def check_fp8(copy_gbps):
                 variants += [("group128", 128, scale, {"BLOCK_GROUPS": bg, "BLOCK": 128, "SINGLE_PASS": True,
                                                        "num_warps": w}) for bg, w in ((8, 2), (16, 2), (16, 4))]
                 for kind, group, out_scale, config in variants:
-                    original = fp8_kernel.launch_config
-                    fp8_kernel.launch_config = lambda *_, c=config: c
-                    try:
-                        entry = bandwidth(timed(lambda: fp8_kernel.quantize_groups(x, group, out_scale),
-                                                graph=tokens <= 64), nbytes, copy_gbps)
-                    finally:
-                        fp8_kernel.launch_config = original
+                    entry = bandwidth(timed_with_config(fp8_kernel, config,
+                                                        lambda: fp8_kernel.quantize_groups(x, group, out_scale),
+                                                        graph=tokens <= 64), nbytes, copy_gbps)
                     entry.update(kind=kind, tokens=tokens, hidden=hidden, block_groups=config["BLOCK_GROUPS"],
                                  num_warps=config["num_warps"],
-                                 heuristic=(config == original(group, tokens * hidden // group, 132)))
+                                 heuristic=(config == fp8_kernel.launch_config(group, tokens * hidden // group, 132)))
                     out["group_sweep"].append(entry)
     for tokens in (1, 64, 32768):
         kv = torch.randn((tokens, 16, 128), device="cuda", generator=g).bfloat16()
@@ -178,33 +184,17 @@ def check_fp8(copy_gbps):
                           nbytes, copy_gbps)
         entry.update(row="native/update_kv_buffer_fp8", tokens=tokens)
         out["timing"].append(entry)
-        for block in (512, 1024, 2048):
-            for warps in (1, 2, 4, 8):
-                config = {"BLOCK": block, "num_warps": warps}
-                original = kv_native.launch_config
-                kv_native.launch_config = lambda *_, c=config: c
-                try:
-                    entry = bandwidth(timed(lambda: kv_native.update_kv_buffer_fp8(kv, loc, buffer, *scales),
-                                            graph=tokens <= 64), nbytes, copy_gbps)
-                finally:
-                    kv_native.launch_config = original
-                entry.update(kind="kv_fp8", tokens=tokens, hidden=2048, block_groups=block, num_warps=warps,
-                             heuristic=(config == original(2048)))
-                out["group_sweep"].append(entry)
+        # The e4m3 KV write's launch knobs are swept in the kv_write section.
     # Wide rows (two-pass per-token path): warps.
     x = torch.randn((8192, 32768), device="cuda", generator=g).bfloat16()
     token_scale = torch.empty((8192, 1), device="cuda")
     for warps in (4, 8, 16):
         config = {"BLOCK_GROUPS": 1, "BLOCK": 4096, "SINGLE_PASS": False, "num_warps": warps}
-        original = fp8_kernel.launch_config
-        fp8_kernel.launch_config = lambda *_, c=config: c
-        try:
-            entry = bandwidth(timed(lambda: fp8_kernel.quantize_groups(x, 32768, token_scale)), x.numel() * 3,
-                              copy_gbps)
-        finally:
-            fp8_kernel.launch_config = original
+        entry = bandwidth(timed_with_config(fp8_kernel, config,
+                                            lambda: fp8_kernel.quantize_groups(x, 32768, token_scale)),
+                          x.numel() * 3, copy_gbps)
         entry.update(kind="per_token_two_pass", tokens=8192, hidden=32768, block_groups=1, num_warps=warps,
-                     heuristic=(config == original(32768, 8192, 132)))
+                     heuristic=(config == fp8_kernel.launch_config(32768, 8192, 132)))
         out["group_sweep"].append(entry)
     return out
 
@@ -238,12 +228,8 @@ def sweep_kv_write(copy_gbps):
                             continue
                         for warps in (2, 4, 8):
                             config = {"BLOCK_TOKENS": block_tokens, "BLOCK": block, "num_warps": warps}
-                            original = module.launch_config
-                            module.launch_config = lambda *_, c=config: c
-                            try:
-                                entry = bandwidth(timed(call, graph=tokens <= 64), nbytes, copy_gbps)
-                            finally:
-                                module.launch_config = original
+                            entry = bandwidth(timed_with_config(module, config, call, graph=tokens <= 64), nbytes,
+                                              copy_gbps)
                             entry.update(kind=kind, kv_heads=kv_heads, tokens=tokens, block_tokens=block_tokens,
                                          block=block, num_warps=warps, heuristic=(config == picked))
                             rows_out.append(entry)
@@ -267,18 +253,13 @@ def sweep_gated(copy_gbps):
         nbytes = x.numel() * 2 + out.numel() * 2
         picked = gated.launch_config(d)
         for block, warps, flat in [(b, w, f) for b in (1024, 2048, 4096) for w in (2, 4, 8) for f in (False, True)]:
-            if True:
-                config = {"BLOCK": block, "num_warps": warps, "FLAT": flat}
-                original = gated.launch_config
-                gated.launch_config = lambda *_, c=config: c
-                try:
-                    entry = bandwidth(timed(lambda: gated.gated_activation("activation.silu_and_mul", "silu", x, out)),
-                                      nbytes, copy_gbps)
-                finally:
-                    gated.launch_config = original
-                entry.update(arm="native", d=d, tokens=tokens, block=block, num_warps=warps, flat=flat,
-                             heuristic=(config == picked))
-                rows_out.append(entry)
+            config = {"BLOCK": block, "num_warps": warps, "FLAT": flat}
+            entry = bandwidth(timed_with_config(
+                gated, config, lambda: gated.gated_activation("activation.silu_and_mul", "silu", x, out)),
+                nbytes, copy_gbps)
+            entry.update(arm="native", d=d, tokens=tokens, block=block, num_warps=warps, flat=flat,
+                         heuristic=(config == picked))
+            rows_out.append(entry)
         if flashinfer is not None:
             flashinfer.activation.silu_and_mul(x, out)
             entry = bandwidth(timed(lambda: flashinfer.activation.silu_and_mul(x, out)), nbytes, copy_gbps)
