@@ -17,7 +17,11 @@ MAX_JOBS              parallel compile jobs (ninja). Each nvcc job can take
 
 Sources: every .cu/.cc/.cpp under csrc/ (the JIT build in
 rapid_llm/kernels/jit.py compiles the same set); headers in csrc/include.
-The ops register in torch.ops.rapid_llm (RAPID_LLM_OP_NAMESPACE=rapid_llm).
+The ops register in torch.ops.rapid_llm (RAPID_LLM_OP_NAMESPACE=rapid_llm):
+exactly rapid_llm.kernels.aot.extension_ops(), schemas outputs first (see
+csrc/README.md). A stale build whose schemas are not outputs first is
+refused by the aot/ rows' probe (explain() says "rebuild"): re-run the
+command above.
 """
 
 import os

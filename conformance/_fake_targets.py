@@ -11,7 +11,7 @@ Torch-free on purpose: the dispatcher tests must not need torch.
 from __future__ import annotations
 
 from rapid_llm.kernels.dispatcher import GoldenRecord, KernelSpec
-from rapid_llm.kernels.ops.interfaces import EXACT, TOKEN_BUCKETS, OpContract
+from rapid_llm.kernels.dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
 
 
 def fast(*args, **kwargs):

@@ -20,6 +20,10 @@ import pytest
 
 from conformance.parity_log import PARITY_MEASUREMENTS
 
+INTERPRETER_ROUNDING_NOTE = ("CPU run: Triton's interpreter truncates fp32 -> bf16 (toward zero) and rounds fp8 "
+                             "differently from the GPU, so native rows' bf16/fp8 parity here is not evidence; "
+                             "bf16 golden evidence comes from the H200")
+
 
 @pytest.fixture(scope="session")
 def env():
@@ -46,7 +50,10 @@ def pytest_sessionfinish(session, exitstatus):
         "device_name": env.device_name or platform.processor(),
         "torch": torch.__version__,
         "libs": env.libs.as_dict(),
-        "command": "RAPID_LLM_PARITY_REPORT=... python -m pytest conformance/test_parity.py",
+        "command": "RAPID_LLM_PARITY_REPORT=... python -m pytest " + " ".join(session.config.invocation_params.args),
+        # CPU-interpreter parity is no bf16/fp8 evidence: Triton's interpreter truncates fp32 -> bf16 (and
+        # rounds fp8 differently) where the GPU rounds to nearest even; those dtypes are verified on the GPU.
+        "note": None if env.device.kind == "cuda" else INTERPRETER_ROUNDING_NOTE,
         "exit_status": int(exitstatus),
         "max_abs_diff_by_row": worst,
         "measurements": PARITY_MEASUREMENTS,

@@ -1,8 +1,11 @@
 """Bad input gets an OpInputError naming the op, the argument and what was expected.
 
-Run against every row eligible here (the reference always; native Triton
-rows on the GPU or under the interpreter) and against the public ops, so no
-implementation crashes inside a kernel or returns a silent wrong answer.
+Run against a PlannedOp of every row eligible here (the reference always;
+native Triton rows on the GPU or under the interpreter) and against the
+public ops, so no implementation crashes inside a kernel or returns a silent
+wrong answer. Each op checks its arguments in one place (its contract's
+check); a PlannedOp called directly runs it too, then confirms the planned
+row accepts the call (device, dtype, layout tags).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import torch
 
 import rapid_llm.kernels as kernels
 from conformance.rows_here import loadable_rows
-from rapid_llm.kernels.dispatcher import resolve_target
 from rapid_llm.kernels.ops.checks import OpInputError
 
 
@@ -113,41 +115,48 @@ class TestScaleBadInput:
         _expect(info, "factor", ["real number"])
 
 
-def test_native_rms_norm_refuses_cpu_tensors_without_the_interpreter(monkeypatch):
-    """Catches a Triton kernel handed host memory (a segfault or an opaque Triton error)."""
-    fn, reason = resolve_target("rapid_llm.kernels.ops.norm.rms_norm:rms_norm", None)
-    if fn is None:
-        pytest.skip(f"native rms_norm does not load here: {reason}")
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+def _native(op, row, env):
+    """The PlannedOp of a native row, or skip with the row's explain() reason."""
+    from conformance.rows_here import planned_row
+
+    planned, reason = planned_row(op, row, env=env)
+    if planned is None:
+        pytest.skip(reason)
+    return planned
+
+
+def test_planned_native_rms_norm_refuses_a_call_on_another_device(env):
+    """Catches a Triton kernel handed memory of a device it was not planned for (a crash or garbage)."""
+    planned = _native("norm.rms_norm", "native/rms_norm", env)
+    if env.device.kind != "cuda":
+        pytest.skip("needs a CUDA plan to call with CPU tensors")
     with pytest.raises(OpInputError) as info:
-        fn(torch.randn(2, 8), torch.ones(8), 1e-6)
-    _expect(info, "x", ["CUDA tensor"])
+        planned(torch.randn(2, 8), torch.ones(8), 1e-6)
+    _expect(info, "device", ["plan again"])
 
 
-def test_native_rms_norm_refuses_non_unit_hidden_stride(env):
+def test_planned_native_rms_norm_refuses_non_unit_hidden_stride(env):
     """Catches the kernel reading a transposed x as if hidden were contiguous (silent wrong answer)."""
-    fn, reason = resolve_target("rapid_llm.kernels.ops.norm.rms_norm:rms_norm", None)
-    if fn is None:
-        pytest.skip(f"native rms_norm does not load here: {reason}")
-    if env.device.kind == "cpu" and not env.device.triton_interpreter:
-        pytest.skip("native rms_norm runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    planned = _native("norm.rms_norm", "native/rms_norm", env)
     x = torch.randn(8, 4, device=_device(env)).t()
     with pytest.raises(OpInputError) as info:
-        fn(x, torch.ones(8, device=_device(env)), 1e-6)
-    _expect(info, "x", ["x:rows"])
+        planned(x, torch.ones(8, device=_device(env)), 1e-6)
+    _expect(info, "x", ["x:rows", "native/rms_norm"])
 
 
-def test_native_scale_refuses_non_contiguous_x(env):
+def test_planned_native_scale_refuses_non_contiguous_x(env):
     """Catches a flat kernel walking a strided tensor's storage in the wrong order."""
-    fn, reason = resolve_target("rapid_llm.kernels.ops.elementwise.scale:scale", None)
-    if fn is None:
-        pytest.skip(f"native scale does not load here: {reason}")
-    if env.device.kind == "cpu" and not env.device.triton_interpreter:
-        pytest.skip("native scale runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
+    planned = _native("elementwise.scale", "native/scale", env)
     x = torch.randn(8, 4, device=_device(env)).t()
     with pytest.raises(OpInputError) as info:
-        fn(x, 2.0)
-    _expect(info, "x", ["contiguous"])
+        planned(x, 2.0)
+    _expect(info, "x", ["x:contiguous"])
+
+
+def test_public_ops_route_unsupported_layouts_to_the_reference(env):
+    """Catches the public op failing (or a native row misreading memory) on a layout only the reference serves."""
+    x = torch.randn(8, 4, device=_device(env)).t()
+    assert torch.equal(kernels.scale(x, 2.0), x * 2.0)
 
 
 FUSED_ROWS = _loadable_rows("norm.fused_add_rms_norm", _env()) + [
@@ -173,7 +182,21 @@ class TestFusedAddRmsNormBadInput:
         x = torch.randn(4, 8, device=_device(env))
         with pytest.raises(OpInputError) as info:
             fn(x, x, torch.ones(8, device=_device(env)), 1e-6)
-        _expect(info, "residual", ["distinct"])
+        _expect(info, "residual", ["overlapping"])
+
+    def test_residual_partly_overlapping_x_is_rejected(self, name, fn, env):
+        """Catches x and residual views shifted by one row: each row's add reads a row another program wrote."""
+        storage = torch.randn(5, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(storage[:4], storage[1:], torch.ones(8, device=_device(env)), 1e-6)
+        _expect(info, "residual", ["overlapping"])
+
+    def test_weight_inside_x_is_rejected(self, name, fn, env):
+        """Catches weight read after the kernel overwrote it (weight a row of x)."""
+        x = torch.randn(4, 8, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, torch.randn(4, 8, device=_device(env)), x[0], 1e-6)
+        _expect(info, "weight", ["overlapping"])
 
     def test_bad_weight_is_named_under_this_op(self, name, fn, env):
         x = torch.randn(4, 8, device=_device(env))
@@ -259,28 +282,6 @@ class TestVocabEmbeddingBadInput:
         _expect(info, "vocab_start", [">= 0"])
 
 
-def test_reference_embedding_raises_on_negative_ids():
-    """The reference path validates ids on the host (documented): a negative id is an error, not row -1."""
-    from rapid_llm.kernels.ops.embedding.reference import vocab_embedding
-
-    with pytest.raises(OpInputError) as info:
-        vocab_embedding(torch.tensor([3, -2, 1]), torch.randn(10, 4))
-    _expect(info, "ids", [">= 0", "-2"])
-
-
-def test_native_embedding_gives_zero_rows_for_ids_outside_the_table(env):
-    """The documented kernel-path behaviour (no host sync): out-of-range ids read nothing, zero rows."""
-    fn, reason = resolve_target("rapid_llm.kernels.ops.embedding.vocab_embedding:vocab_embedding", None)
-    if fn is None:
-        pytest.skip(f"native vocab_embedding does not load here: {reason}")
-    if env.device.kind == "cpu" and not env.device.triton_interpreter:
-        pytest.skip("native vocab_embedding runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
-    table = torch.randn(10, 4, device=_device(env))
-    out = fn(torch.tensor([3, -2, 10, 99], device=_device(env)), table)
-    assert torch.equal(out[0], table[3])
-    assert torch.count_nonzero(out[1:]) == 0
-
-
 KV_ROWS = _loadable_rows("kvcache.update_kv_buffer", _env()) + [
     pytest.param("public", kernels.update_kv_buffer, id="public")]
 
@@ -323,36 +324,6 @@ class TestUpdateKvBufferBadInput:
         _expect(info, "buffer", ["torch.float32", "torch.float16"])
 
 
-def test_reference_kv_write_raises_on_row_ids_outside_the_buffer():
-    """The reference validates row ids on the host: an id past the buffer is an error, not a wild write."""
-    from rapid_llm.kernels.ops.kvcache.reference import update_kv_buffer
-
-    buffer = torch.randn(10, 4, 8)
-    before = buffer.clone()
-    with pytest.raises(OpInputError) as info:
-        update_kv_buffer(torch.randn(2, 4, 8), torch.tensor([3, 10], dtype=torch.int32), buffer)
-    _expect(info, "loc", ["[0, 10)", "10"])
-    assert torch.equal(buffer, before), "a rejected write must leave the buffer untouched"
-
-
-def test_native_kv_write_skips_row_ids_outside_the_buffer(env):
-    """The documented kernel-path behaviour (no host sync): out-of-range ids write nothing."""
-    fn, reason = resolve_target("rapid_llm.kernels.ops.kvcache.update_kv_buffer:update_kv_buffer", None)
-    if fn is None:
-        pytest.skip(f"native update_kv_buffer does not load here: {reason}")
-    if env.device.kind == "cpu" and not env.device.triton_interpreter:
-        pytest.skip("native update_kv_buffer runs only on CUDA or under RAPID_LLM_TRITON_INTERPRET=1")
-    device = _device(env)
-    buffer = torch.randn(10, 4, 8, device=device)
-    before = buffer.clone()
-    kv = torch.randn(3, 4, 8, device=device)
-    fn(kv, torch.tensor([2, -1, 10], dtype=torch.int32, device=device), buffer)
-    assert torch.equal(buffer[2], kv[0])
-    mask = torch.ones(10, dtype=torch.bool, device=device)
-    mask[2] = False
-    assert torch.equal(buffer[mask], before[mask])
-
-
 ROTARY_ROWS = _loadable_rows("embedding.rotary", _env()) + [pytest.param("public", kernels.rotary, id="public")]
 
 
@@ -392,16 +363,26 @@ class TestRotaryBadInput:
         positions, q, _, head_dim, cache, neox = self._args(env)
         with pytest.raises(OpInputError) as info:
             fn(positions, q, q, head_dim, cache, neox)
-        _expect(info, "k", ["distinct"])
+        _expect(info, "k", ["overlapping"])
+
+    def test_k_inside_q_is_rejected(self, name, fn, env):
+        """Catches k aliasing part of q: heads rotated twice."""
+        positions, q, _, head_dim, cache, neox = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(positions, q, q[:, 8:], head_dim, cache, neox)
+        _expect(info, "k", ["overlapping"])
+
+    def test_q_and_k_sliced_from_one_qkv_are_accepted(self, name, fn, env):
+        """Catches a conservative overlap test rejecting the fused-qkv views every engine passes."""
+        positions, _, _, head_dim, cache, neox = self._args(env)
+        qkv = torch.randn(3, 2 * 8 + 8 + 8, device=_device(env))
+        q, k = qkv[:, :16], qkv[:, 16:24]
+        fn(positions, q, k, head_dim, cache, neox)
 
 
-def test_reference_rotary_raises_on_positions_beyond_the_cache():
-    """The reference validates positions on the host: a position past the cache is an error."""
-    from rapid_llm.kernels.ops.embedding.reference import rotary
-
-    q, k = torch.randn(2, 16), torch.randn(2, 8)
-    before = (q.clone(), k.clone())
+def test_dtype_messages_name_each_allowed_dtype_once(env):
+    """Catches 'expected dtype torch.float32 (x's) or torch.float32': a message repeating itself."""
+    x = torch.randn(2, 8, device=_device(env))
     with pytest.raises(OpInputError) as info:
-        rotary(torch.tensor([3, 16]), q, k, 8, torch.randn(16, 8), True)
-    _expect(info, "positions", ["[0, 16)", "16"])
-    assert torch.equal(q, before[0]) and torch.equal(k, before[1])
+        kernels.rms_norm(x, torch.ones(8, device=_device(env), dtype=torch.float16), 1e-6)
+    assert str(info.value).count("torch.float32") == 1, str(info.value)

@@ -1,20 +1,27 @@
-"""The `rapid-llm` CLI: each command's text and --json forms, run in-process.
+"""The `rapid-llm` CLI: each command's text and --json forms, run in-process (and in subprocesses where
+the RAPID_LLM_* variables or a real pipe matter).
 
 Catches: a command crashing on this machine, --json output that is not
 JSON or lacks its documented keys, --device/--lib not reaching dispatch
 (describing another machine must change the verdicts), plan dropping the
-ops a preset needs that the table does not serve, and bad arguments
-surfacing as tracebacks instead of messages.
+ops a preset needs that the table does not serve or merging token buckets,
+and every error path that is not one stderr line with the right exit status
+(0 ok; 1 explain found no eligible row or doctor found problems; 2 a bad
+argument or RAPID_LLM_* value; 141 stdout closed early): tracebacks,
+argparse's usage text, nonsense accepted with exit 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from rapid_llm.cli import main
-from rapid_llm.kernels.dispatcher import build_tables
+from rapid_llm.kernels.dispatcher import TOKEN_BUCKETS, build_tables
 from rapid_llm.models import PRESETS
 
 TABLE = build_tables()
@@ -85,26 +92,110 @@ def test_explain_on_an_old_gpu_rejects_native_rows_for_the_device(capsys):
     assert any(c["condition"] == "device" and not c["ok"] and c["observed"] == "cuda:sm75" for c in native["checks"])
 
 
-def test_explain_with_an_unservable_dtype_exits_nonzero_with_every_reason(capsys):
-    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "int8", "--device", "cuda:sm90")
-    assert code == 2
-    assert "no eligible kernel" in text
-    assert text.count("dtype: requires") == len(TABLE.rows("norm.rms_norm"))
+def test_explain_with_no_eligible_row_exits_1_with_every_reason(capsys):
+    """Catches: a miss reported as success, or as a traceback, or without each row's reason.
+
+    Exit 1 (not 2): no eligible row is an answer about the machine, not a usage error.
+    """
+    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=64,hidden=4096",
+                     "--device", "cuda:sm75", "--no-local-libs", "--lib", "triton=3.6.0", "--deny", "torch/rms_norm")
+    assert code == 1
+    assert text.splitlines()[-1] == "norm.rms_norm: no eligible kernel"
+    assert "deny: requires not denied" in text and "device: requires cuda sm>=80" in text
 
 
-def test_explain_rejects_unknown_ops_and_bad_shapes_with_a_message():
-    with pytest.raises(SystemExit, match="unknown op"):
-        main(["explain", "norm.nope", "--dtype", "bf16"])
-    with pytest.raises(SystemExit, match="--shape expects"):
-        main(["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden:4096"])
-    with pytest.raises(SystemExit, match="cannot parse device"):
-        main(["explain", "norm.rms_norm", "--dtype", "bf16", "--device", "tpu"])
-    with pytest.raises(SystemExit, match="not a row"):
-        main(["explain", "norm.rms_norm", "--dtype", "bf16", "--force", "native/nope"])
+def test_explain_with_an_ineligible_forced_row_ends_with_one_clean_line(capsys):
+    """Catches: a forced row that cannot run surfacing as a traceback or a multi-line dump after the tree."""
+    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75",
+                     "--force", "native/rms_norm")
+    assert code == 1
+    assert text.splitlines()[-1] == "norm.rms_norm: forced row 'native/rms_norm' is not eligible"
+    assert "Traceback" not in text
+    code, doc = run_json(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75",
+                         "--force", "native/rms_norm")
+    assert code == 1 and doc["error"] == "norm.rms_norm: forced row 'native/rms_norm' is not eligible"
+    assert doc["selected"] is None
+
+
+def usage_error(capsys, *argv) -> str:
+    """Run a command that must fail as a usage error: exit 2, nothing on stdout, one stderr line; return it."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    assert code == 2, f"{argv}: exit {code}, expected 2"
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rapid-llm: "), f"{argv}: stderr {captured.err!r}"
+    return lines[0]
+
+
+def test_explain_rejects_unknown_ops_and_bad_shapes_with_a_message(capsys):
+    """Catches: unknown ops, malformed shapes, bad devices and unknown forced rows surfacing as tracebacks."""
+    assert "unknown op 'norm.nope'; ops: " in usage_error(capsys, "explain", "norm.nope", "--dtype", "bf16")
+    assert "--shape expects" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
+                                            "--shape", "hidden:4096")
+    assert "cannot parse device 'tpu'" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
+                                                      "--device", "tpu")
+    assert "not a row" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
+                                      "--force", "native/nope")
+
+
+_DIMS = "dims: num_tokens, hidden"
+_FLOATS = "dtypes: bf16, fp16, fp32"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    # Each was accepted with exit 0 (or reported as something else) before it was checked.
+    (["plan", "--dtype", "bfloat16"], f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS} "
+                                      "(did you mean bf16?)"),
+    (["plan", "--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
+    (["plan", "--model", "gpt-5"], "unknown model preset 'gpt-5'; presets: ['deepseek-v3', 'llama-3-8b'"),
+    (["matrix", "--op", "nosuch.op"], "--op 'nosuch.op': no such op; ops: elementwise.scale, norm.rms_norm"),
+    (["matrix", "--dtype", "bf32"], f"--dtype 'bf32' is not a dtype of the selected ops; {_FLOATS}"),
+    (["matrix", "--op", "norm.rms_norm", "--shape", "intermediate=8"],
+     f"--shape: 'intermediate' is not a dim of any selected op; {_DIMS}"),
+    (["explain", "norm.rms_norm", "--dtype", "int8"], f"--dtype 'int8' is not a dtype of norm.rms_norm; {_FLOATS}"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "foo=3"],
+     f"--shape: 'foo' is not a dim of norm.rms_norm; {_DIMS}"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "=5"], "--shape expects name=int"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=-5"],
+     "--shape num_tokens=-5: every dim must be >= 1"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=0"],
+     "--shape hidden=0: every dim must be >= 1"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=8,hidden=16"], "--shape gives 'hidden' twice"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--layout", "x:cols"],
+     "--layout: norm.rms_norm has no layout tag 'x:cols'; tags: x:rows, or 'none'"),
+    (["explain", "norm.rms_norm", "--dtype", "bf16", "--deny", "flashinfr"],
+     "--deny 'flashinfr' is neither a backend nor a row; backends: aot, deep_ep"),
+    (["matrix", "--lib", "triton=abc"], "--lib triton=abc: the version must start with a number"),
+    (["matrix", "--lib", "tritonn=3.6.0"], "--lib: unknown library 'tritonn'; known: "),
+    (["matrix", "--lib", "triton"], "--lib expects NAME=VERSION, got 'triton'"),
+    (["matrix", "--device", "cuda:sm900"], "--device 'cuda:sm900': sm900 is not a CUDA compute capability; "
+                                           "expected cpu, cpu+triton-interpreter or cuda:smNN with NN in 30..129"),
+    (["matrix", "--device", "cuda"], "--device 'cuda': give the GPU's SM version"),
+    (["matrix", "--device", "cuda:0"], "--device: cannot parse device 'cuda:0'"),
+    # argparse's own errors, one line instead of usage text plus a line.
+    (["explain", "norm.rms_norm"], "the following arguments are required: --dtype (see `rapid-llm explain --help`)"),
+    (["plan", "--max-tokens", "many"], "argument --max-tokens: invalid int value: 'many'"),
+    (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+])
+def test_nonsense_arguments_are_one_line_usage_errors_naming_the_valid_choices(capsys, argv, expected):
+    """Catches: a nonsense argument accepted with exit 0 (a typo matches no row, so the report looks plausible),
+    or rejected with a traceback or argparse's multi-line usage text, or without naming what is valid."""
+    line = usage_error(capsys, *argv)
+    assert expected in line, f"{argv}: {line!r}"
+
+
+def test_described_devices_in_the_sm_range_are_accepted(capsys):
+    """Catches: the SM range check rejecting real GPUs at its edges (sm30 .. sm120 and room past it)."""
+    for device in ("cuda:sm30", "cuda:90", "cuda:sm120", "cuda:sm129", "cpu", "cpu+triton-interpreter"):
+        code, doc = run_json(capsys, "matrix", "--op", "norm.rms_norm", "--device", device)
+        assert code == 0, device
 
 
 @pytest.mark.parametrize("model", sorted(PRESETS))
-def test_plan_covers_every_op_of_the_preset(capsys, model):
+def test_plan_covers_every_op_of_the_preset_in_every_token_bucket(capsys, model):
+    """Catches: plan dropping an op the preset needs, and plan merging token buckets (it listed 1-32768 as one
+    line): each (op, where) must list exactly TOKEN_BUCKETS' buckets, labelled with the contract's bucket key."""
     code, doc = run_json(capsys, "plan", "--model", model, "--device", "cuda:sm90", "--lib", "triton=3.6.0")
     assert code == 0 and doc["model"] == model
     needed = {use.op for use in PRESETS[model].op_uses()}
@@ -112,15 +203,33 @@ def test_plan_covers_every_op_of_the_preset(capsys, model):
     missing = {n["op"] for n in doc["not_served_yet"]}
     assert planned | missing == needed, "plan must account for every op the preset needs"
     assert planned == needed & set(TABLE.ops)
-    for entry in doc["plans"]:
-        low, high = entry["tokens"]
-        assert 1 <= low <= high <= 32768 and entry["selected"]
-    # Buckets tile 1..32768 without gaps for each (op, where).
+    buckets = [list(bucket) for bucket in TOKEN_BUCKETS.buckets_up_to(32768)]
     for use in PRESETS[model].op_uses():
-        if use.op in TABLE.ops:
-            spans = [p["tokens"] for p in doc["plans"] if p["op"] == use.op and p["where"] == use.where]
-            assert spans[0][0] == 1 and spans[-1][1] == 32768
-            assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
+        if use.op not in TABLE.ops:
+            continue
+        entries = [p for p in doc["plans"] if p["op"] == use.op and p["where"] == use.where]
+        assert [p["tokens"] for p in entries] == buckets, f"{use.op} ({use.where}): every bucket, unmerged"
+        contract = TABLE.contracts[use.op]
+        for entry in entries:
+            assert entry["selected"]
+            shape = entry["explanation"]["query"]["shape"]
+            assert ["num_tokens", *entry["tokens"]] in [list(k) for k in contract.bucket_key(shape)]
+
+
+def test_plan_text_lists_every_bucket_and_never_cuts_the_where_column(capsys):
+    """Catches: plan cutting "where" at 36 characters with no mark, and printing fewer lines than op uses x
+    buckets (--max-tokens 100 reaches the buckets 1, 2-16 and 17-128)."""
+    code, text = run(capsys, "plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "100")
+    assert code == 0
+    served = [use for use in PRESETS["llama-3-8b"].op_uses() if use.op in TABLE.ops]
+    longest = max((use.where for use in served), key=len)
+    assert len(longest) > 36, "the test needs a where entry longer than the old cut"
+    lines = text.splitlines()
+    for use in served:
+        rows = [line for line in lines if line.startswith(use.op + " ") and f" {use.where} " in line]
+        assert len(rows) == 3, f"{use.op} ({use.where}): {rows}"
+        tokens = [line[line.index(use.where) + len(use.where):].split()[0] for line in rows]
+        assert tokens == ["1", "2-16", "17-128"]
 
 
 def test_plan_text_lists_unserved_ops(capsys):
@@ -129,6 +238,134 @@ def test_plan_text_lists_unserved_ops(capsys):
     assert "not served yet" in text and "attention.mla_decode" in text
 
 
-def test_plan_rejects_an_unknown_model():
-    with pytest.raises(SystemExit, match="unknown model preset"):
-        main(["plan", "--model", "gpt-5"])
+def test_plan_with_an_ineligible_forced_row_says_so_in_why():
+    """Catches: plan showing "-" with no reason, or a traceback, when a forced row cannot run on the device."""
+    result = subprocess.run([sys.executable, "-m", "rapid_llm.cli", "plan", "--device", "cuda:sm75",
+                             "--max-tokens", "1"], env=_cli_env(RAPID_LLM_FORCE="norm.rms_norm=native/rms_norm"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == ""
+    rms = [line for line in result.stdout.splitlines() if line.startswith("norm.rms_norm ")]
+    assert rms and all("✗ forced row 'native/rms_norm' is not eligible" in line for line in rms)
+
+
+# ---------------------------------------------------------------------------
+# Subprocess tests: RAPID_LLM_* variables are read once per process, and a closed pipe needs a real one.
+# ---------------------------------------------------------------------------
+
+
+def _cli_env(**variables) -> dict:
+    """os.environ without any RAPID_LLM_* variable, plus `variables`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAPID_LLM_")}
+    env.update(variables)
+    return env
+
+
+def _run_cli_processes(cases):
+    """Run `python -m rapid_llm.cli` once per (argv, variables) case, concurrently; [(returncode, out, err)]."""
+    processes = [subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", *argv], env=_cli_env(**variables),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for argv, variables in cases]
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        results.append((process.returncode, out, err))
+    return results
+
+
+# --device cpu spares each process the torch import (~2 s); the probe reads the variables either way.
+# doctor takes no --device.
+_COMMANDS = [["doctor"], ["plan", "--device", "cpu"], ["matrix", "--device", "cpu"],
+             ["explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cpu"]]
+
+
+def test_bad_environment_variables_stop_every_command_with_one_line():
+    """Catches: a malformed RAPID_LLM_* value giving a Python traceback from doctor, plan and matrix (explain
+    alone printed a line), and unknown RAPID_LLM_DENY / RAPID_LLM_FORCE names giving a dispatch traceback (or
+    being silently ignored). Each must be one stderr line naming the variable and what it accepts, exit 2."""
+    malformed = [
+        ({"RAPID_LLM_FORCE": "bad"}, "RAPID_LLM_FORCE: expected '<op>=<row>' items such as"),
+        ({"RAPID_LLM_HIDE_LIBS": "tritonn"}, "RAPID_LLM_HIDE_LIBS: unknown libraries ['tritonn']; known: "),
+        ({"RAPID_LLM_TRITON_INTERPRET": "maybe"}, "RAPID_LLM_TRITON_INTERPRET: expected 1/0"),
+        ({"RAPID_LLM_CHECK_BOUNDS": "2"}, "RAPID_LLM_CHECK_BOUNDS: expected 1/0"),
+    ]
+    unknown_names = [
+        ({"RAPID_LLM_DENY": "flashinfr"}, "RAPID_LLM_DENY: unknown name(s) 'flashinfr' (neither a backend nor a "
+                                          "row); backends: aot, deep_ep"),
+        ({"RAPID_LLM_FORCE": "norm.rms_norm=native/rms"}, "RAPID_LLM_FORCE: 'native/rms' is not a row of "
+                                                          "norm.rms_norm; rows: torch/rms_norm, native/rms_norm"),
+        ({"RAPID_LLM_FORCE": "norm.rms=native/rms_norm"}, "RAPID_LLM_FORCE: unknown op 'norm.rms'; ops: "),
+    ]
+    # Every malformed value with every command; unknown names with every command but doctor (it reports them).
+    cases = [(argv, variables, expected) for variables, expected in malformed for argv in _COMMANDS]
+    cases += [(argv, variables, expected) for variables, expected in unknown_names for argv in _COMMANDS[1:]]
+    # This machine's probe too (no --device), with the variable that fails before torch is imported.
+    variables, expected = malformed[1]
+    cases += [(argv[:-2], variables, expected) for argv in _COMMANDS[1:]]
+    results = _run_cli_processes([(argv, variables) for argv, variables, _ in cases])
+    for (argv, variables, expected), (code, out, err) in zip(cases, results):
+        label = f"{variables} rapid-llm {' '.join(argv)}"
+        assert code == 2, f"{label}: exit {code}; stderr {err!r}"
+        assert out == "", label
+        assert err.count("\n") == 1 and err.startswith("rapid-llm: " + expected), f"{label}: {err!r}"
+
+
+def test_doctor_flags_unknown_deny_and_force_names_and_still_reports():
+    """Catches: doctor echoing unknown RAPID_LLM_DENY / RAPID_LLM_FORCE names as if they were in effect.
+
+    They must be marked and listed as problems (text and JSON) after the full report, with exit 1.
+    """
+    variables = {"RAPID_LLM_DENY": "flashinfer,flashinfr",
+                 "RAPID_LLM_FORCE": "norm.rms_norm=native/rms;embedding.rotary=native/rotary"}
+    (code, text, err), (json_code, out, json_err) = _run_cli_processes([(["doctor"], variables),
+                                                                         (["doctor", "--json"], variables)])
+    assert code == 1 and err == "", err
+    assert "deny             flashinfer, flashinfr ✗ unknown" in text
+    assert "embedding.rotary=native/rotary; norm.rms_norm=native/rms ✗ unknown" in text
+    for op in TABLE.ops:  # the rows a deny or force may name, by name
+        assert any(line.split()[:1] == [op] and TABLE.rows(op)[0].name in line for line in text.splitlines())
+    problems = text[text.index("\nproblems\n"):].splitlines()[2:]
+    assert len(problems) == 2
+    assert problems[0].startswith("  ✗ RAPID_LLM_DENY: unknown name(s) 'flashinfr'")
+    assert problems[1].startswith("  ✗ RAPID_LLM_FORCE: 'native/rms' is not a row of norm.rms_norm")
+    doc = json.loads(out)
+    assert json_code == 1 and json_err == ""
+    assert [p.split(":")[0] for p in doc["problems"]] == ["RAPID_LLM_DENY", "RAPID_LLM_FORCE"]
+    assert doc["deny"] == ["flashinfer", "flashinfr"] and doc["ops"]
+
+
+def test_doctor_without_problems_exits_0(capsys):
+    """Catches: doctor's problem check flagging a clean environment (or the JSON lacking "problems")."""
+    code, doc = run_json(capsys, "doctor")
+    assert code == 0 and doc["problems"] == []
+
+
+@pytest.mark.parametrize("argv", [["matrix", "--device", "cpu"], ["plan", "--json", "--device", "cpu"]])
+def test_a_closed_stdout_ends_the_command_quietly(argv):
+    """Catches: `rapid-llm matrix | head -1` printing a BrokenPipeError traceback (twice: once more at exit).
+
+    The reader closes the pipe before the command writes, so every write fails: exit 141 (128 + SIGPIPE, what
+    a Unix tool killed by SIGPIPE reports), nothing on stderr.
+    """
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", *argv], env=_cli_env(),
+                                   stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    _, err = process.communicate(timeout=300)
+    assert err == "", err
+    assert process.returncode == 141
+
+
+def test_reading_one_line_of_a_long_output_then_closing_is_quiet():
+    """Catches: the BrokenPipeError traceback in the way users meet it: read the first line, close the pipe."""
+    process = subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", "plan", "--json", "--device", "cpu"],
+                               env=_cli_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "{\n"
+    process.stdout.close()
+    err = process.stderr.read()
+    process.wait(timeout=300)
+    assert err == "", err
+    assert process.returncode in (0, 141)  # 0 only if everything fit in the pipe before it closed

@@ -30,7 +30,7 @@ try:
 except ImportError:  # conformance/ is on sys.path but not importable as a package
     import _fake_targets as fake
 
-dispatch_module = importlib.import_module("rapid_llm.kernels.dispatcher.dispatch")
+dispatch_module = importlib.import_module("rapid_llm.kernels.dispatcher.select")
 
 OP = fake.OP
 CANDIDATE = "native/candidate"
@@ -498,3 +498,19 @@ def test_render_text_marks_selected_and_rejected_rows():
     assert "✓" in line_of(NEXT)
     assert "✗" in line_of(CANDIDATE) and "✓" not in line_of(CANDIDATE)
     assert "✓" not in line_of("native/runner_up") and "✗" not in line_of("native/runner_up")
+
+
+def test_clear_memo_clears_every_cache_on_the_dispatch_path():
+    """Catches a clear_memo() that leaves some layer warm (the loaded targets, the default planner's plans,
+    the tensor conversions): a 'cold' benchmark or a test expecting re-dispatch would see stale results."""
+    from rapid_llm.kernels.dispatcher import environment, plan
+
+    select = dispatch_module
+    select.dispatch(fake.OP, device="cpu", dtype="fp32", table=OpTable.from_rows([fake.reference_row()], fake.CONTRACTS))
+    select.resolve_target(fake.target("fast"), None)
+    plan.default_planner()
+    environment._DTYPE_LABELS["probe"] = "x"
+    select.clear_memo()
+    assert not select._CALL_MEMO and select._dispatch.cache_info().currsize == 0
+    assert select.resolve_target.cache_info().currsize == 0
+    assert plan._DEFAULT_PLANNER is None and not environment._DTYPE_LABELS

@@ -276,3 +276,24 @@ def test_native_rows_library_requirement_names_triton():
 
     row = build_tables().rows_by_name["native/rms_norm"]
     assert any(isinstance(lib, LibraryRequirement) and lib.name == "triton" for lib in row.libraries)
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), ("0", False), (None, False)])
+def test_check_bounds_opt_in(value, expected):
+    """Catches RAPID_LLM_CHECK_BOUNDS=1 not reaching the Environment (the debug mode that value-checks
+    CUDA tensors would silently stay off)."""
+    env = probe_environment(environ={} if value is None else {"RAPID_LLM_CHECK_BOUNDS": value})
+    assert env.check_bounds is expected
+
+
+def test_malformed_check_bounds_raises_naming_it():
+    with pytest.raises(ValueError) as error:
+        probe_environment(environ={"RAPID_LLM_CHECK_BOUNDS": "yes please"})
+    assert "RAPID_LLM_CHECK_BOUNDS" in str(error.value)
+
+
+def test_interpreter_requirement_names_the_variable_that_enables_it():
+    """Catches a rejection 'requires cpu via the Triton interpreter; observed cpu' that does not say how."""
+    from rapid_llm.kernels.dispatcher import CapabilityRequirement
+
+    assert "RAPID_LLM_TRITON_INTERPRET=1" in CapabilityRequirement("cpu", triton_interpreter=True).describe()

@@ -1,26 +1,43 @@
-"""The CUDA extension rows (aot/scale, jit/scale): probes, lazy loading, input checks, the JIT cache.
+"""The CUDA extension rows (aot/ and jit/ scale and update_kv_buffer): probes, lazy loading, the one op
+list and its schemas, the JIT cache's key and trust, and the launchers on a GPU.
 
-Parity of both rows against torch/scale comes from test_parity.py over
-SCALE_CASES (the rows are skipped there with their explain() reason where
-they cannot run). This module covers what parity cannot:
+Parity of the rows against their torch references comes from test_parity.py
+(the rows are skipped there with their explain() reason where they cannot
+run). This module covers what parity cannot:
 
   - on a machine without the build, the aot probe says "not built" and
     dispatch moves past the row with that reason in explain();
   - the jit probe names what is missing (the opt-in variable, a CUDA device,
-    the toolkit) and never compiles;
+    the toolkit, a trusted cache directory) and never compiles;
   - importing the package, building the table and dispatching never load
     rapid_llm._C (a subprocess with an import blocker);
-  - on a GPU: bad input through the wrappers is an OpInputError, bad input
-    through torch.ops directly is the C++ side's TORCH_CHECK RuntimeError,
-    unaligned views take the scalar path and stay bitwise equal to torch,
-    and a second process reuses the JIT cache instead of recompiling.
+  - the extension is declared once: csrc/common_extension.cc defines exactly
+    aot.extension_ops(), every schema lists its `Tensor!` outputs first, each
+    launcher's C++ declaration and definition take the schema's arguments in
+    its order, the *_cuda.py wrappers call the ops in that order, and the
+    probes refuse a loaded library whose schema is not outputs-first (CPU,
+    by parsing the sources: no compiler needed);
+  - the JIT cache: its key is a hash of the sources' content, the flags and
+    the versions (not mtimes), a directory not owned by us or writable by
+    others is refused before anything is built into or loaded from it, and a
+    changed source never reuses the old library (CPU: pure functions and a
+    stubbed torch.utils.cpp_extension.load);
+  - on a GPU: bad input through the public path never reaches the unchecked
+    row targets, bad input through torch.ops directly is the C++ side's
+    TORCH_CHECK RuntimeError, unaligned views take the scalar path and stay
+    bitwise equal to torch, strided loc/kv/buffer are honoured, and a second
+    process reuses the JIT cache instead of recompiling.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import logging
 import os
+import re
+import stat
 import subprocess
 import sys
 import textwrap
@@ -32,10 +49,12 @@ import pytest
 import torch
 
 from rapid_llm.kernels import aot, jit
-from rapid_llm.kernels.dispatcher import GoldenRecord, NoEligibleKernel, OpTable, build_tables, dispatch
+from rapid_llm.kernels.dispatcher import (GoldenRecord, NoEligibleKernel, OpTable, build_tables, dispatch,
+                                          resolve_target)
 from rapid_llm.kernels.ops.checks import OpInputError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CSRC = Path(REPO_ROOT, "csrc")
 TABLE = build_tables()
 OP = "elementwise.scale"
 EXTENSION_BUILT = importlib.util.find_spec("rapid_llm._C") is not None
@@ -126,9 +145,9 @@ def test_jit_and_aot_build_the_same_sources():
     with open(os.path.join(REPO_ROOT, "setup.py")) as handle:
         setup_text = handle.read()
     assert 'SOURCE_SUFFIXES = (".cu", ".cc", ".cpp")' in setup_text and 'os.walk(CSRC)' in setup_text
-    assert jit.SOURCE_SUFFIXES == (".cu", ".cc", ".cpp") and jit.source_root() == Path(REPO_ROOT, "csrc")
+    assert jit.SOURCE_SUFFIXES == (".cu", ".cc", ".cpp") and jit.source_root() == CSRC
     names = {os.path.relpath(path, REPO_ROOT) for path in jit.sources()}
-    assert {"csrc/common_extension.cc", "csrc/elementwise/scale.cu"} <= names
+    assert {"csrc/common_extension.cc", "csrc/elementwise/scale.cu", "csrc/kvcache/update_kv_buffer.cu"} <= names
 
 
 # ---------------------------------------------------------------------------
@@ -152,14 +171,15 @@ NO_EXTENSION_SCRIPT = textwrap.dedent("""
     import rapid_llm.kernels.dispatcher as dispatcher
     import rapid_llm.kernels.aot
     import rapid_llm.kernels.jit
-    import rapid_llm.kernels.ops.elementwise.scale_aot
-    import rapid_llm.kernels.ops.elementwise.scale_jit
+    import rapid_llm.kernels.ops.elementwise.scale_cuda
+    import rapid_llm.kernels.ops.kvcache.update_kv_buffer_cuda
 
     table = dispatcher.build_tables()
     selection = dispatcher.dispatch("elementwise.scale", device="cuda:sm90", dtype="bf16",
                                     shape={"num_elements": 4096}, layout={"x:contiguous"},
                                     libs={"triton": "3.1.0"}, table=table, force="aot/scale")
     selection.explain()
+    rapid_llm.kernels.aot.extension_ops()
     import torch
     print(json.dumps({
         "extension_loaded": "rapid_llm._C" in sys.modules,
@@ -169,8 +189,9 @@ NO_EXTENSION_SCRIPT = textwrap.dedent("""
 
 
 def test_import_table_and_dispatch_never_load_the_extension():
-    """Catches rapid_llm._C imported at package top level, by a family's rows, by a wrapper module at
-    import, or by dispatch/explain (DESIGN §7); and a JIT build triggered by importing its wrapper."""
+    """Catches rapid_llm._C imported at package top level, by a family's rows, by a *_cuda.py module at
+    import, by extension_ops() or by dispatch/explain (DESIGN §7); and a JIT build triggered by importing
+    its wrapper."""
     environ = {key: value for key, value in os.environ.items() if not key.startswith("RAPID_LLM_")}
     environ["RAPID_LLM_JIT"] = "1"  # even opted in, importing must not build
     result = subprocess.run([sys.executable, "-c", NO_EXTENSION_SCRIPT], env=environ, cwd=REPO_ROOT,
@@ -181,13 +202,442 @@ def test_import_table_and_dispatch_never_load_the_extension():
 
 
 # ---------------------------------------------------------------------------
-# GPU: input checks on both sides, the unaligned path, the JIT cache
+# The extension declared once: one op list, outputs-first schemas, launchers in schema order
+# ---------------------------------------------------------------------------
+
+_DEF = re.compile(r'm\.def\(\s*"([^"]*)"\s*\)')
+_CUDA_IMPL = re.compile(r'm\.impl\(\s*"(\w+)"\s*,\s*c10::kCUDA\s*,\s*&rapid_llm::(\w+)\s*\)')
+
+
+def _registration_text() -> str:
+    return (CSRC / "common_extension.cc").read_text()
+
+
+def _schemas() -> dict[str, object]:
+    """{op name: torch FunctionSchema} of every m.def in csrc/common_extension.cc (one per name)."""
+    texts = _DEF.findall(_registration_text())
+    assert texts, "no m.def(\"...\") found in csrc/common_extension.cc"
+    schemas = [torch._C.parse_schema(text) for text in texts]
+    names = [schema.name for schema in schemas]
+    assert len(names) == len(set(names)), f"an op is defined twice: {names}"
+    return dict(zip(names, schemas))
+
+
+def test_common_extension_defines_exactly_the_extension_ops():
+    """Catches the op list declared twice and drifting: an aot/ or jit/ row whose op the C++ side never
+    registers (the probe would reject every build), or a registered op no row calls (dead code).
+    aot.extension_ops() (derived from the rows) is the one list; common_extension.cc must match it."""
+    assert set(_schemas()) == set(aot.extension_ops())
+    assert len(aot.extension_ops()) == len(set(aot.extension_ops()))
+
+
+def test_every_extension_op_has_a_cuda_kernel_bound_to_its_launcher():
+    """Catches an m.def without its CUDA m.impl (the probe reports 'without a CUDA kernel' on every
+    build) or an impl bound to another op's launcher."""
+    bound = dict(_CUDA_IMPL.findall(_registration_text()))
+    assert bound == {name: name for name in aot.extension_ops()}, bound
+
+
+def test_every_schema_lists_its_outputs_first():
+    """Catches a schema with an input before a `Tensor!` output (the old update_kv_buffer(Tensor kv,
+    Tensor loc, Tensor! buffer)): one argument order across schemas, outputs first, nothing returned."""
+    for name, schema in _schemas().items():
+        writes = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        assert writes, f"{schema}: no Tensor! output (these ops write in place and return nothing)"
+        assert [a.name for a in schema.arguments[:len(writes)]] == writes, f"{schema}: outputs not first"
+        assert aot.outputs_first(schema), schema
+        assert list(schema.returns) == [], f"{schema}: returns something (the caller owns the outputs)"
+    assert _schema_parameters(_schemas()["update_kv_buffer"]) == [("buffer", "Tensor!"), ("kv", "Tensor"),
+                                                                  ("loc", "Tensor")]
+
+
+# C++ parameter types of the launchers, by the schema type they must bind to.
+_CPP_TYPES = {
+    r"at::Tensor\s*&": "Tensor!",
+    r"const\s+at::Tensor\s*&": "Tensor",
+    r"double": "float",
+    r"int64_t": "int",
+    r"bool": "bool",
+}
+
+
+def _cpp_parameters(text: str) -> list[tuple[str, str]]:
+    """[(name, schema type)] of a C++ parameter list such as `at::Tensor& out, const at::Tensor& x, double f`."""
+    parameters = []
+    for parameter in (part.strip() for part in text.split(",") if part.strip()):
+        for pattern, schema_type in _CPP_TYPES.items():
+            match = re.fullmatch(pattern + r"\s*(\w+)", parameter)
+            if match:
+                parameters.append((match.group(1), schema_type))
+                break
+        else:
+            raise AssertionError(f"launcher parameter {parameter!r} has a type this test does not map to a schema")
+    return parameters
+
+
+def _schema_parameters(schema) -> list[tuple[str, str]]:
+    def kind(argument):
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        return f"{argument.type}!" if written else str(argument.type)
+
+    return [(argument.name, kind(argument)) for argument in schema.arguments]
+
+
+def test_launchers_take_the_schema_arguments_in_the_schema_order():
+    """Catches a launcher whose declaration (rapid_llm_ext.h) or definition (.cu) takes the arguments in
+    another order than its schema: torch infers every Tensor parameter as `Tensor`, so
+    `void update_kv_buffer(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& buffer)` under the
+    schema (Tensor! buffer, Tensor kv, Tensor loc) compiles, registers, and swaps the tensors."""
+    schemas = _schemas()
+    header = (CSRC / "include" / "rapid_llm_ext.h").read_text()
+    declared = {name: _cpp_parameters(params)
+                for name, params in re.findall(r"^void (\w+)\(([^)]*)\);", header, flags=re.MULTILINE)}
+    defined = {}
+    for path in CSRC.rglob("*.cu"):
+        for name, params in re.findall(r"^void (\w+)\(([^)]*)\)\s*\{", path.read_text(), flags=re.MULTILINE):
+            if name in schemas:
+                assert name not in defined, f"{name} defined twice ({path})"
+                defined[name] = _cpp_parameters(params)
+    for name, schema in schemas.items():
+        expected = _schema_parameters(schema)
+        assert declared.get(name) == expected, f"rapid_llm_ext.h declares {name}{declared.get(name)}, schema {schema}"
+        assert defined.get(name) == expected, f"the .cu defines {name}{defined.get(name)}, schema {schema}"
+
+
+def test_shared_launcher_helpers_are_defined_once_in_the_header():
+    """Catches a helper (dims_to_string, packed_rows, ...) copied back into a .cu: two definitions that can
+    drift (one fixed, the other still crashing or mis-judging a layout)."""
+    helpers = ("dims_to_string", "packed_rows", "is_vector_aligned", "is_served_float")
+    header = (CSRC / "include" / "rapid_llm_ext.h").read_text()
+    for helper in helpers:
+        assert re.search(rf"^inline \w[\w:<>]* {helper}\(", header, flags=re.MULTILINE), helper
+        for path in [*CSRC.rglob("*.cu"), *CSRC.rglob("*.cc"), *CSRC.rglob("*.cpp")]:
+            assert not re.search(rf"\b{helper}\([^;{{}}()]*\)\s*\{{", path.read_text()), (
+                f"{helper} defined again in {path}")
+
+
+class _RecordingOp:
+    def __init__(self, log, namespace, name):
+        self.log, self.namespace, self.name = log, namespace, name
+
+    def __call__(self, *args):
+        self.log.append((self.namespace, self.name, args))
+
+
+def _expected_calls(name):
+    """(wrapper arguments, check(recorded args, result)) of the *_cuda.py wrapper of op `name`, on CPU tensors."""
+    if name == "scale":
+        x = torch.randn(4, 8)
+
+        def check(args, result):
+            out, source, factor = args
+            assert source is x and factor == 0.5 and type(factor) is float
+            assert out is result and out is not x and out.shape == x.shape and out.dtype == x.dtype
+        return (x, 0.5), check
+    if name == "update_kv_buffer":
+        kv, loc, buffer = torch.randn(3, 4, 8), torch.arange(3), torch.zeros(10, 4, 8)
+
+        def check(args, result):
+            assert args[0] is buffer and args[1] is kv and args[2] is loc, "not (buffer, kv, loc)"
+            assert result is buffer
+        return (kv, loc, buffer), check
+    raise AssertionError(f"op {name!r}: add its expected call (outputs first) to this test")
+
+
+def test_cuda_wrappers_call_the_ops_in_schema_order(monkeypatch):
+    """Catches an aot/ or jit/ row target passing its tensors in the op's public order instead of the
+    schema's outputs-first order (the kernel would write kv), or the two builds' wrappers differing in
+    anything but the namespace. Every extension op's rows are covered (a new op fails until added)."""
+    log = []
+    monkeypatch.setattr(aot, "op", lambda name: _RecordingOp(log, "aot", name))
+    monkeypatch.setattr(jit, "op", lambda name: _RecordingOp(log, "jit", name))
+    rows = [row for row in TABLE.rows_by_name.values() if row.backend in aot.EXTENSION_BACKENDS]
+    assert {row.op.partition(".")[2] for row in rows} == set(aot.extension_ops())
+    for row in rows:
+        name = row.op.partition(".")[2]
+        module, _, attribute = row.target.partition(":")
+        target = getattr(importlib.import_module(module), attribute)
+        arguments, check = _expected_calls(name)
+        log.clear()
+        result = target(*arguments)
+        assert [(namespace, op) for namespace, op, _ in log] == [(row.backend, name)], (row.name, log)
+        check(log[0][2], result)
+
+
+_library_counter = itertools.count()
+
+
+def _fake_extension(schema_text):
+    """A torch library in a fresh namespace defining one op `op` with a CUDA kernel (no compiler needed)."""
+    namespace = f"rapid_llm_test_probe{os.getpid()}_{next(_library_counter)}"
+    library = torch.library.Library(namespace, "DEF")
+    library.define(schema_text)
+    library.impl("op", lambda *args: None, "CUDA")
+    return namespace, library
+
+
+def test_probe_refuses_a_stale_library_whose_schema_is_not_outputs_first():
+    """Catches a rapid_llm._C (or JIT library) built before the outputs-first order being accepted: the
+    wrappers would pass (buffer, kv, loc) to update_kv_buffer(Tensor kv, Tensor loc, Tensor! buffer)."""
+    stale_namespace, stale = _fake_extension("op(Tensor kv, Tensor loc, Tensor(a!) buffer) -> ()")
+    ok, reason = aot.registered_ops(stale_namespace, ["op"], built_by="the test library")
+    assert not ok and "outputs are not first" in reason and "rebuild" in reason, reason
+    fresh_namespace, fresh = _fake_extension("op(Tensor(a!) buffer, Tensor kv, Tensor loc) -> ()")
+    assert aot.registered_ops(fresh_namespace, ["op"], built_by="the test library") == (True, "")
+    del stale, fresh
+
+
+# ---------------------------------------------------------------------------
+# JIT cache: the key (content, flags, versions; not mtimes)
+# ---------------------------------------------------------------------------
+
+ENVIRONMENT = {"rapid_llm": "0.1.0", "torch": "2.11.0+cu130", "cuda": "13.0", "cuda_toolkit": "13.0.88 at /cuda",
+               "archs": "9.0", "python": "py312", "python_abi": "cpython-312"}
+FLAGS = {"cxx": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit"),
+         "nvcc": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit")}
+
+
+def _source_tree(root: Path) -> Path:
+    files = {"common_extension.cc": "// registration\n", "include/rapid_llm_ext.h": "#pragma once\n",
+             "elementwise/scale.cu": "// scale\n", "README.md": "docs\n"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_jit_cache_key_changes_with_any_source_or_header_byte(tmp_path):
+    """Catches a cache keyed on versions only (or on mtimes): a changed kernel, header or new file would
+    load the library of the old sources. Also: the key is a path component (no separators)."""
+    root = _source_tree(tmp_path / "csrc")
+    key = jit.build_key(root, FLAGS, ENVIRONMENT)
+    assert re.fullmatch(r"[A-Za-z0-9._+-]+-[0-9a-f]{16}", key), key
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) == key
+    for name in ("elementwise/scale.cu", "include/rapid_llm_ext.h", "common_extension.cc"):
+        path = root / name
+        original = path.read_bytes()
+        path.write_bytes(original.replace(b"#", b"!") if b"#" in original else original + b" ")
+        assert jit.build_key(root, FLAGS, ENVIRONMENT) != key, f"a change of {name} kept the key"
+        path.write_bytes(original)
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) == key
+    (root / "kvcache").mkdir()
+    (root / "kvcache" / "update_kv_buffer.cu").write_text("// new op\n")
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) != key, "a new source kept the key"
+    (root / "kvcache" / "update_kv_buffer.cu").unlink()
+    (root / "elementwise" / "scale.cu").rename(root / "elementwise" / "scale2.cu")
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) != key, "a renamed source kept the key"
+
+
+def test_jit_cache_key_ignores_modification_times_and_documentation(tmp_path):
+    """Catches a key (or reuse decision) that reads mtimes: a checkout with older mtimes but other content
+    loaded the stale library; the same content with new mtimes need not rebuild. README edits neither."""
+    root = _source_tree(tmp_path / "csrc")
+    key = jit.build_key(root, FLAGS, ENVIRONMENT)
+    for path in root.rglob("*"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) == key
+    (root / "README.md").write_text("other docs\n")
+    assert jit.build_key(root, FLAGS, ENVIRONMENT) == key
+
+
+def test_jit_cache_key_changes_with_flags_and_every_version(tmp_path):
+    """Catches a library reused across a rapid_llm upgrade, another torch/CUDA/toolkit/Python, other archs
+    or other compile flags (e.g. another op namespace): each must select another directory."""
+    root = _source_tree(tmp_path / "csrc")
+    key = jit.build_key(root, FLAGS, ENVIRONMENT)
+    for name in ENVIRONMENT:
+        changed = dict(ENVIRONMENT, **{name: ENVIRONMENT[name] + "1"})
+        assert jit.build_key(root, FLAGS, changed) != key, f"a change of {name} kept the key"
+    for compiler in FLAGS:
+        changed = dict(FLAGS, **{compiler: (*FLAGS[compiler], "-DNDEBUG")})
+        assert jit.build_key(root, changed, ENVIRONMENT) != key, f"a change of the {compiler} flags kept the key"
+    assert jit.build_key(root, dict(FLAGS, cxx=("-O3 -DX",)), ENVIRONMENT) != jit.build_key(
+        root, dict(FLAGS, cxx=("-O3", "-DX")), ENVIRONMENT), "flag boundaries are not part of the key"
+
+
+def test_jit_cache_key_covers_every_compiled_file_and_the_real_environment(monkeypatch):
+    """Catches key_files() missing a source or the header of the real csrc/ (a change there would reuse a
+    stale library), and build_environment() missing a field the key is documented to cover."""
+    import rapid_llm
+
+    files = {path.relative_to(CSRC).as_posix() for path in jit.key_files(CSRC)}
+    assert {os.path.relpath(path, CSRC) for path in jit.sources()} <= files
+    assert "include/rapid_llm_ext.h" in files and "README.md" not in files
+    flags = jit.compile_flags()
+    assert all(f"-DRAPID_LLM_OP_NAMESPACE={jit.NAMESPACE}" in flags[compiler] for compiler in ("cxx", "nvcc"))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")  # no device query
+    environment = jit.build_environment()
+    assert set(environment) == set(ENVIRONMENT)
+    assert environment["rapid_llm"] == rapid_llm.__version__ and environment["torch"] == torch.__version__
+    assert environment["archs"] == "8.0;9.0+PTX" and environment["cuda"] == str(torch.version.cuda)
+    assert re.fullmatch(r"[A-Za-z0-9._+-]+-[0-9a-f]{16}", jit.build_key(CSRC, flags, environment))
+
+
+# ---------------------------------------------------------------------------
+# JIT cache: trust (owned by us, writable by no one else) before building into or loading from it
+# ---------------------------------------------------------------------------
+
+
+def _directory(path: Path, mode: int) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+    return path
+
+
+def test_jit_cache_trust_accepts_a_private_directory_and_missing_ones(tmp_path):
+    """Catches a trust check that refuses the normal case: a 0o700 (or 0o755) base owned by us, with or
+    without the key directory below it yet."""
+    base = _directory(tmp_path / "cache", 0o700)
+    assert jit.cache_trust_problem(base / "key", base) is None
+    _directory(base / "key", 0o700)
+    assert jit.cache_trust_problem(base / "key", base) is None
+    os.chmod(base, 0o755)
+    assert jit.cache_trust_problem(base / "key", base) is None
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777])
+def test_jit_cache_trust_refuses_a_group_or_other_writable_directory(tmp_path, mode):
+    """Catches a shared, writable cache (RAPID_LLM_JIT_CACHE=/tmp/... made by someone with umask 0) being
+    trusted: another user could plant rapid_llm_jit_ext.so there and this process would load it."""
+    base = _directory(tmp_path / "cache", mode)
+    problem = jit.cache_trust_problem(base / "key", base)
+    assert problem is not None and "group/other-writable" in problem and str(base) in problem, problem
+    assert "\n" not in problem
+    os.chmod(base, 0o700)
+    _directory(base / "key", mode)
+    problem = jit.cache_trust_problem(base / "key", base)
+    assert problem is not None and str(base / "key") in problem, "the key directory's mode was not checked"
+    os.chmod(base / "key", 0o700)
+
+
+def test_jit_cache_trust_refuses_a_directory_owned_by_another_user(tmp_path, monkeypatch):
+    """Catches a check on the mode only: a 0o755 directory another user owns is theirs to fill."""
+    base = _directory(tmp_path / "cache", 0o700)
+    other = os.geteuid() + 1
+    problem = jit.cache_trust_problem(base, base, uid=other)
+    assert problem is not None and f"owned by uid {os.geteuid()}" in problem and f"uid {other}" in problem
+    monkeypatch.setattr(os, "geteuid", lambda: other)  # as if this process ran as another user
+    assert jit.cache_trust_problem(base / "key", base) is not None
+
+
+def test_jit_cache_trust_refuses_a_file_in_place_of_a_directory(tmp_path):
+    """Catches a walk that only stat()s the leaf: a regular file as the key directory, or above it."""
+    base = _directory(tmp_path / "cache", 0o700)
+    (base / "key").write_text("")
+    assert "not a directory" in jit.cache_trust_problem(base / "key", base)
+    assert jit.cache_trust_problem(base / "key" / "below", base) is not None
+
+
+def test_prepare_cache_directory_creates_private_directories_and_refuses_untrusted_ones(tmp_path):
+    """Catches cache directories created with the umask's mode (0o775 under umask 002: group-writable) and a
+    build going ahead in an untrusted directory instead of a one-line RuntimeError."""
+    base = tmp_path / "a" / "b" / "cache"
+    directory = jit.prepare_cache_directory(base / "key", base)
+    for path in (tmp_path / "a", tmp_path / "a" / "b", base, directory):
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0, f"{path} is {oct(os.stat(path).st_mode)}"
+    os.chmod(base, 0o777)
+    with pytest.raises(RuntimeError) as info:
+        jit.prepare_cache_directory(base / "other", base)
+    assert "group/other-writable" in str(info.value) and "\n" not in str(info.value)
+    assert not (base / "other").exists(), "created a directory inside an untrusted base"
+    os.chmod(base, 0o700)
+
+
+def _fake_toolkit(tmp_path, monkeypatch):
+    """Everything jit.available() checks before the cache, faked: opted in, a device, nvcc, headers, ninja."""
+    from torch.utils import cpp_extension
+
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    (home / "bin" / "nvcc").write_text("")
+    (home / "include" / "cuda_runtime.h").write_text("")
+    monkeypatch.setenv("RAPID_LLM_JIT", "1")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # the key needs no device query
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: True)
+
+
+def test_jit_probe_refuses_an_untrusted_cache_and_explain_shows_why(tmp_path, monkeypatch):
+    """Catches an untrusted cache surfacing only as a crash at the first kernel call: the probe (which
+    compiles and creates nothing) must reject it, so the jit/ row's load fails with that reason in
+    explain() (a forced row: NoEligibleKernel naming it)."""
+    _fake_toolkit(tmp_path, monkeypatch)
+    shared = _directory(tmp_path / "shared", 0o777)
+    monkeypatch.setenv("RAPID_LLM_JIT_CACHE", str(shared))
+    ok, reason = jit.available()
+    assert not ok and "group/other-writable" in reason and "\n" not in reason, reason
+    resolve_target.cache_clear()
+    try:
+        selection = dispatch(OP, device="cuda:sm90", dtype="bf16", shape={"num_elements": 4096},
+                             layout={"x:contiguous"}, table=TABLE, force="jit/scale")
+        with pytest.raises(NoEligibleKernel) as info:
+            selection.load()
+        assert "group/other-writable" in str(info.value), str(info.value)
+    finally:
+        resolve_target.cache_clear()
+    private = tmp_path / "private"
+    monkeypatch.setenv("RAPID_LLM_JIT_CACHE", str(private))
+    assert jit.available() == (True, "")
+    assert not private.exists(), "the probe created the cache directory"
+
+
+def test_jit_build_reuses_only_a_library_of_the_same_content(tmp_path, monkeypatch, caplog):
+    """Catches the stale-library bug: reuse decided by mtimes (a tree with older mtimes but other content
+    loaded the old .so). With torch's build stubbed: a changed source byte builds into another directory
+    even with old mtimes, the same content reuses its own, and an untrusted cache is refused before
+    torch.utils.cpp_extension.load is called."""
+    from torch.utils import cpp_extension
+
+    root = _source_tree(tmp_path / "csrc")
+    builds = []
+
+    def fake_load(*, name, build_directory, **_):
+        library = Path(build_directory) / f"{name}.so"
+        builds.append((build_directory, library.exists()))
+        library.write_bytes(b"built")
+
+    monkeypatch.setattr(jit, "source_root", lambda: root)
+    monkeypatch.setattr(jit, "available", lambda: (True, ""))
+    monkeypatch.setattr(jit, "registered_ops", lambda *args, **kwargs: (True, ""))
+    monkeypatch.setattr(jit, "build_environment", lambda: dict(ENVIRONMENT))
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    monkeypatch.setenv("RAPID_LLM_JIT_CACHE", str(tmp_path / "cache"))
+
+    def load():
+        jit._load_library_once.cache_clear()
+        try:
+            with caplog.at_level(logging.INFO, logger=jit.logger.name):
+                caplog.clear()
+                return jit.load_library(), caplog.text
+        finally:
+            jit._load_library_once.cache_clear()
+
+    first, log = load()
+    assert "compiling the CUDA extension" in log and stat.S_IMODE(os.stat(first.parent).st_mode) == 0o700
+    again, log = load()
+    assert again == first and "loading the CUDA extension from the JIT cache" in log
+    source = root / "elementwise" / "scale.cu"
+    source.write_text("// scale, changed\n")
+    os.utime(source, (1_000_000_000, 1_000_000_000))  # older than the library
+    changed, log = load()
+    assert changed.parent != first.parent and "compiling the CUDA extension" in log, "reused the stale library"
+    assert builds[-1] == (str(changed.parent), False)
+    os.chmod(tmp_path / "cache", 0o777)
+    count = len(builds)
+    with pytest.raises(RuntimeError) as info:
+        load()
+    assert "group/other-writable" in str(info.value) and len(builds) == count, "built in an untrusted cache"
+    os.chmod(tmp_path / "cache", 0o700)
+
+
+# ---------------------------------------------------------------------------
+# GPU: checks before the rows, TORCH_CHECKs, the unaligned path, the JIT cache
 # ---------------------------------------------------------------------------
 
 
 def _wrapper_or_skip(row_name):
-    from rapid_llm.kernels.dispatcher import resolve_target
-
     row = TABLE.rows_by_name[row_name]
     fn, reason = resolve_target(row.target, row.available)
     if fn is None:
@@ -195,11 +645,9 @@ def _wrapper_or_skip(row_name):
     return fn
 
 
-def _torch_op_or_skip(row_name):
+def _torch_op_or_skip(row_name, op_name):
     _wrapper_or_skip(row_name)
-    if row_name == "aot/scale":
-        return torch.ops.rapid_llm.scale
-    return jit.op("scale")
+    return aot.op(op_name) if row_name.startswith("aot/") else jit.op(op_name)
 
 
 EXTENSION_ROWS = ["aot/scale", "jit/scale"]
@@ -214,7 +662,7 @@ def _assert_direct_calls_raise(row_name, op_name, cases_source):
         import torch
         from rapid_llm.kernels import aot, jit
         assert (aot.available() if {aot!r} else jit.available())[0]
-        operator = torch.ops.rapid_llm.{op} if {aot!r} else jit.op({op!r})
+        operator = aot.op({op!r}) if {aot!r} else jit.op({op!r})
     """).format(aot=row_name.startswith("aot/"), op=op_name) + textwrap.dedent(cases_source) + textwrap.dedent("""
         for index, (args, words) in enumerate(cases):
             print("case", index, flush=True)
@@ -233,24 +681,39 @@ def _assert_direct_calls_raise(row_name, op_name, cases_source):
         f"{row_name}: direct torch.ops calls with bad input (exit status {result.returncode}):\n{output}")
 
 
+def _forced_planner(op, row_name):
+    from rapid_llm.kernels.dispatcher import Planner, probe_environment
+
+    return Planner(attrs.evolve(probe_environment(), force={op: row_name}))
+
+
 @needs_cuda
 @pytest.mark.parametrize("row_name", EXTENSION_ROWS)
 class TestExtensionOnGpu:
-    def test_wrapper_rejects_bad_input_with_op_input_error(self, row_name):
-        """Catches a wrapper that passes CPU, strided or integer tensors on to the kernel."""
-        fn = _wrapper_or_skip(row_name)
-        for bad, words in ((torch.ones(8), "CUDA tensor"),
-                           (torch.ones(8, 6, device="cuda").t(), "contiguous"),
-                           (torch.ones(8, dtype=torch.int32, device="cuda"), "float32")):
-            with pytest.raises(OpInputError) as info:
-                fn(bad, 2.0)
-            assert info.value.argument == "x" and words in str(info.value), str(info.value)
+    def test_bad_input_never_reaches_the_unchecked_row(self, row_name, monkeypatch):
+        """Catches bad input reaching an unchecked row target: through the public path with the row
+        forced, a CPU, strided or integer x is the op check's OpInputError or the row is not eligible
+        (its layout/device condition), never a call of the extension op."""
+        _wrapper_or_skip(row_name)
+        planner = _forced_planner(OP, row_name)
+        good = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+        assert torch.equal(planner.call(OP, (good, 2.0)), torch.mul(good, 2.0))
+
+        def reached(name):
+            raise AssertionError(f"the extension op {name} was called with bad input")
+
+        monkeypatch.setattr(aot, "op", reached)
+        monkeypatch.setattr(jit, "op", reached)
+        for bad in (torch.ones(8), torch.ones(8, 6, device="cuda").t(),
+                    torch.ones(8, dtype=torch.int32, device="cuda"), "not a tensor"):
+            with pytest.raises((OpInputError, NoEligibleKernel)):
+                planner.call(OP, (bad, 2.0))
 
     def test_direct_op_calls_fail_the_torch_checks(self, row_name):
         """Catches a launcher without TORCH_CHECK validation: torch.ops callers get a clear RuntimeError
         instead of an illegal memory access (CPU memory, wrong shape, dtype, layout, aliasing), and a
         launcher whose error path crashes the process (run in a child process: a crash fails this test)."""
-        _torch_op_or_skip(row_name)
+        _torch_op_or_skip(row_name, "scale")
         _assert_direct_calls_raise(row_name, "scale", """
             x = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
             cases = [
@@ -271,7 +734,7 @@ class TestExtensionOnGpu:
     def test_unaligned_views_match_torch_bitwise(self, row_name, dtype):
         """Catches the 16-byte vector path taken on pointers that are not 16-byte aligned (a view at an
         odd storage offset: a misaligned-address fault or shifted elements) and a tail dropped."""
-        operator = _torch_op_or_skip(row_name)
+        operator = _torch_op_or_skip(row_name, "scale")
         base = torch.randn(4099, device="cuda", dtype=torch.float32).to(dtype)
         source = base[1:]  # contiguous, 2 or 4 bytes past a 16-byte boundary
         out_base = torch.full((4101,), float("nan"), device="cuda", dtype=dtype)
@@ -286,7 +749,7 @@ class TestExtensionOnGpu:
 def test_second_process_reuses_the_jit_cache():
     """Catches a JIT build that recompiles in every process (a minute per engine start): after this
     process built it, a fresh process must load from the cache, log that, and be quick."""
-    _torch_op_or_skip("jit/scale")  # builds here if needed (or skips with the probe's reason)
+    _torch_op_or_skip("jit/scale", "scale")  # builds here if needed (or skips with the probe's reason)
     script = textwrap.dedent("""
         import logging, time
         logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -314,29 +777,27 @@ def test_second_process_reuses_the_jit_cache():
 KV_ROWS = ["aot/update_kv_buffer", "jit/update_kv_buffer"]
 
 
-def _kv_op_or_skip(row_name):
-    _wrapper_or_skip(row_name)
-    return torch.ops.rapid_llm.update_kv_buffer if row_name.startswith("aot/") else jit.op("update_kv_buffer")
-
-
 @needs_cuda
 @pytest.mark.parametrize("row_name", KV_ROWS)
 class TestKvWriteExtensionOnGpu:
     def test_direct_op_calls_fail_the_torch_checks(self, row_name):
-        """Catches a launcher that scatters with unchecked shapes, dtypes or layouts (a wild write), and one
-        whose error path crashes the process (run in a child process: a crash fails this test)."""
-        _kv_op_or_skip(row_name)
+        """Catches a launcher that scatters with unchecked shapes, dtypes or layouts (a wild write), a
+        call in the old (kv, loc, buffer) order accepted, a buffer whose rows alias (stride 0) written,
+        and a launcher whose error path crashes the process (a child process: a crash fails this test)."""
+        _torch_op_or_skip(row_name, "update_kv_buffer")
         _assert_direct_calls_raise(row_name, "update_kv_buffer", """
             kv = torch.randn(4, 8, 64, device="cuda", dtype=torch.bfloat16)
             loc = torch.arange(4, device="cuda", dtype=torch.int32)
             buffer = torch.zeros(16, 8, 64, device="cuda", dtype=torch.bfloat16)
             cases = [
-                ((kv.cpu(), loc.cpu(), buffer.cpu()), "must be a CUDA tensor"),
-                ((kv, loc, buffer.half()), "must equal kv dtype"),
-                ((kv, loc, buffer[:, :4]), "buffer must be [rows, 8, 64]"),
-                ((kv, loc.float(), buffer), "int32 or int64"),
-                ((kv, loc[:3], buffer), "loc must be [4]"),
-                ((kv.transpose(1, 2).contiguous().transpose(1, 2), loc, buffer), "heads of kv must be contiguous"),
+                ((buffer.cpu(), kv.cpu(), loc.cpu()), "must be a CUDA tensor"),
+                ((buffer.half(), kv, loc), "must equal kv dtype"),
+                ((buffer[:, :4], kv, loc), "buffer must be [rows, 8, 64]"),
+                ((buffer, kv, loc.float()), "int32 or int64"),
+                ((buffer, kv, loc[:3]), "loc must be [4]"),
+                ((buffer, kv.transpose(1, 2).contiguous().transpose(1, 2), loc), "heads of kv must be contiguous"),
+                ((kv, loc, buffer), "kv dtype must be float32, float16 or bfloat16"),
+                ((buffer[:1].expand(16, 8, 64), kv, loc), "single memory location"),
             ]
         """)
 
@@ -352,3 +813,27 @@ class TestKvWriteExtensionOnGpu:
         assert torch.equal(buffer[4], kv[0]) and torch.equal(buffer[1], kv[2])
         untouched = [i for i in range(10) if i not in (1, 4)]
         assert torch.equal(buffer[untouched], before[untouched]), "a row not named in loc was written"
+
+    @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_strided_loc_kv_and_buffer_rows(self, row_name, index_dtype, dtype):
+        """Catches the kernel reading loc[t] as if contiguous (a column of a [T, 2] tensor wrote the rows
+        named by the interleaved values) and kv/buffer row strides ignored (padded rows), on both the
+        vector path (128-element rows) and the scalar one (7-element rows)."""
+        fn = _wrapper_or_skip(row_name)
+        for head_dim, pad in ((128, 8), (7, 3)):
+            width = 4 * head_dim
+            kv = torch.randn(5, width + pad, device="cuda", dtype=torch.float32).to(dtype)[:, :width]
+            kv = kv.view(5, 4, head_dim)  # row stride width + pad
+            storage = torch.randn(12, width + pad, device="cuda", dtype=torch.float32).to(dtype)
+            buffer = storage[:, :width].view(12, 4, head_dim)
+            pairs = torch.tensor([[9, 0], [2, 0], [11, 0], [5, 0], [0, 0]], device="cuda", dtype=index_dtype)
+            loc = pairs[:, 0]  # stride 2; the interleaved zeros would name row 0 for every other token
+            assert loc.stride(0) == 2 and kv.stride(0) == width + pad and buffer.stride(0) == width + pad
+            expected = buffer.clone()
+            expected[loc.long()] = kv
+            before_padding = storage[:, width:].clone()
+            fn(kv, loc, buffer)
+            torch.cuda.synchronize()
+            assert torch.equal(buffer, expected), f"head_dim {head_dim}: rows written other than loc's"
+            assert torch.equal(storage[:, width:], before_padding), "wrote into a row's padding"

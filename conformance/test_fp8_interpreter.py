@@ -50,13 +50,13 @@ def _assert_close_under_interpreter(q, q_reference):
 @pytest.mark.parametrize("tokens, hidden, group_size, column_major", [
     (5, 256, 128, False), (7, 384, 128, True), (9, 512, 64, True), (3, 1000, None, False), (2, 20000, None, False)])
 def test_fp8_quantization_kernels_index_like_the_reference(tokens, hidden, group_size, column_major):
-    from rapid_llm.kernels.ops.quantization import per_token_fp8, per_token_group_fp8, reference
+    from rapid_llm.kernels.ops.quantization import fp8_quant, reference
 
     x = torch.randn(tokens, hidden + 3, generator=torch.Generator().manual_seed(tokens))[:, :hidden] * 3
     if group_size is None:
-        (q, scale), (q_ref, scale_ref) = per_token_fp8.per_token_fp8(x), reference.per_token_fp8(x)
+        (q, scale), (q_ref, scale_ref) = fp8_quant.per_token_fp8(x), reference.per_token_fp8(x)
     else:
-        q, scale = per_token_group_fp8.per_token_group_fp8(x, group_size, column_major)
+        q, scale = fp8_quant.per_token_group_fp8(x, group_size, column_major)
         q_ref, scale_ref = reference.per_token_group_fp8(x, group_size, column_major)
     assert scale.stride() == scale_ref.stride() and torch.equal(scale, scale_ref)
     _assert_close_under_interpreter(q, q_ref)

@@ -1,8 +1,10 @@
 """Parity of every row of every op against its reference, over the op's cases.
 
-Generated from the table: one test per (row, case, dtype). A row that
-cannot serve a case here is skipped with its explain() reason, so the
-report doubles as the support matrix. Non-reference rows are compared with
+Generated from the table: one test per (row, case, dtype). Each row runs
+through a PlannedOp forcing it (the op's check, then the row's kernel), as
+an engine would call it. A row that cannot serve a case here is skipped
+with its explain() reason on one line, so the report doubles as the support
+matrix. Non-reference rows are compared with
 the reference row's output; the reference row is compared with a float64
 oracle. Before each call the allocator is poisoned (a NaN-filled block as
 large as the largest input is freed, so an output allocation of that size
@@ -26,10 +28,13 @@ import torch
 
 from conformance.cases import CASES, ORACLES, TORCH_DTYPES
 from conformance.parity_log import PARITY_MEASUREMENTS
+from conformance.rows_here import TABLE, planner_forcing, skip_reason
 from conformance.tolerances import tolerance
-from rapid_llm.kernels.dispatcher import NoEligibleKernel, build_tables, dispatch, resolve_target
+from rapid_llm.kernels.dispatcher import NoEligibleKernel
 
-TABLE = build_tables()
+#: Why CPU-interpreter parity is no evidence for bf16 (the skip reason, and the parity report's note).
+INTERPRETER_BF16 = ("Triton's CPU interpreter truncates fp32 -> bf16 (toward zero) where the GPU rounds to "
+                    "nearest even: bf16 parity of native rows is verified on the H200 only")
 
 
 def _parameters():
@@ -65,8 +70,7 @@ def test_row_matches_reference(op, row, case, dtype, env):
     if case.gpu_only and device.kind != "cuda":
         pytest.skip(f"{case.id}: needs a CUDA device (more than 2**31 elements)")
     if device.kind == "cpu" and not row.is_reference and dtype == "bf16":
-        pytest.skip("Triton's CPU interpreter rounds bf16 differently from the GPU (numpy has no bf16); "
-                    "bf16 parity of this row is verified on the H200 (perf/results/h200/)")
+        pytest.skip(INTERPRETER_BF16)
     torch_device = "cuda" if device.kind == "cuda" else "cpu"
     seed = zlib.crc32(f"{op}/{case.id}/{dtype}".encode())
 
@@ -76,13 +80,9 @@ def test_row_matches_reference(op, row, case, dtype, env):
 
     args, shape, layout = fresh_inputs()
     try:
-        dispatch(op, device=device, dtype=dtype, shape=shape, layout=layout, libs=env.libs, table=TABLE,
-                 force=row.name)
+        fn = planner_forcing(op, row.name, env).plan(op, dtype=dtype, shape=shape, layout=layout)
     except NoEligibleKernel as error:
-        pytest.skip(f"{row.name} not eligible here:\n{error.explanation.render_text()}")
-    fn, reason = resolve_target(row.target, row.available)
-    if fn is None:
-        pytest.skip(f"{row.name} does not load here: {reason}")
+        pytest.skip(skip_reason(row.name, error))
 
     _poison_allocator(args, torch_device)
     outs = fn(*args)
@@ -91,7 +91,9 @@ def test_row_matches_reference(op, row, case, dtype, env):
         expected = ORACLES[op](*baseline_args)
         baseline = "float64 oracle"
     else:
-        expected = resolve_target(TABLE.reference(op).target, None)[0](*baseline_args)
+        reference = TABLE.reference(op)
+        expected = planner_forcing(op, reference.name, env).plan(op, dtype=dtype, shape=shape, layout=layout)(
+            *baseline_args)
         baseline = TABLE.reference(op).name
     # In-place ops return the tensors they wrote, which must be the caller's own objects.
     outs, expected = (outs, expected) if isinstance(outs, tuple) else ((outs,), (expected,))

@@ -265,3 +265,20 @@ def test_plan_raises_when_no_row_loads():
         plan(planner)
     assert fake.PROBE_EXPLOSION in str(error.value) and fake.MISSING_MODULE in str(error.value)
     assert planner.cached_plans == 0, "a failed plan must not be cached"
+
+
+def test_a_plan_miss_says_the_bucket_was_judged_at_its_upper_bound():
+    """Catches 'forced row ... num_tokens:16' for a 2-token call without saying why 16: a plan judges a
+    bucketed dim at its bucket's top, and the error must say so."""
+    row = fake.spec("native/small", priority=10, shape=(ShapeConstraint("num_tokens", max=1),))
+    planner = Planner(Environment(device=Device("cpu"), force={OP: "native/small"}), table(row))
+    with pytest.raises(NoEligibleKernel) as error:
+        plan(planner, num_tokens=2, hidden=128)
+    message = str(error.value).splitlines()[0]
+    assert "num_tokens=2 is in bucket 2-16, judged as 16" in message, message
+
+
+def test_planned_op_without_a_contract_check_calls_its_target_untouched():
+    """Catches a PlannedOp inventing a check where the contract declares none (test tables)."""
+    planned = plan(Planner(CPU, simple_table()))
+    assert planned("a", "b", 1e-6)[0] == "fast"

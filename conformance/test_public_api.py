@@ -33,7 +33,7 @@ def test_dispatch_stays_the_function_after_its_submodule_is_imported():
 
     import rapid_llm.kernels.dispatcher as dispatcher
 
-    module = importlib.import_module("rapid_llm.kernels.dispatcher.dispatch")
+    module = importlib.import_module("rapid_llm.kernels.dispatcher.select")
     assert callable(dispatcher.dispatch) and dispatcher.dispatch is module.dispatch
     from rapid_llm.kernels.dispatcher import dispatch as imported
 
@@ -51,7 +51,8 @@ def test_public_rms_norm_uses_the_planner_cache_and_the_dispatched_row():
     for _ in range(3):
         kernels.rms_norm(x, w, 1e-6)
     assert planner.cached_plans == before, "repeated calls of one shape must reuse the plan"
-    planned = planner.for_tensor("norm.rms_norm", x, frozenset({"x:rows"}), num_tokens=5, hidden=96)
+    planned = planner.plan("norm.rms_norm", dtype="fp32", shape={"num_tokens": 5, "hidden": 96}, layout={"x:rows"},
+                           device=env.device)
     selection = dispatch("norm.rms_norm", device=planned.selection.explanation.query.device, dtype="fp32",
                          shape={"num_tokens": 16, "hidden": 96}, layout={"x:rows"}, libs=env.libs,
                          force=env.forced_row("norm.rms_norm"), deny=env.deny)

@@ -21,7 +21,7 @@ from rapid_llm.kernels.dispatcher import (
     build_tables,
     probe_environment,
 )
-from rapid_llm.kernels.ops.interfaces import CONTRACTS
+from rapid_llm.kernels.dispatcher.table import family_contracts
 
 try:
     from conformance import _fake_targets as fake
@@ -29,6 +29,7 @@ except ImportError:  # conformance/ is on sys.path but not importable as a packa
     import _fake_targets as fake
 
 TABLE = build_tables()
+CONTRACTS = TABLE.contracts
 ROWS = sorted(TABLE.rows_by_name.values(), key=lambda row: row.name)
 ROW_IDS = [row.name for row in ROWS]
 
@@ -71,9 +72,30 @@ def test_every_family_is_in_the_table():
 
 
 def test_every_contract_of_a_listed_family_has_rows():
-    """Catches an op declared in interfaces.py for a family in FAMILIES but served by no row."""
-    expected = {op for op in CONTRACTS if op.partition(".")[0] in FAMILIES}
+    """Catches an op declared in a family's CONTRACTS but served by no row."""
+    expected = set(family_contracts())
     assert expected <= set(TABLE.ops), sorted(expected - set(TABLE.ops))
+
+
+@pytest.mark.parametrize("op", sorted(TABLE.ops))
+def test_contract_check_imports_with_the_contract_parameters(op):
+    """Catches a contract whose argument check is missing, mistyped, or takes other parameters than the op
+    (a PlannedOp called directly would fail on the check instead of checking)."""
+    contract = CONTRACTS[op]
+    check = _import(contract.check)
+    assert list(inspect.signature(check).parameters) == list(contract.parameters)
+
+
+@pytest.mark.parametrize("op", sorted(TABLE.ops))
+def test_every_op_has_a_public_function_named_like_it(op):
+    """Catches an op served by the table but missing from the public API (or exported under another name,
+    or with parameters in another order than its contract)."""
+    import rapid_llm.kernels as kernels
+
+    contract = CONTRACTS[op]
+    function = getattr(kernels, contract.name)
+    assert list(inspect.signature(function).parameters) == list(contract.parameters)
+    assert contract.name in kernels.__all__
 
 
 def test_row_names_are_unique():
@@ -196,8 +218,8 @@ def test_bad_table_is_rejected_at_build_naming_the_row(rows, named):
 
 def test_unknown_layout_tag_is_rejected_even_if_the_contract_declares_it():
     """Catches a misspelled tag that a (test or new) contract also misspells: the row would match only
-    call sites that make the same typo. Tags must come from interfaces.LAYOUT_TAGS."""
-    from rapid_llm.kernels.ops.interfaces import OpContract
+    call sites that make the same typo. Tags must come from dispatcher.contract.LAYOUT_TAGS."""
+    from rapid_llm.kernels.dispatcher.contract import OpContract
 
     contract = fake.CONTRACTS[fake.OP]
     misspelled = OpContract(op=contract.op, parameters=contract.parameters, dtypes=contract.dtypes,

@@ -1,9 +1,15 @@
 // Registration of every op of the rapid_llm CUDA extension.
 //
 // One library fragment: the schema is defined here (device independent) and
-// the CUDA kernel is attached to it. RAPID_LLM_OP_NAMESPACE is rapid_llm for
-// the AOT build (rapid_llm._C) and rapid_llm_jit for the JIT build; see
-// rapid_llm_ext.h for why they differ.
+// the CUDA kernel is attached to it. The ops defined here are exactly
+// rapid_llm.kernels.aot.extension_ops() (the op part of every aot/ and jit/
+// row's op id). Every schema lists its `Tensor!` outputs first and returns
+// (); its launcher, declared in rapid_llm_ext.h, takes the same arguments in
+// the same order. conformance/test_extension.py parses this file to check
+// all of that.
+//
+// RAPID_LLM_OP_NAMESPACE is rapid_llm for the AOT build (rapid_llm._C) and
+// rapid_llm_jit for the JIT build; see rapid_llm_ext.h for why they differ.
 #include <Python.h>
 // c10::kCUDA / c10::kCPU rather than torch::kCUDA: the torch:: aliases come
 // only with <torch/all.h>, which would add seconds of compile time for nothing.
@@ -21,7 +27,7 @@ TORCH_LIBRARY_FRAGMENT(RAPID_LLM_OP_NAMESPACE, m) {
   // instead of the dispatcher's NotImplementedError about a missing backend.
   m.impl("scale", c10::kCPU, &rapid_llm::scale);
 
-  m.def("update_kv_buffer(Tensor kv, Tensor loc, Tensor! buffer) -> ()");
+  m.def("update_kv_buffer(Tensor! buffer, Tensor kv, Tensor loc) -> ()");
   m.impl("update_kv_buffer", c10::kCUDA, &rapid_llm::update_kv_buffer);
   m.impl("update_kv_buffer", c10::kCPU, &rapid_llm::update_kv_buffer);
 }

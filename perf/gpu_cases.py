@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import pytest
 
 
-
 def _hidden_presets():
     """(hidden, "model/model") per distinct hidden size of rapid_llm.models.PRESETS, in preset order."""
     from rapid_llm.models import PRESETS
@@ -50,11 +49,17 @@ TOKENS = DECODE_TOKENS + PREFILL_TOKENS
 OTHER_DTYPES_AT = {"tokens": 4096, "hidden": 4096}
 
 DTYPE_LABELS = ("bf16", "fp16", "fp32")
-BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 @dataclass(frozen=True)
-class Case:
+class BenchShape:
+    """One benchmark shape of a [tokens, hidden] (or per-head [tokens, heads, hidden]) activation.
+
+    A shape descriptor for timing (ids, bytes, the model it comes from), not a
+    parity case: conformance's cases (edge shapes, strides, tails) are a
+    different set with a different job.
+    """
+
     tokens: int
     hidden: int
     dtype: str
@@ -84,15 +89,16 @@ class Case:
                 else "prefill"}
 
 
-def hidden_cases(hidden_presets=HIDDEN_PRESETS, *, per_head=True) -> list[Case]:
+def hidden_shapes(hidden_presets=HIDDEN_PRESETS, *, per_head=True) -> list[BenchShape]:
     """bf16 at every (preset, token count); fp16 and fp32 at one shape."""
-    cases = [Case(tokens, hidden, "bf16", model=model) for hidden, model in hidden_presets for tokens in TOKENS]
+    shapes = [BenchShape(tokens, hidden, "bf16", model=model) for hidden, model in hidden_presets
+              for tokens in TOKENS]
     if per_head:
-        cases += [Case(tokens, QK_NORM_HEAD_DIM, "bf16", heads=QK_NORM_HEADS, model=QK_NORM_MODEL)
-                  for tokens in TOKENS]
-    cases += [Case(OTHER_DTYPES_AT["tokens"], OTHER_DTYPES_AT["hidden"], dtype, model=HIDDEN_PRESETS[0][1])
-              for dtype in ("fp16", "fp32")]
-    return cases
+        shapes += [BenchShape(tokens, QK_NORM_HEAD_DIM, "bf16", heads=QK_NORM_HEADS, model=QK_NORM_MODEL)
+                   for tokens in TOKENS]
+    shapes += [BenchShape(OTHER_DTYPES_AT["tokens"], OTHER_DTYPES_AT["hidden"], dtype, model=HIDDEN_PRESETS[0][1])
+               for dtype in ("fp16", "fp32")]
+    return shapes
 
 
 def table_arms(op: str) -> list[str]:
@@ -103,45 +109,89 @@ def table_arms(op: str) -> list[str]:
 
 
 def torch_dtype(label: str):
-    import torch
+    """The torch dtype of a dtype label ('bf16'), from the package's one map (ops/dtypes.py)."""
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
 
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[label]
+    return TORCH_DTYPES[label]
+
+
+def bytes_per_element(label: str) -> int:
+    return torch_dtype(label).itemsize
 
 
 def load_row(op: str, row_name: str, *, dtype: str, shape: dict, layout):
-    """(callable, KernelSpec) of the row, or pytest.skip with the reason this row cannot run here.
+    """(PlannedOp running the row, KernelSpec), or pytest.skip with the reason this row cannot run here.
 
-    Eligibility comes from dispatch() forced to the row on the probed
-    environment (forcing bypasses only the golden gate, so an unverified
-    native row is still timed), then the target is imported. A skip carries
-    the explain() tree, so the report doubles as the support matrix.
+    The plan forces the row on the probed environment (forcing bypasses only
+    the golden gate, so an unverified native row is still timed). Calling the
+    PlannedOp runs the op's argument check and confirms the row accepts the
+    arguments before the kernel: the suites make their correctness call that
+    way (the benchmark's inputs are inputs the op accepts) and time
+    `planned.impl`, the unchecked kernel, as the peers are unchecked calls.
+    A skip carries the explain() tree, so the report doubles as the support matrix.
     """
-    from rapid_llm.kernels.dispatcher import default_table, probe_environment
-    # dispatch from its submodule: the package attribute of that name can be the submodule itself
-    from rapid_llm.kernels.dispatcher.dispatch import NoEligibleKernel, dispatch, resolve_target
+    import attrs
+
+    from rapid_llm.kernels.dispatcher import NoEligibleKernel, Planner, default_table, probe_environment
 
     env = probe_environment()
     table = default_table()
+    planner = Planner(attrs.evolve(env, force={**dict(env.force), op: row_name}), table)
     try:
-        dispatch(op, device=env.device, dtype=dtype, shape=shape, layout=layout, libs=env.libs, table=table,
-                 force=row_name)
-    except NoEligibleKernel as error:
+        planned = planner.plan(op, dtype=dtype, shape=shape, layout=layout)
+    except NoEligibleKernel as error:  # not eligible, or its target failed to load: the tree says which
         pytest.skip(f"{row_name} is not eligible here:\n{error.explanation.render_text()}")
-    row = table.rows_by_name[row_name]
-    fn, reason = resolve_target(row.target, row.available)
-    if fn is None:
-        pytest.skip(f"{row_name} failed to load: {reason}")
-    return fn, row
+    assert planned.row.name == row_name, f"forcing {row_name} planned {planned.row.name}"
+    return planned, planned.row
 
 
 def reference_row(op: str):
+    """(name, kernel) of the op's reference row (its unchecked target; it always loads)."""
     from rapid_llm.kernels.dispatcher import default_table
-    from rapid_llm.kernels.dispatcher.dispatch import resolve_target
+    from rapid_llm.kernels.dispatcher.select import resolve_target
 
     row = default_table().reference(op)
     fn, reason = resolve_target(row.target, row.available)
     assert fn is not None, f"the reference row {row.name} must always load: {reason}"
     return row.name, fn
+
+
+def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, reference: str, case: str) -> dict:
+    """Every output of `arm` against the reference row's, at conformance's tolerance for (op, dtype, output).
+
+    The tolerances are conformance.tolerances.tolerance(op, dtype, output):
+    one table for parity and for the check before timing, so a row the
+    conformance suite accepts is never refused here, nor the reverse. Outputs
+    are compared as float (fp8 included), shapes and dtypes must match.
+    Returns what the suites record: max |diff| over the outputs, whether
+    every output is bitwise equal, and the (atol, rtol) used per output.
+    """
+    import torch
+
+    from conformance.tolerances import tolerance
+
+    outputs = got if isinstance(got, tuple) else (got,)
+    wanted = expected if isinstance(expected, tuple) else (expected,)
+    assert len(outputs) == len(wanted), f"{arm} returned {len(outputs)} tensors, {reference} {len(wanted)}"
+    max_abs_diff, bitwise, tolerances = 0.0, True, []
+    for index, (out, want) in enumerate(zip(outputs, wanted)):
+        assert out.shape == want.shape and out.dtype == want.dtype, (
+            f"{arm} output {index}: {out.dtype}{list(out.shape)}, {reference} {want.dtype}{list(want.shape)}")
+        atol, rtol = tolerance(op, dtype, index)
+        tolerances.append((atol, rtol))
+        torch.testing.assert_close(out.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True,
+                                   msg=lambda m: f"{arm} output {index} vs {reference} on {case}: {m}")
+        if out.numel():
+            max_abs_diff = max(max_abs_diff, (out.float() - want.float()).abs().max().item())
+        bitwise = bitwise and torch.equal(out.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))
+    return {"max_abs_diff": max_abs_diff, "bitwise_equal": bitwise, "tolerance": tolerances}
+
+
+def describe_check(result: dict, reference: str) -> str:
+    """The `correctness` string of extra_info for a check_against_reference result."""
+    pairs = ", ".join(f"atol={atol:.3g} rtol={rtol:.3g}" for atol, rtol in dict.fromkeys(result["tolerance"]))
+    exact = "; bitwise equal" if result["bitwise_equal"] else ""
+    return f"vs {reference}: max_abs_diff={result['max_abs_diff']:.3g} ({pairs}, conformance.tolerances){exact}"
 
 
 def ulp_distance(actual, expected) -> int:

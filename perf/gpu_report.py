@@ -5,7 +5,8 @@
     python perf/gpu_report.py --out /tmp/r -- -k "tokens=64"     # extra pytest args after --
     python perf/gpu_report.py --out /tmp/r --name h200_ext --suites perf/test_elementwise_bench.py
 
-Runs the GPU suites in SUITES (or those given with --suites) under
+Runs the GPU suites (SUITES: every perf/test_*_bench.py except the CPU dispatcher suite; or those
+given with --suites) under
 pytest-benchmark (--benchmark-json, --junitxml), then writes into --out:
 
   bench_h200.json            one summary per case: row, shape, dtype, event-timed µs, GB/s,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -33,9 +35,18 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITES = ("perf/test_norm_bench.py", "perf/test_elementwise_bench.py", "perf/test_activation_bench.py",
-          "perf/test_embedding_bench.py", "perf/test_kvcache_bench.py",
-          "perf/test_rotary_bench.py", "perf/test_quantization_bench.py")
+#: The CPU suites among perf/test_*_bench.py (gated in CI by ci/perf_gate, not GPU evidence).
+CPU_SUITES = ("perf/test_dispatcher_bench.py",)
+
+
+def gpu_suites() -> tuple[str, ...]:
+    """Every perf/test_*_bench.py but the CPU suites, sorted: a new family's bench file is picked up as it lands."""
+    found = sorted(glob.glob(os.path.join(REPO_ROOT, "perf", "test_*_bench.py")))
+    return tuple(suite for suite in (os.path.relpath(path, REPO_ROOT).replace(os.sep, "/") for path in found)
+                 if suite not in CPU_SUITES)
+
+
+SUITES = gpu_suites()
 SCHEMA = "rapid_llm.perf.gpu_report/1"
 
 

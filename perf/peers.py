@@ -15,10 +15,15 @@ FLASHINFER = "peer/flashinfer"
 
 
 def flashinfer_peer(op: str, dtype: str):
-    """A callable with `op`'s signature (ops/interfaces.py) running FlashInfer's kernel, or pytest.skip."""
+    """A callable with `op`'s signature (its OpContract, rapid_llm/kernels/ops/<family>/__init__.py) running
+    FlashInfer's kernel, or pytest.skip."""
     if dtype not in ("bf16", "fp16"):
         pytest.skip(f"{FLASHINFER}: FlashInfer's kernels for {op} take fp16/bf16 only, not {dtype}")
     try:
+        # FlashInfer 0.6.0's JIT reads tvm_ffi.libinfo without importing the submodule (it relies on
+        # something else having imported it): import it first, or every first call fails with
+        # "module 'tvm_ffi' has no attribute 'libinfo'" (seen on the H200, 2026-11-30).
+        import tvm_ffi.libinfo  # noqa: F401
         import flashinfer
     except Exception as error:  # ImportError, or a broken install raising at import
         pytest.skip(f"{FLASHINFER}: FlashInfer does not import here ({type(error).__name__}: {error})")

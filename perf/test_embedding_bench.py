@@ -5,7 +5,7 @@
 Table: a model preset's vocab x hidden in bf16 (Qwen2.5-7B 152064 x 3584, Llama-3-8B 128256 x
 4096, DeepSeek-V3 129280 x 7168, plus the ANCHORS.md shape 152064 x 4096); ids uniform over the
 vocab. Bytes = the gathered rows read once + out written once (+ ids). Checked against the
-reference row before timing (exact). Skipped without CUDA: "needs a CUDA device".
+reference row before timing at conformance's tolerance (exact), the row called through its PlannedOp. Skipped without CUDA: "needs a CUDA device".
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import BYTES_PER_ELEMENT, load_row, reference_row, table_arms, torch_dtype
+from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, load_row,
+    reference_row, table_arms)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -48,27 +49,29 @@ def test_vocab_embedding(benchmark, gpu_session, tables, arm, vocab, hidden, tok
     import torch
 
     if arm == PEER:
-        fn, graph_safe = _peer(), True
+        checked = fn = _peer()
+        graph_safe = True
     else:
-        fn, row = load_row(OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden},
-                           layout=frozenset({"table:rows"}))
-        graph_safe = row.graph_safe  # the reference checks ids on the host (a sync): graph_safe=False
+        checked, row = load_row(OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden},
+                                layout=frozenset({"table:rows"}))
+        fn, graph_safe = checked.impl, row.graph_safe
     table = tables[(vocab, hidden)]
     ids = torch.randint(0, vocab, (tokens,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(tokens))
 
     reference_name, reference = reference_row(OP)
+    case = f"tokens={tokens}-vocab={vocab}-hidden={hidden}-bf16"
     expected = reference(ids, table)
-    got = fn(ids, table)
+    got = checked(ids, table)
     torch.cuda.synchronize()
-    if arm != reference_name:
-        torch.testing.assert_close(got, expected, atol=0, rtol=0, msg=lambda m: f"{arm} vs {reference_name}: {m}")
+    check = check_against_reference(OP, "bf16", got, expected, arm=arm, reference=reference_name, case=case)
     del got, expected
 
-    bytes_moved = tokens * hidden * BYTES_PER_ELEMENT["bf16"] * 2 + tokens * ids.element_size()
+    bytes_moved = tokens * hidden * bytes_per_element("bf16") * 2 + tokens * ids.element_size()
     benchmark.extra_info.update(
-        op=OP, row=arm, case=f"tokens={tokens}-vocab={vocab}-hidden={hidden}-bf16", tokens=tokens, hidden=hidden,
+        op=OP, row=arm, case=case, tokens=tokens, hidden=hidden,
         dtype="bf16", shape=[vocab, hidden], phase="decode" if tokens <= 64 else "prefill",
-        correctness=f"vs {reference_name}: exact", bytes_formula="gathered rows read + out written + ids read",
+        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"], bytes_formula="gathered rows read + out written + ids read",
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(ids, table), bytes_moved=bytes_moved,
                            graph_safe=graph_safe)

@@ -5,7 +5,9 @@ of kvcache.update_kv_buffer_fp8 (every row; its reference is the torch eager pee
 
 kv [T, 2*Hk, 128] scattered to T random distinct rows of a buffer of 4*T (at least 65536) rows:
 the ANCHORS.md shape is T=32768, Hk=8 (Llama-3-8B). Bytes = kv read once + the same bytes
-written into the buffer + loc. Checked against the reference row before timing (exact).
+written into the buffer + loc. Checked against the reference row before timing at conformance's
+tolerance (bf16: exact; e4m3: one e4m3 step, bitwise equality recorded), the row called through its
+PlannedOp.
 Skipped without CUDA: "needs a CUDA device".
 """
 
@@ -14,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import BYTES_PER_ELEMENT, load_row, reference_row, table_arms
+from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, load_row,
+    reference_row, table_arms)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -37,10 +40,11 @@ def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
 
     shape = {"num_tokens": tokens, "num_kv_heads": kv_heads, "head_dim": HEAD_DIM}
     if arm == PEER:
-        fn, graph_safe = _peer, True
+        checked = fn = _peer
+        graph_safe = True
     else:
-        fn, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
-        graph_safe = row.graph_safe
+        checked, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
+        fn, graph_safe = checked.impl, row.graph_safe
     generator = torch.Generator(device="cuda").manual_seed(tokens + kv_heads)
     rows = max(4 * tokens, 65536)
     kv = torch.randn((tokens, 2 * kv_heads, HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
@@ -48,18 +52,19 @@ def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
     loc = torch.randperm(rows, device="cuda", generator=generator)[:tokens].to(torch.int32)
 
     reference_name, reference = reference_row(OP)
+    case = f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16"
     expected = reference(kv, loc, buffer.clone())
-    got = fn(kv, loc, buffer.clone())
+    got = checked(kv, loc, buffer.clone())
     torch.cuda.synchronize()
-    if arm != reference_name:
-        torch.testing.assert_close(got, expected, atol=0, rtol=0, msg=lambda m: f"{arm} vs {reference_name}: {m}")
+    check = check_against_reference(OP, "bf16", got, expected, arm=arm, reference=reference_name, case=case)
     del got, expected
 
-    bytes_moved = 2 * kv.numel() * BYTES_PER_ELEMENT["bf16"] + tokens * loc.element_size()
+    bytes_moved = 2 * kv.numel() * bytes_per_element("bf16") + tokens * loc.element_size()
     benchmark.extra_info.update(
-        op=OP, row=arm, case=f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16", tokens=tokens,
+        op=OP, row=arm, case=case, tokens=tokens,
         dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
-        correctness=f"vs {reference_name}: exact", bytes_formula="kv read + the same bytes written + loc read",
+        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"], bytes_formula="kv read + the same bytes written + loc read",
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer), bytes_moved=bytes_moved,
                            graph_safe=graph_safe)
@@ -80,7 +85,8 @@ def test_update_kv_buffer_fp8(benchmark, gpu_session, arm, tokens, kv_heads):
     import torch
 
     shape = {"num_tokens": tokens, "num_kv_heads": kv_heads, "head_dim": HEAD_DIM}
-    fn, row = load_row(FP8_OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
+    checked, row = load_row(FP8_OP, arm, dtype="bf16", shape=shape, layout=frozenset({"kv:rows", "buffer:rows"}))
+    fn = checked.impl
     generator = torch.Generator(device="cuda").manual_seed(tokens + kv_heads)
     rows = max(4 * tokens, 65536)
     kv = torch.randn((tokens, 2 * kv_heads, HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
@@ -89,18 +95,19 @@ def test_update_kv_buffer_fp8(benchmark, gpu_session, arm, tokens, kv_heads):
     scales = torch.tensor([0.02], device="cuda"), torch.tensor([0.05], device="cuda")
 
     reference_name, reference = reference_row(FP8_OP)
+    case = f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16"
     expected = reference(kv, loc, buffer.clone(), *scales)
-    got = fn(kv, loc, buffer.clone(), *scales)
+    got = checked(kv, loc, buffer.clone(), *scales)
     torch.cuda.synchronize()
-    if arm != reference_name:
-        assert torch.equal(got.view(torch.uint8), expected.view(torch.uint8)), f"{arm}: bytes differ from {reference_name}"
+    check = check_against_reference(FP8_OP, "bf16", got, expected, arm=arm, reference=reference_name, case=case)
     del got, expected
 
-    bytes_moved = kv.numel() * (BYTES_PER_ELEMENT["bf16"] + 1) + tokens * loc.element_size()
+    bytes_moved = kv.numel() * (bytes_per_element("bf16") + 1) + tokens * loc.element_size()
     benchmark.extra_info.update(
-        op=FP8_OP, row=arm, case=f"tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16", tokens=tokens,
+        op=FP8_OP, row=arm, case=case, tokens=tokens,
         dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
-        correctness=f"vs {reference_name}: bitwise", bytes_formula="kv read (2 B) + e4m3 written (1 B) + loc read",
+        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"], bytes_formula="kv read (2 B) + e4m3 written (1 B) + loc read",
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer, *scales), bytes_moved=bytes_moved,
                            graph_safe=row.graph_safe)

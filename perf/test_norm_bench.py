@@ -5,7 +5,8 @@ FlashInfer (perf/peers.py, when installed) as peers.
     test_rms_norm[torch/rms_norm-tokens=64-heads=32-hidden=128-bf16]
     test_rms_norm[peer/torch.rms_norm-tokens=1-hidden=7168-bf16]
 
-Each case is checked against the reference row before it is timed, then
+Each case is checked against the reference row before it is timed (the row called through its
+PlannedOp, so the op's argument check accepts the inputs; conformance's tolerance), then
 timed with CUDA events (L2 flushed before every call), and for decode-sized
 cases also by CUDA-graph replay; extra_info holds bytes moved, GB/s and the
 percentage of the device-to-device copy bandwidth measured once per session
@@ -20,7 +21,8 @@ import pytest
 
 from perf import gpu_timing
 from perf.peers import FLASHINFER, flashinfer_peer
-from perf.gpu_cases import BYTES_PER_ELEMENT, hidden_cases, load_row, reference_row, table_arms, torch_dtype
+from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, hidden_shapes,
+    load_row, reference_row, table_arms, torch_dtype)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -28,13 +30,8 @@ OP = "norm.rms_norm"
 PEER = "peer/torch.rms_norm"
 EPS = 1e-6
 ARMS = table_arms(OP) + [PEER, FLASHINFER]
-CASES = hidden_cases()
-
-# Output is one rounding of an fp32 result; reduction order differs between
-# rows, so a few-ulp difference is legitimate. bf16 (8 significant bits,
-# ulp 2**-7 relative at most): 2e-2 is ~2.5 ulp. fp16 (11 bits): 2e-3 is
-# ~2 ulp. fp32: summation order over up to 7168 terms.
-TOLERANCES = {"bf16": (2e-2, 2e-2), "fp16": (2e-3, 2e-3), "fp32": (1e-5, 1e-5)}
+CASES = hidden_shapes()
+# Tolerances of the check before timing: conformance.tolerances (perf/gpu_cases.check_against_reference).
 
 
 def _peer_callable():
@@ -68,31 +65,29 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
 
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
     if arm == PEER:
-        fn, graph_safe = _peer_callable(), True
+        checked = fn = _peer_callable()
+        graph_safe = True
     elif arm == FLASHINFER:
-        fn, graph_safe = flashinfer_peer(OP, case.dtype), True
+        checked = fn = flashinfer_peer(OP, case.dtype)
+        graph_safe = True
     else:
-        fn, row = load_row(OP, arm, dtype=case.dtype, shape=shape, layout=frozenset({"x:rows"}))
-        graph_safe = row.graph_safe
+        checked, row = load_row(OP, arm, dtype=case.dtype, shape=shape, layout=frozenset({"x:rows"}))
+        fn, graph_safe = checked.impl, row.graph_safe
     x, weight = _inputs(case)
 
     reference_name, reference = reference_row(OP)
     expected = reference(x, weight, EPS)
-    out = fn(x, weight, EPS)
+    out = checked(x, weight, EPS)
     torch.cuda.synchronize()
-    atol, rtol = TOLERANCES[case.dtype]
-    if arm != reference_name:
-        torch.testing.assert_close(out, expected, atol=atol, rtol=rtol,
-                                   msg=lambda m: f"{arm} disagrees with {reference_name} on {case.id}: {m}")
-    max_abs_diff = (out.float() - expected.float()).abs().max().item()
+    check = check_against_reference(OP, case.dtype, out, expected, arm=arm, reference=reference_name, case=case.id)
     del out, expected
 
-    element = BYTES_PER_ELEMENT[case.dtype]
+    element = bytes_per_element(case.dtype)
     bytes_moved = case.elements * element * 2 + case.hidden * weight.element_size()
     benchmark.extra_info.update(
         op=OP, row=arm, case=case.id, **case.describe(), eps=EPS,
-        correctness=f"vs {reference_name}: max_abs_diff={max_abs_diff:.3g} (atol={atol}, rtol={rtol})",
-        max_abs_diff=max_abs_diff,
+        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
         bytes_formula="x read + weight read + out written, once each",
     )
     gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, weight, EPS), bytes_moved=bytes_moved,
@@ -106,7 +101,7 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
 FUSED_OP = "norm.fused_add_rms_norm"
 FUSED_PEER = "peer/torch.add_+rms_norm"
 FUSED_ARMS = table_arms(FUSED_OP) + [FUSED_PEER, FLASHINFER]
-FUSED_CASES = hidden_cases(per_head=False)
+FUSED_CASES = hidden_shapes(per_head=False)
 
 
 def _fused_peer_callable():
@@ -131,35 +126,32 @@ def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
 
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
     if arm == FUSED_PEER:
-        fn, graph_safe = _fused_peer_callable(), True
+        checked = fn = _fused_peer_callable()
+        graph_safe = True
     elif arm == FLASHINFER:
-        fn, graph_safe = flashinfer_peer(FUSED_OP, case.dtype), True
+        checked = fn = flashinfer_peer(FUSED_OP, case.dtype)
+        graph_safe = True
     else:
-        fn, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
-                           layout=frozenset({"x:rows", "residual:rows"}))
-        graph_safe = row.graph_safe
+        checked, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
+                                layout=frozenset({"x:rows", "residual:rows"}))
+        fn, graph_safe = checked.impl, row.graph_safe
     x, weight = _inputs(case)
     residual = torch.randn_like(x, dtype=torch.float32).to(x.dtype)
 
     reference_name, reference = reference_row(FUSED_OP)
-    expected_x, expected_residual = reference(x.clone(), residual.clone(), weight, EPS)
-    out_x, out_residual = fn(x.clone(), residual.clone(), weight, EPS)
+    expected = reference(x.clone(), residual.clone(), weight, EPS)
+    out = checked(x.clone(), residual.clone(), weight, EPS)
     torch.cuda.synchronize()
-    atol, rtol = TOLERANCES[case.dtype]
-    if arm != reference_name:
-        for name, got, want in (("x", out_x, expected_x), ("residual", out_residual, expected_residual)):
-            torch.testing.assert_close(got, want, atol=atol, rtol=rtol,
-                                       msg=lambda m: f"{arm} {name} disagrees with {reference_name} on {case.id}: {m}")
-    max_abs_diff = max((out_x.float() - expected_x.float()).abs().max().item(),
-                       (out_residual.float() - expected_residual.float()).abs().max().item())
-    del out_x, out_residual, expected_x, expected_residual
+    check = check_against_reference(FUSED_OP, case.dtype, tuple(out), tuple(expected), arm=arm,
+                                    reference=reference_name, case=case.id)
+    del out, expected
 
-    element = BYTES_PER_ELEMENT[case.dtype]
+    element = bytes_per_element(case.dtype)
     bytes_moved = case.elements * element * 4 + case.hidden * weight.element_size()
     benchmark.extra_info.update(
         op=FUSED_OP, row=arm, case=case.id, **case.describe(), eps=EPS,
-        correctness=f"vs {reference_name}: max_abs_diff={max_abs_diff:.3g} (atol={atol}, rtol={rtol})",
-        max_abs_diff=max_abs_diff,
+        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
         bytes_formula="x and residual read once and written once, weight read once",
     )
     # Repeated calls keep adding x into residual: values grow linearly, far from overflow in the

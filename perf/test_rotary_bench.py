@@ -4,7 +4,7 @@
 
 q [T, Hq*128] and k [T, Hk*128] bf16 (Llama-3-8B 32/8, Qwen2.5-7B 28/4), an fp32 cos/sin cache of
 8192 positions. Bytes = q and k read and written once + the cos/sin rows read. Checked against the
-reference row first. Peers: torch eager (the reference's math without its host check) and
+reference row first, at conformance's tolerance (the row called through its PlannedOp). Peers: torch eager (the reference's math without its host check) and
 FlashInfer's apply_rope_with_cos_sin_cache_inplace (the same contract; perf/peers.py), when installed.
 Skipped without CUDA: "needs a CUDA device".
 """
@@ -15,7 +15,7 @@ import pytest
 
 from perf import gpu_timing
 from perf.peers import FLASHINFER, flashinfer_peer
-from perf.gpu_cases import load_row, reference_row, table_arms
+from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -47,12 +47,14 @@ def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
 
     shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": HEAD_DIM}
     if arm == PEER:
-        fn, graph_safe = _peer, True
+        checked = fn = _peer
+        graph_safe = True
     elif arm == FLASHINFER:
-        fn, graph_safe = flashinfer_peer(OP, "bf16"), True
+        checked = fn = flashinfer_peer(OP, "bf16")
+        graph_safe = True
     else:
-        fn, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"qk:rows"}))
-        graph_safe = row.graph_safe
+        checked, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"qk:rows"}))
+        fn, graph_safe = checked.impl, row.graph_safe
     generator = torch.Generator(device="cuda").manual_seed(tokens + q_heads)
     q = torch.randn((tokens, q_heads * HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
     k = torch.randn((tokens, k_heads * HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
@@ -62,20 +64,20 @@ def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     positions = torch.randint(0, 8192, (tokens,), device="cuda", generator=generator)
 
     reference_name, reference = reference_row(OP)
+    case = f"tokens={tokens}-q_heads={q_heads}-kv_heads={k_heads}-head_dim={HEAD_DIM}-bf16"
     expected = reference(positions, q.clone(), k.clone(), HEAD_DIM, cache, True)
-    got = fn(positions, q.clone(), k.clone(), HEAD_DIM, cache, True)
+    got = checked(positions, q.clone(), k.clone(), HEAD_DIM, cache, True)
     torch.cuda.synchronize()
-    if arm != reference_name:
-        for index in (0, 1):
-            torch.testing.assert_close(got[index], expected[index], atol=2e-2, rtol=2e-2,
-                                       msg=lambda m: f"{arm} vs {reference_name}: {m}")
+    check = check_against_reference(OP, "bf16", tuple(got), tuple(expected), arm=arm, reference=reference_name,
+                                    case=case)
     del got, expected
 
     bytes_moved = 2 * (q.numel() + k.numel()) * 2 + tokens * (HEAD_DIM * 4 + 8)
     benchmark.extra_info.update(
-        op=OP, row=arm, case=f"tokens={tokens}-q_heads={q_heads}-kv_heads={k_heads}-head_dim={HEAD_DIM}-bf16",
+        op=OP, row=arm, case=case,
         tokens=tokens, dtype="bf16", shape=[tokens, q_heads, k_heads, HEAD_DIM],
-        phase="decode" if tokens <= 64 else "prefill", correctness=f"vs {reference_name}",
+        phase="decode" if tokens <= 64 else "prefill", correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"], bitwise_equal=check["bitwise_equal"],
         bytes_formula="q and k read + written once, cos/sin rows and positions read",
     )
     # Repeated calls keep rotating q/k in place: values stay bounded (rotations preserve norms).

@@ -9,52 +9,226 @@ Every command takes --json (schema version in each document's "schema").
 With neither --device nor --lib, commands describe this process's probed
 environment and `explain` also loads the selected target (an import failure
 shows as a rejection); otherwise dispatch runs purely on the description.
+
+Exit status:
+
+    0    the command ran (`explain`: a row was selected)
+    1    `explain`: no row is eligible (the tree says why, and its last line names the failure);
+         `doctor`: it found problems (RAPID_LLM_DENY / RAPID_LLM_FORCE names the table lacks),
+         listed in its report after everything else
+    2    a usage or configuration error: a bad argument or a bad RAPID_LLM_* value. One line on
+         stderr, "rapid-llm: ...", naming the argument or variable and the valid choices
+    130  interrupted (Ctrl-C)
+    141  stdout was closed early (`rapid-llm plan | head -1`): output stops without a traceback,
+         with the status a Unix tool killed by SIGPIPE reports (128 + 13), so `set -o pipefail`
+         scripts see it as they see `yes | head -1`
+
+Arguments are checked against the table before anything runs: dispatch
+itself accepts any dtype, dim name or version string (a typo simply matches
+no row), so nonsense would otherwise come back as a plausible-looking report.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 SCHEMA_VERSION = 1
 
+#: Exit statuses (module docstring).
+EXIT_NO_ELIGIBLE = 1
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
-def _parse_shape(text: str | None) -> dict[str, int]:
-    shape = {}
+#: SM versions --device accepts: compute capability 3.0 (sm30, the oldest CUDA GPUs) through 12.9 (sm129,
+#: room past today's newest, sm120/sm121). Anything outside is a typo (sm900) or a device index (cuda:0).
+SM_RANGE = range(30, 130)
+
+
+class UsageError(Exception):
+    """A bad argument or RAPID_LLM_* value: main() prints it as one stderr line and returns EXIT_USAGE.
+
+    Raised instead of SystemExit so that every error path goes through one formatting point in main()
+    (and in-process callers get an exit status back, not an exception).
+    """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one line (a UsageError) rather than the usage text plus a line.
+
+    Subparsers inherit the class (add_subparsers defaults parser_class to the parent's type).
+    """
+
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# ---------------------------------------------------------------------------
+# Arguments -> values, each checked against what the table defines
+# ---------------------------------------------------------------------------
+
+
+def _parse_device(text: str):
+    """--device -> Device. A cuda device needs its SM version: capability conditions are judged on it."""
+    from .kernels.dispatcher import Device
+
+    expected = (f"expected cpu, cpu+triton-interpreter or cuda:smNN with NN in {SM_RANGE[0]}..{SM_RANGE[-1]} "
+                "(major*10+minor: cuda:sm80, cuda:sm90, cuda:sm120; an SM version, not a device index)")
+    try:
+        device = Device.parse(text)
+    except ValueError:
+        raise UsageError(f"--device: cannot parse device {text!r}; {expected}") from None
+    if device.kind == "cuda" and device.sm is None:
+        raise UsageError(f"--device {text!r}: give the GPU's SM version (rows' device conditions are judged on "
+                         f"it); {expected}")
+    if device.kind == "cuda" and device.sm not in SM_RANGE:
+        raise UsageError(f"--device {text!r}: sm{device.sm} is not a CUDA compute capability; {expected}")
+    return device
+
+
+def _parse_libs(specs):
+    """--lib NAME=VERSION (repeatable) -> Libraries. A version must start with a number: version_key('abc')
+    is (), which every "new enough" check would report as too old instead of as a typo."""
+    from .kernels.dispatcher import Libraries
+    from .kernels.dispatcher.spec import version_key
+
+    try:
+        libs = Libraries.parse(specs)
+    except ValueError as error:
+        message = str(error)
+        raise UsageError(message if message.startswith("--lib") else f"--lib: {message}") from None
+    for name, version in libs.versions:
+        if not version_key(version):
+            raise UsageError(f"--lib {name}={version}: the version must start with a number, such as "
+                             f"{name}=3.6.0")
+    return libs
+
+
+def _parse_shape(text: str | None, dims, owner: str) -> dict[str, int]:
+    """--shape name=int,... -> {name: int}: each name one of `dims` (those `owner` names), given once, >= 1.
+
+    dispatch() takes any mapping: an unknown name (a typo) meets no condition and is silently ignored,
+    and a dim below 1 describes no tensor any kernel runs on, so both are rejected here.
+    """
+    shape: dict[str, int] = {}
     for item in (text or "").split(","):
         item = item.strip()
         if not item:
             continue
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().lstrip("-").isdigit():
-            raise SystemExit(f"rapid-llm: --shape expects name=int[,name=int...], got {item!r}")
-        shape[name.strip()] = int(value)
+        name, sep, value = (part.strip() for part in item.partition("="))
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if not sep or not name or number is None:
+            raise UsageError(f"--shape expects name=int[,name=int...] such as num_tokens=64,hidden=4096, "
+                             f"got {item!r}")
+        if name not in dims:
+            raise UsageError(f"--shape: {name!r} is not a dim of {owner}; dims: {', '.join(dims)}")
+        if name in shape:
+            raise UsageError(f"--shape gives {name!r} twice")
+        if number < 1:
+            raise UsageError(f"--shape {name}={number}: every dim must be >= 1")
+        shape[name] = number
     return shape
 
 
-def _environment(args):
-    """(Environment, is_local). --device/--lib describe another machine; deny/force still apply."""
-    from .kernels.dispatcher import Device, Libraries, probe_environment
+def _check_dtype(dtype: str, allowed, owner: str) -> None:
+    """dtype must be a label `owner` is defined for (a label never in any contract would match no row)."""
+    if dtype in allowed:
+        return
+    from .kernels.dispatcher.spec import DTYPE_TORCH_NAMES
 
-    device = getattr(args, "device", None)
-    libs = getattr(args, "lib", None)
-    if device is None and not libs and not getattr(args, "no_local_libs", False):
-        return probe_environment(), True
+    label = {torch_name: label for label, torch_name in DTYPE_TORCH_NAMES.items()}.get(dtype.removeprefix("torch."))
+    hint = f" (did you mean {label}?)" if label in allowed else ""
+    raise UsageError(f"--dtype {dtype!r} is not a dtype of {owner}; dtypes: {', '.join(sorted(allowed))}{hint}")
+
+
+def _dims_of(contracts) -> list[str]:
+    """The dim names of these contracts, each once, in contract order."""
+    names: list[str] = []
+    for contract in contracts:
+        names += [name for name in contract.dim_names if name not in names]
+    return names
+
+
+# ---------------------------------------------------------------------------
+# The environment: this process, or the machine --device/--lib describe
+# ---------------------------------------------------------------------------
+
+
+def _probe(args):
+    """(Environment, is_local). --device/--lib/--no-local-libs describe another machine; deny/force still apply.
+
+    Arguments are parsed first (a typo costs no torch import). probe_environment() raises ValueError for a
+    bad RAPID_LLM_* value; that is the user's configuration, not a bug, so it becomes a UsageError (the
+    message names the variable and what it accepts).
+    """
+    from .kernels.dispatcher import Libraries, probe_environment
+
+    device_text = getattr(args, "device", None)
+    lib_specs = getattr(args, "lib", None)
+    no_local_libs = getattr(args, "no_local_libs", False)
+    # A described device needs no torch import (and no GPU) to probe.
+    device = _parse_device(device_text) if device_text is not None else None
+    described = _parse_libs(lib_specs) if lib_specs else None
     try:
-        # A described device needs no torch import (and no GPU) to probe.
-        env = probe_environment(device=Device.parse(device)) if device else probe_environment()
-        described = Libraries() if getattr(args, "no_local_libs", False) else env.libs
-        if libs:
-            described = Libraries({**described.as_dict(), **Libraries.parse(libs).as_dict()})
+        env = probe_environment(device=device) if device is not None else probe_environment()
     except ValueError as error:
-        raise SystemExit(f"rapid-llm: {error}") from None
+        raise UsageError(str(error)) from None
+    if device is None and described is None and not no_local_libs:
+        return env, True
+    libs = Libraries() if no_local_libs else env.libs
+    if described is not None:
+        libs = Libraries({**libs.as_dict(), **described.as_dict()})
     import attrs
 
-    return attrs.evolve(env, libs=described), False
+    return attrs.evolve(env, libs=libs), False
+
+
+def _environment_problems(env, table) -> list[str]:
+    """What RAPID_LLM_DENY / RAPID_LLM_FORCE name that this table lacks: one message for all unknown deny
+    names, one per bad force item.
+
+    The probe checks only these variables' syntax; their names are checked against the table here (as
+    Planner does at construction), so a typo reads as a typo rather than as a dispatch traceback.
+    """
+    from .kernels.dispatcher.spec import BACKEND_CLASSES
+
+    problems = []
+    unknown = sorted(env.deny - table.deniable_names())
+    if unknown:
+        problems.append(f"RAPID_LLM_DENY: unknown name(s) {', '.join(map(repr, unknown))} (neither a backend "
+                        f"nor a row); backends: {', '.join(sorted(BACKEND_CLASSES))}; rows: listed under 'ops' by "
+                        "`rapid-llm doctor`")
+    for op, row in env.force:
+        if op not in table.rows_by_op:
+            problems.append(f"RAPID_LLM_FORCE: unknown op {op!r}; ops: {', '.join(table.ops)}")
+        elif row not in {r.name for r in table.rows(op)}:
+            problems.append(f"RAPID_LLM_FORCE: {row!r} is not a row of {op}; rows: "
+                            f"{', '.join(r.name for r in table.rows(op))}")
+    return problems
+
+
+def _environment(args, table):
+    """_probe(), then refuse to run on deny/force names the table lacks (doctor reports them instead)."""
+    env, local = _probe(args)
+    problems = _environment_problems(env, table)
+    if problems:
+        more = f" (and {len(problems) - 1} more problem(s): run `rapid-llm doctor`)" if len(problems) > 1 else ""
+        raise UsageError(problems[0] + more)
+    return env, local
 
 
 def _select(op, env, table, *, dtype, shape, layout, force=None, deny=None, load=False):
-    """dispatch() that returns the Selection or the NoEligibleKernel's explanation (never raises on a miss)."""
+    """dispatch() that returns (explanation, None) or, on a miss, (explanation, the one-line failure).
+
+    Names are checked before this is called, so dispatch's ValueError (unknown force/deny names) cannot
+    occur; NoEligibleKernel is a result here, not an error.
+    """
     from .kernels.dispatcher import NoEligibleKernel, dispatch
 
     try:
@@ -74,20 +248,13 @@ def _print_json(document) -> None:
     print(json.dumps(document, indent=2, sort_keys=False))
 
 
-def _layout_for(args, contract) -> frozenset:
-    if args.layout is None:
-        return contract.layouts
-    if args.layout.strip().lower() == "none":
-        return frozenset()
-    return frozenset(tag.strip() for tag in args.layout.split(",") if tag.strip())
-
-
 # ---------------------------------------------------------------------------
 # doctor
 # ---------------------------------------------------------------------------
 
 
 def cmd_doctor(args) -> int:
+    """The report, then any problems; exit 1 when there are problems (the report is still useful to read)."""
     import importlib.util
     import platform
 
@@ -96,8 +263,10 @@ def cmd_doctor(args) -> int:
     from .kernels.dispatcher.environment import installed_library_versions
     from .kernels.dispatcher.spec import KNOWN_LIBRARIES
 
-    env, _ = _environment(args)
     table = default_table()
+    env, _ = _probe(args)  # an unparsable RAPID_LLM_* value leaves nothing to report: exit 2 there
+    problems = _environment_problems(env, table)
+    deniable = table.deniable_names()
     installed = installed_library_versions()
     libraries = {}
     for name in KNOWN_LIBRARIES:
@@ -124,10 +293,16 @@ def cmd_doctor(args) -> int:
         "deny": sorted(env.deny),
         "force": dict(env.force),
         "ops": {op: [row.name for row in table.rows(op)] for op in table.ops},
+        "problems": problems,
     }
     if args.json:
         _print_json(document)
-        return 0
+        return EXIT_PROBLEMS if problems else 0
+
+    def force_item(op, row):
+        known = op in table.rows_by_op and row in {r.name for r in table.rows(op)}
+        return f"{op}={row}" + ("" if known else " ✗ unknown")
+
     print(f"rapid_llm {document['rapid_llm']}  python {document['python']}  torch {document['torch'] or 'not installed'}")
     device = document["device"] + (f" ({env.device_name})" if env.device_name else "")
     print(f"device           {device}")
@@ -139,10 +314,19 @@ def cmd_doctor(args) -> int:
         print(f"  {name:<12} {status}")
     print(f"extension        {'rapid_llm._C built' if extension else 'not built (RAPID_LLM_BUILD_EXT=1 to build)'}")
     print(f"hidden libs      {', '.join(document['hidden_libs']) or '-'}")
-    print(f"deny             {', '.join(document['deny']) or '-'}")
-    print(f"force            {'; '.join(f'{k}={v}' for k, v in env.force) or '-'}")
+    deny = [name + ("" if name in deniable else " ✗ unknown") for name in document["deny"]]
+    print(f"deny             {', '.join(deny) or '-'}")
+    print(f"force            {'; '.join(force_item(op, row) for op, row in env.force) or '-'}")
+    # Every row by name: what RAPID_LLM_DENY / RAPID_LLM_FORCE (and --deny / --force) take.
     print(f"ops              {len(table.ops)} ops, {len(table.rows_by_name)} rows")
-    return 0
+    width = max(len(op) for op in table.ops) + 2
+    for op in table.ops:
+        print(f"  {op:<{width}}{', '.join(row.name for row in table.rows(op))}")
+    if problems:
+        print("problems")
+        for problem in problems:
+            print(f"  ✗ {problem}")
+    return EXIT_PROBLEMS if problems else 0
 
 
 # ---------------------------------------------------------------------------
@@ -167,22 +351,28 @@ def _row_conditions(row) -> str:
 def cmd_matrix(args) -> int:
     from .kernels.dispatcher import default_table
 
-    env, _ = _environment(args)
     table = default_table()
-    shape = _parse_shape(args.shape)
+    unknown = [op for op in args.op or () if op not in table.rows_by_op]
+    if unknown:
+        raise UsageError(f"--op {unknown[0]!r}: no such op; ops: {', '.join(table.ops)}")
+    ops = [op for op in table.ops if not args.op or op in args.op]
+    contracts = [table.contracts[op] for op in ops]
+    if args.dtype is not None:
+        _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in contracts)), "the selected ops")
+    shape = _parse_shape(args.shape, _dims_of(contracts), "any selected op")
+    env, _ = _environment(args, table)
     entries = []
-    for op in table.ops:
-        if args.op and op not in args.op:
-            continue
-        contract = table.contracts[op]
+    for op, contract in zip(ops, contracts):
+        op_shape = {name: value for name, value in shape.items() if name in contract.dim_names}
         for dtype in sorted(contract.dtypes):
             if args.dtype and dtype != args.dtype:
                 continue
-            explanation, _ = _select(op, env, table, dtype=dtype, shape=shape, layout=contract.layouts)
+            explanation, _ = _select(op, env, table, dtype=dtype, shape=op_shape, layout=contract.layouts)
             for verdict in explanation.verdicts:
                 row = table.rows_by_name[verdict.row]
-                # Without --shape, shape conditions are listed, not judged.
-                failures = [c for c in verdict.failures if shape or not c.condition.startswith("shape ")]
+                # Shape conditions on dims --shape did not give are listed, not judged.
+                failures = [c for c in verdict.failures
+                            if not (c.condition.startswith("shape ") and c.condition[6:] not in op_shape)]
                 status = verdict.status if (verdict.status != "rejected" or failures) else "eligible if shape fits"
                 entries.append({
                     "op": op, "dtype": dtype, "row": row.name, "status": status, "note": verdict.note,
@@ -223,22 +413,46 @@ _SHORT_STATUS = {"selected": "✓ selected", "eligible": "· eligible", "rejecte
 # ---------------------------------------------------------------------------
 
 
+def _layout_for(args, contract) -> frozenset:
+    """--layout -> the tags the call site provides: default all of the op's, 'none' for none.
+
+    A tag the op's contract does not define can never be required by one of its rows, so it is a typo.
+    """
+    if args.layout is None:
+        return contract.layouts
+    if args.layout.strip().lower() == "none":
+        return frozenset()
+    tags = frozenset(tag.strip() for tag in args.layout.split(",") if tag.strip())
+    unknown = sorted(tags - contract.layouts)
+    if unknown:
+        raise UsageError(f"--layout: {contract.op} has no layout tag {unknown[0]!r}; tags: "
+                         f"{', '.join(sorted(contract.layouts)) or '(none)'}, or 'none'")
+    return tags
+
+
 def cmd_explain(args) -> int:
     from .kernels.dispatcher import default_table
 
-    env, local = _environment(args)
     table = default_table()
-    if args.op not in table.contracts:
-        raise SystemExit(f"rapid-llm: unknown op {args.op!r}; ops: {', '.join(table.ops)}")
+    if args.op not in table.rows_by_op:
+        raise UsageError(f"unknown op {args.op!r}; ops: {', '.join(table.ops)}")
     contract = table.contracts[args.op]
-    try:
-        explanation, failure = _select(
-            args.op, env, table, dtype=args.dtype, shape=_parse_shape(args.shape),
-            layout=_layout_for(args, contract), force=args.force,
-            deny=[d.strip() for d in (args.deny or "").split(",") if d.strip()], load=local,
-        )
-    except ValueError as error:
-        raise SystemExit(f"rapid-llm: {error}") from None
+    rows = [row.name for row in table.rows(args.op)]
+    _check_dtype(args.dtype, contract.dtypes, args.op)
+    shape = _parse_shape(args.shape, contract.dim_names, args.op)
+    layout = _layout_for(args, contract)
+    if args.force is not None and args.force not in rows:
+        raise UsageError(f"--force {args.force!r} is not a row of {args.op}; rows: {', '.join(rows)}")
+    deny = [name.strip() for name in (args.deny or "").split(",") if name.strip()]
+    unknown = sorted(set(deny) - table.deniable_names())
+    if unknown:
+        from .kernels.dispatcher.spec import BACKEND_CLASSES
+
+        raise UsageError(f"--deny {unknown[0]!r} is neither a backend nor a row; backends: "
+                         f"{', '.join(sorted(BACKEND_CLASSES))}; rows of {args.op}: {', '.join(rows)}")
+    env, local = _environment(args, table)
+    explanation, failure = _select(args.op, env, table, dtype=args.dtype, shape=shape, layout=layout,
+                                   force=args.force, deny=deny, load=local)
     if args.json:
         document = explanation.to_dict()
         document["loaded"] = local
@@ -248,7 +462,7 @@ def cmd_explain(args) -> int:
         print(explanation.render_text(verbose=args.verbose))
         if failure:
             print(f"\n{failure}")
-    return 0 if failure is None else 2
+    return 0 if failure is None else EXIT_NO_ELIGIBLE
 
 
 # ---------------------------------------------------------------------------
@@ -256,55 +470,75 @@ def cmd_explain(args) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _plan_groups(op, dims, env, table, dtype, buckets):
-    """Consecutive token buckets that select the same row, merged: [(low, high, explanation)]."""
-    contract = table.contracts[op]
-    shape_dims = {name: value for name, value in dims if name in contract.dim_names}
-    groups = []
-    for low, high in buckets:
-        shape = {"num_tokens": high, **shape_dims} if "num_tokens" in contract.dim_names else shape_dims
-        explanation, _ = _select(op, env, table, dtype=dtype, shape=shape, layout=contract.layouts)
-        if groups and groups[-1][2].selected == explanation.selected:
-            groups[-1] = (groups[-1][0], high, groups[-1][2])
-        else:
-            groups.append((low, high, explanation))
-    return groups
+def _plan_entries(use, contract, env, table, dtype, buckets) -> list[dict]:
+    """One entry per token bucket of one op use: the plan an engine resolves for that bucket.
+
+    Each bucket is keyed as Planner keys it (contract.bucket_key) and judged at the key's upper bounds, as
+    Planner resolves it. Every bucket is listed, even when its neighbour selects the same row: the plan is
+    per bucket, and a reader checking one bucket should find it. Only buckets with the same key (an op
+    whose contract does not bucket num_tokens) are one plan, listed once with tokens None.
+    """
+    fixed = {name: value for name, value in use.dims if name in contract.dim_names}
+    entries: list[dict] = []
+    last_key = None
+    for _, high in buckets:
+        key = contract.bucket_key({**fixed, "num_tokens": high})
+        if key == last_key:
+            continue
+        last_key = key
+        representative = {name: top for name, _, top in key}
+        explanation, failure = _select(use.op, env, table, dtype=dtype, shape=representative,
+                                       layout=contract.layouts)
+        tokens = next(([low, top] for name, low, top in key if name == "num_tokens"), None)
+        entries.append({"op": use.op, "where": use.where, "dims": dict(use.dims), "tokens": tokens,
+                        "selected": explanation.selected, "why": _why(explanation, failure),
+                        "explanation": explanation.to_dict()})
+    return entries
 
 
-def _why(explanation) -> str:
+def _why(explanation, failure: str | None) -> str:
+    """One line: the selected row's note, then each other row's fate; a miss leads with dispatch's headline."""
     parts = []
+    if failure:
+        parts.append("✗ " + failure.partition(": ")[2])
     for verdict in explanation.verdicts:
         if verdict.status == "selected":
             parts.append(verdict.note)
         elif verdict.status == "rejected":
             failed = ", ".join(sorted({c.condition.split(" ")[0] for c in verdict.failures}))
             parts.append(f"{verdict.row} ✗ {failed}")
-        else:
-            parts.append(f"{verdict.row} ranked below")
+        else:  # eligible: "ranked below (reference)", or "not forced" beside a forced row
+            parts.append(f"{verdict.row} {verdict.note or 'ranked below'}")
     return "; ".join(parts)
 
 
+def _tokens_label(tokens) -> str:
+    if tokens is None:
+        return "any"
+    low, high = tokens
+    return str(low) if low == high else f"{low}-{high}"
+
+
 def cmd_plan(args) -> int:
-    from .kernels.dispatcher import default_table
-    from .kernels.ops.interfaces import TOKEN_BUCKETS
+    from .kernels.dispatcher import TOKEN_BUCKETS, default_table
     from .models import preset
 
     try:
         model = preset(args.model)
     except KeyError as error:
-        raise SystemExit(f"rapid-llm: {error.args[0]}") from None
-    env, _ = _environment(args)
+        raise UsageError(f"--model: {error.args[0]}") from None
+    if args.max_tokens < 1:
+        raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1 (the first token bucket is 1)")
     table = default_table()
+    _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in table.contracts.values())), "the table's ops")
+    env, _ = _environment(args, table)
     buckets = TOKEN_BUCKETS.buckets_up_to(args.max_tokens)
     served, not_served = [], []
     for use in model.op_uses():
         if use.op not in table.contracts:
             not_served.append({"op": use.op, "where": use.where, "dims": dict(use.dims)})
             continue
-        for low, high, explanation in _plan_groups(use.op, use.dims, env, table, args.dtype, buckets):
-            served.append({"op": use.op, "where": use.where, "dims": dict(use.dims),
-                           "tokens": [low, high], "selected": explanation.selected, "why": _why(explanation),
-                           "explanation": explanation.to_dict()})
+        served += _plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets)
     if args.json:
         _print_json({"schema": SCHEMA_VERSION, "model": model.name, "device": str(env.device),
                      "libs": env.libs.as_dict(), "dtype": args.dtype, "plans": served,
@@ -312,19 +546,23 @@ def cmd_plan(args) -> int:
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
     print(f"{model.name}  device={env.device}  dtype={args.dtype}  libs: {libs}")
+    print(f"token buckets: {TOKEN_BUCKETS.describe()}, up to {args.max_tokens}")
+    # Columns sized to their longest entry: nothing is cut.
     op_width = max([len("op")] + [len(e["op"]) for e in served]) + 2
+    where_width = max([len("where")] + [len(e["where"]) for e in served]) + 2
+    tokens_width = max([len("tokens")] + [len(_tokens_label(e["tokens"])) for e in served]) + 2
     row_width = max([len("selected")] + [len(e["selected"] or "-") for e in served]) + 2
-    print(f"{'op':<{op_width}}{'where':<38}{'tokens':<14}{'selected':<{row_width}}why")
+    print(f"{'op':<{op_width}}{'where':<{where_width}}{'tokens':<{tokens_width}}{'selected':<{row_width}}why")
     for entry in served:
-        low, high = entry["tokens"]
-        tokens = f"{low}-{high}" if low != high else str(low)
-        print(f"{entry['op']:<{op_width}}{entry['where'][:36]:<38}{tokens:<14}{entry['selected'] or '-':<{row_width}}"
-              f"{entry['why']}")
+        tokens = _tokens_label(entry["tokens"])
+        print(f"{entry['op']:<{op_width}}{entry['where']:<{where_width}}{tokens:<{tokens_width}}"
+              f"{entry['selected'] or '-':<{row_width}}{entry['why']}")
     if not_served:
         print("\nnot served yet (no rows in the table):")
+        width = max(len(entry["op"]) for entry in not_served) + 2
         for entry in not_served:
             dims = ", ".join(f"{k}={v}" for k, v in entry["dims"].items())
-            print(f"  {entry['op']:<32}{entry['where']}  ({dims})")
+            print(f"  {entry['op']:<{width}}{entry['where']}  ({dims})")
     return 0
 
 
@@ -332,11 +570,14 @@ def cmd_plan(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rapid-llm", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="rapid-llm", description=__doc__.split("\n\n")[0],
+                     epilog="exit status: 0 ok; 1 explain: no eligible row, doctor: problems found; "
+                            "2 bad argument or RAPID_LLM_* value; 141 stdout closed early")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def machine_options(p):
-        p.add_argument("--device", help="describe another device: cpu, cpu+triton-interpreter, cuda:sm90")
+        p.add_argument("--device", help="describe another device: cpu, cpu+triton-interpreter, cuda:sm90 "
+                       f"(sm{SM_RANGE[0]}..sm{SM_RANGE[-1]})")
         p.add_argument("--lib", action="append", metavar="NAME=VERSION",
                        help="describe an installed library (repeatable); adds to/overrides this machine's")
         p.add_argument("--no-local-libs", action="store_true", help="start from no libraries instead of this machine's")
@@ -368,15 +609,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="llama-3-8b", help="preset: llama-3-8b, qwen2.5-7b, mixtral-8x7b, "
                    "qwen3-30b-a3b, deepseek-v3 (default llama-3-8b)")
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--max-tokens", type=int, default=32768)
+    p.add_argument("--max-tokens", type=int, default=32768, help="list token buckets up to this (>= 1)")
     machine_options(p)
     p.set_defaults(func=cmd_plan)
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null (Python docs, "Note on SIGPIPE"): the interpreter's final flush of what is
+    still buffered then succeeds instead of printing a second BrokenPipeError at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in-process): nothing to do
+        pass
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    return args.func(args)
+    """Run one command; return its exit status (module docstring). Errors are one stderr line, never a traceback."""
+    try:
+        args = _parser().parse_args(argv)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that went away shows up here, inside the handler, not at interpreter exit
+        return status
+    except UsageError as error:
+        print(f"rapid-llm: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

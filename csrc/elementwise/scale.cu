@@ -1,10 +1,12 @@
 // elementwise.scale on CUDA: out[i] = T(float(input[i]) * factor).
+// Schema: scale(Tensor! out, Tensor input, float factor) -> () (outputs first).
 //
-// input, out: contiguous, same shape and dtype (float32, float16, bfloat16),
-// no overlap. factor: fp32 (the schema's double rounded once on the host, as
-// torch rounds a Python scalar to the opmath type). The product is computed
-// in fp32 and rounded once to T, so the result equals torch.mul(x, factor)
-// bit for bit.
+// input, out: contiguous (the kernels index both flat; the launcher's
+// TORCH_CHECK rejects any other layout), same shape and dtype (float32,
+// float16, bfloat16), no overlap. factor: fp32 (the schema's double rounded
+// once on the host, as torch rounds a Python scalar to the opmath type). The
+// product is computed in fp32 and rounded once to T, so the result equals
+// torch.mul(x, factor) bit for bit.
 //
 // Memory-bound: one read and one write per element. When both pointers are
 // 16-byte aligned (any fresh allocation; a view with an odd storage offset
@@ -19,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "rapid_llm_ext.h"
 
@@ -27,7 +28,6 @@ namespace rapid_llm {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVectorBytes = 16;
 // One 16-byte vector per thread: a block per 256 vectors, as many blocks as the
 // tensor needs (up to CUDA's grid limit; the loops stride past it). An earlier
 // cap of 32 blocks per SM made each thread loop over ~30 dependent vectors and
@@ -78,23 +78,9 @@ __global__ void scale_scalar_kernel(T* __restrict__ out, const T* __restrict__ i
   }
 }
 
-bool is_vector_aligned(const void* pointer) {
-  return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
-}
-
 unsigned int grid_size(int64_t work_items) {
   const int64_t needed = (work_items + kThreads - 1) / kThreads;
   return static_cast<unsigned int>(std::max<int64_t>(1, std::min<int64_t>(needed, kMaxBlocks)));
-}
-
-// "[a, b, c]" built here rather than by streaming an IntArrayRef into TORCH_CHECK: that
-// streaming crashed the process (SIGSEGV while formatting the message) on the H200 build.
-std::string dims_to_string(c10::IntArrayRef dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(dims[i]);
-  }
-  return text + "]";
 }
 
 }  // namespace
@@ -105,8 +91,8 @@ void scale(at::Tensor& out, const at::Tensor& input, double factor) {
   TORCH_CHECK(out.device() == input.device(), "rapid_llm::scale: out is on ", out.device(), " but input is on ",
               input.device());
   const at::ScalarType dtype = input.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "rapid_llm::scale: input dtype must be float32, float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(is_served_float(dtype), "rapid_llm::scale: input dtype must be float32, float16 or bfloat16, got ",
+              dtype);
   TORCH_CHECK(out.scalar_type() == dtype, "rapid_llm::scale: out dtype ", out.scalar_type(),
               " must equal input dtype ", dtype);
   TORCH_CHECK(out.sizes() == input.sizes(), "rapid_llm::scale: out shape ", dims_to_string(out.sizes()),

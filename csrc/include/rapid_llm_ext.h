@@ -1,6 +1,14 @@
-// rapid_llm CUDA extension: op declarations and the dtype dispatch macro.
+// rapid_llm CUDA extension: op declarations, shared launcher helpers and the dtype dispatch macro.
 //
 // Every op is declared here once and registered in csrc/common_extension.cc.
+// Schemas list their outputs first (`Tensor! out` before the inputs) and
+// each declaration below takes its arguments in its schema's order: the
+// schema's types are inferred from these signatures, and every Tensor
+// argument infers as `Tensor`, so a reordered declaration would still
+// compile and silently swap arguments. conformance/test_extension.py checks
+// that schema, declaration and definition name the same arguments in the
+// same order.
+//
 // The same sources build two ways:
 //   AOT  setup.py (RAPID_LLM_BUILD_EXT=1)  -> rapid_llm/_C.so, ops in torch.ops.rapid_llm
 //   JIT  rapid_llm/kernels/jit.py          -> <cache>/rapid_llm_jit_ext.so, ops in torch.ops.rapid_llm_jit
@@ -11,6 +19,10 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
 
 #ifndef RAPID_LLM_OP_NAMESPACE
 #define RAPID_LLM_OP_NAMESPACE rapid_llm
@@ -25,16 +37,57 @@
 
 namespace rapid_llm {
 
-// elementwise.scale: out[i] = T(float(input[i]) * float(factor)).
+// ---------------------------------------------------------------------------
+// Ops (schemas in csrc/common_extension.cc; outputs first)
+// ---------------------------------------------------------------------------
+
+// elementwise.scale(Tensor! out, Tensor input, float factor) -> ()
+// out[i] = T(float(input[i]) * float(factor)) (csrc/elementwise/scale.cu).
 // out, input: CUDA, contiguous, same shape, same dtype (float32, float16 or
 // bfloat16), no overlap. factor arrives as a double (the schema's `float`)
 // and is rounded to fp32 once, as torch does for a tensor times a scalar.
 void scale(at::Tensor& out, const at::Tensor& input, double factor);
 
-// kvcache.update_kv_buffer: buffer[loc[t]] = kv[t], in place (csrc/kvcache/update_kv_buffer.cu).
-// kv [T, 2*Hk, D] and buffer [rows, 2*Hk, D]: CUDA, same dtype (float32, float16
-// or bfloat16), each token's/row's heads contiguous, any row stride; loc int32
-// or int64 [T]. Row ids outside [0, rows) are skipped on the device.
-void update_kv_buffer(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& buffer);
+// kvcache.update_kv_buffer(Tensor! buffer, Tensor kv, Tensor loc) -> ()
+// buffer[loc[t]] = kv[t], in place (csrc/kvcache/update_kv_buffer.cu).
+// buffer [rows, 2*Hk, D] and kv [T, 2*Hk, D]: CUDA, same dtype (float32,
+// float16 or bfloat16), each row's/token's heads contiguous, any row stride;
+// loc int32 or int64 [T], any stride. Row ids outside [0, rows) are skipped
+// on the device.
+void update_kv_buffer(at::Tensor& buffer, const at::Tensor& kv, const at::Tensor& loc);
+
+// ---------------------------------------------------------------------------
+// Helpers shared by the launchers (host code only)
+// ---------------------------------------------------------------------------
+
+// Bytes per vectorized access of the kernels (uint4 / 8 halves / 4 floats).
+constexpr int64_t kVectorBytes = 16;
+
+// "[a, b, c]". Integers reach TORCH_CHECK messages only as std::string (this, or
+// std::to_string): streaming an int64_t or an IntArrayRef into the message crashed
+// the process (SIGSEGV while formatting it) in the H200 build (torch 2.11, nvcc 13.0).
+inline std::string dims_to_string(c10::IntArrayRef dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(dims[i]);
+  }
+  return text + "]";
+}
+
+// Whether pointer is aligned for a kVectorBytes access.
+inline bool is_vector_aligned(const void* pointer) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % static_cast<std::uintptr_t>(kVectorBytes) == 0;
+}
+
+// The dtypes the ops compute in: float32, float16, bfloat16.
+inline bool is_served_float(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+}
+
+// Whether t [n, heads, head_dim] views as n rows of heads*head_dim contiguous elements
+// (any row stride): the kernels index a row as row * stride(0) + i.
+inline bool packed_rows(const at::Tensor& t) {
+  return (t.size(2) == 1 || t.stride(2) == 1) && (t.size(1) == 1 || t.stride(1) == t.size(2));
+}
 
 }  // namespace rapid_llm

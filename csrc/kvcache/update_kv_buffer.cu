@@ -1,17 +1,21 @@
 // kvcache.update_kv_buffer on the CUDA extension path: buffer[loc[t], :] = kv[t, :].
+// Schema: update_kv_buffer(Tensor! buffer, Tensor kv, Tensor loc) -> () (outputs first).
 //
-// kv [T, 2*Hk, D] and buffer [rows, 2*Hk, D] (same dtype: the copy is bitwise,
+// buffer [rows, 2*Hk, D] and kv [T, 2*Hk, D] (same dtype: the copy is bitwise,
 // so the kernels move bytes and only the element size matters) are rows of
-// W = 2*Hk*D contiguous elements with their own row stride; loc: int32/int64
-// [T] row ids, any order. One block per token copies its row with 16-byte
-// vectors when every row start is 16-byte aligned (a 1-byte-per-element
-// scalar path otherwise). Row ids outside [0, rows) are skipped on the
-// device (no host sync), as the native Triton row does; the torch reference
-// is the row that raises on them. Offsets are int64: buffers past 2**31
-// elements need no special path. ASCII only.
+// W = 2*Hk*D contiguous elements with their own row stride (the launcher's
+// TORCH_CHECK rejects heads that are not packed in a row); loc: int32/int64
+// [T] row ids, any order, any stride (read as loc[t * loc.stride(0)]). One
+// block per token copies its row with 16-byte vectors when every row start
+// is 16-byte aligned (an element-sized scalar path otherwise). Row ids
+// outside [0, rows) are skipped on the device (no host sync), as the native
+// Triton row does; the torch reference is the row that raises on them.
+// Offsets are int64: buffers past 2**31 elements need no special path.
+// ASCII only.
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -24,15 +28,16 @@ namespace rapid_llm {
 namespace {
 
 constexpr int kMaxThreads = 256;
-constexpr int64_t kVectorBytes = 16;
 
-// One block per token: thread i copies vectors i, i + blockDim.x, ... of the row.
+// One block per token: thread i copies words i, i + blockDim.x, ... of the row.
+// Strides are in Words (buffer, kv rows) and in Index elements (loc).
 template <typename Word, typename Index>
-__global__ void scatter_rows_kernel(const Word* __restrict__ kv, const Index* __restrict__ loc,
-                                    Word* __restrict__ buffer, int64_t kv_row_stride, int64_t buffer_row_stride,
-                                    int64_t buffer_rows, int64_t row_words) {
+__global__ void scatter_rows_kernel(Word* __restrict__ buffer, const Word* __restrict__ kv,
+                                    const Index* __restrict__ loc, int64_t buffer_row_stride,
+                                    int64_t kv_row_stride, int64_t loc_stride, int64_t buffer_rows,
+                                    int64_t row_words) {
   const int64_t token = blockIdx.x;
-  const int64_t row = static_cast<int64_t>(loc[token]);
+  const int64_t row = static_cast<int64_t>(loc[token * loc_stride]);
   if (row < 0 || row >= buffer_rows) {
     return;
   }
@@ -43,44 +48,28 @@ __global__ void scatter_rows_kernel(const Word* __restrict__ kv, const Index* __
   }
 }
 
-// Integers reach TORCH_CHECK messages only as std::string: streaming an int64 (or an
-// IntArrayRef) into the message crashed the process (SIGSEGV) in the H200 build of
-// scale.cu and of this file (torch 2.11, nvcc 13.0); std::to_string has not.
-std::string dims_to_string(c10::IntArrayRef dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(dims[i]);
-  }
-  return text + "]";
-}
-
-// Whether t [n, heads, head_dim] views as rows of heads*head_dim contiguous elements.
-bool packed_rows(const at::Tensor& t) {
-  return (t.size(2) == 1 || t.stride(2) == 1) && (t.size(1) == 1 || t.stride(1) == t.size(2));
-}
-
 template <typename Word, typename Index>
-void launch(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& buffer, int64_t element_bytes,
+void launch(at::Tensor& buffer, const at::Tensor& kv, const at::Tensor& loc, int64_t element_bytes,
             cudaStream_t stream) {
   const int64_t word_elements = static_cast<int64_t>(sizeof(Word)) / element_bytes;
   const int64_t row_words = kv.size(1) * kv.size(2) / word_elements;
   const int threads = static_cast<int>(std::min<int64_t>(kMaxThreads, (row_words + 31) / 32 * 32));
   scatter_rows_kernel<Word, Index><<<static_cast<unsigned int>(kv.size(0)), threads, 0, stream>>>(
-      static_cast<const Word*>(kv.const_data_ptr()), loc.const_data_ptr<Index>(),
-      static_cast<Word*>(buffer.mutable_data_ptr()), kv.stride(0) / word_elements,
-      buffer.stride(0) / word_elements, buffer.size(0), row_words);
+      static_cast<Word*>(buffer.mutable_data_ptr()), static_cast<const Word*>(kv.const_data_ptr()),
+      loc.const_data_ptr<Index>(), buffer.stride(0) / word_elements, kv.stride(0) / word_elements, loc.stride(0),
+      buffer.size(0), row_words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void update_kv_buffer(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& buffer) {
+void update_kv_buffer(at::Tensor& buffer, const at::Tensor& kv, const at::Tensor& loc) {
   TORCH_CHECK(kv.is_cuda(), "rapid_llm::update_kv_buffer: kv must be a CUDA tensor, got a tensor on ", kv.device());
   TORCH_CHECK(loc.device() == kv.device() && buffer.device() == kv.device(),
               "rapid_llm::update_kv_buffer: loc and buffer must be on kv's device ", kv.device(), ", got ",
               loc.device(), " and ", buffer.device());
   const at::ScalarType dtype = kv.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+  TORCH_CHECK(is_served_float(dtype),
               "rapid_llm::update_kv_buffer: kv dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(buffer.scalar_type() == dtype, "rapid_llm::update_kv_buffer: buffer dtype ", buffer.scalar_type(),
               " must equal kv dtype ", dtype);
@@ -93,15 +82,17 @@ void update_kv_buffer(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& b
               "rapid_llm::update_kv_buffer: loc dtype must be int32 or int64, got ", loc.scalar_type());
   TORCH_CHECK(loc.dim() == 1 && loc.size(0) == kv.size(0), "rapid_llm::update_kv_buffer: loc must be [",
               std::to_string(kv.size(0)), "], got shape ", dims_to_string(loc.sizes()));
-  TORCH_CHECK(loc.is_contiguous(), "rapid_llm::update_kv_buffer: loc must be contiguous");
   TORCH_CHECK(packed_rows(kv), "rapid_llm::update_kv_buffer: each token's heads of kv must be contiguous, got strides ",
               dims_to_string(kv.strides()));
   TORCH_CHECK(packed_rows(buffer),
               "rapid_llm::update_kv_buffer: each row's heads of buffer must be contiguous, got strides ",
               dims_to_string(buffer.strides()));
   TORCH_CHECK(kv.size(0) <= INT32_MAX, "rapid_llm::update_kv_buffer: at most 2**31 - 1 tokens per call");
-  // The kernel reads kv and writes buffer through __restrict__ pointers.
+  // Two rows of buffer may not share memory (a stride-0 row dimension: an expanded tensor).
+  at::assert_no_internal_overlap(buffer);
+  // The kernel reads kv and loc and writes buffer through __restrict__ pointers.
   at::assert_no_overlap(buffer, kv);
+  at::assert_no_overlap(buffer, loc);
   if (kv.size(0) == 0) {
     return;
   }
@@ -110,19 +101,16 @@ void update_kv_buffer(const at::Tensor& kv, const at::Tensor& loc, at::Tensor& b
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t element_bytes = kv.element_size();
   const int64_t row_bytes = kv.size(1) * kv.size(2) * element_bytes;
-  const auto aligned = [](const void* pointer) {
-    return reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
-  };
-  const bool vectorized = aligned(kv.const_data_ptr()) && aligned(buffer.const_data_ptr()) &&
+  const bool vectorized = is_vector_aligned(kv.const_data_ptr()) && is_vector_aligned(buffer.const_data_ptr()) &&
                           row_bytes % kVectorBytes == 0 && (kv.stride(0) * element_bytes) % kVectorBytes == 0 &&
                           (buffer.stride(0) * element_bytes) % kVectorBytes == 0;
   AT_DISPATCH_INDEX_TYPES(loc.scalar_type(), "rapid_llm::update_kv_buffer", [&] {
     if (vectorized) {
-      launch<uint4, index_t>(kv, loc, buffer, element_bytes, stream);
+      launch<uint4, index_t>(buffer, kv, loc, element_bytes, stream);
     } else if (element_bytes == 2) {
-      launch<uint16_t, index_t>(kv, loc, buffer, element_bytes, stream);
+      launch<uint16_t, index_t>(buffer, kv, loc, element_bytes, stream);
     } else {
-      launch<uint32_t, index_t>(kv, loc, buffer, element_bytes, stream);
+      launch<uint32_t, index_t>(buffer, kv, loc, element_bytes, stream);
     }
   });
 }

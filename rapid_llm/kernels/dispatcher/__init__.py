@@ -1,17 +1,20 @@
-"""The torch-free dispatcher tier: rows, environment, tables, dispatch, explanations, plans.
+"""The torch-free dispatcher tier: contracts, rows, environment, tables, dispatch, explanations, plans.
 
 Everything here imports with torch and triton absent (DESIGN §1, §3). Names
 are resolved lazily (PEP 562), so building the table imports only spec.py,
-table.py and the family rows, not dispatch or the explanation machinery.
+contract.py, table.py and the family rows, not dispatch or the explanation
+machinery. dispatch() lives in select.py (a module named like the function
+would be shadowed by it on this package).
 """
 
 import importlib
-import sys
-import types
 
 _EXPORTS = {
-    "LoadedKernel": "dispatch", "NoEligibleKernel": "dispatch", "Selection": "dispatch",
-    "dispatch_for": "dispatch", "resolve_target": "dispatch",
+    "LoadedKernel": "select", "NoEligibleKernel": "select", "Selection": "select", "clear_memo": "select",
+    "dispatch": "select", "dispatch_for": "select", "resolve_target": "select",
+    "EXACT": "contract", "FLOAT_DTYPE_LABELS": "contract", "LAYOUT_TAGS": "contract", "OpContract": "contract",
+    "OpInputError": "contract",
+    "TOKEN_BUCKETS": "contract", "ExactBucket": "contract", "TokenBuckets": "contract",
     "Device": "environment", "Environment": "environment", "Libraries": "environment",
     "probe_environment": "environment",
     "Check": "explain", "Explanation": "explain", "RowVerdict": "explain",
@@ -22,7 +25,7 @@ _EXPORTS = {
     "default_table": "table",
 }
 
-__all__ = sorted([*_EXPORTS, "dispatch"])
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):
@@ -36,24 +39,3 @@ def __getattr__(name):
 
 def __dir__():
     return __all__
-
-
-class _DispatcherPackage(types.ModuleType):
-    """`dispatch` names both a submodule (dispatch.py) and the function; the function wins.
-
-    Importing a submodule makes Python set it as an attribute of its package,
-    which would hide the lazily exported function once anything imported
-    dispatch.py. This property keeps `dispatcher.dispatch` the function; the
-    module stays reachable as sys.modules["rapid_llm.kernels.dispatcher.dispatch"].
-    """
-
-    @property
-    def dispatch(self):
-        return importlib.import_module(f"{__name__}.dispatch").dispatch
-
-    @dispatch.setter
-    def dispatch(self, value):
-        pass  # the import system recording the submodule; sys.modules already holds it
-
-
-sys.modules[__name__].__class__ = _DispatcherPackage

@@ -13,6 +13,8 @@ Environment variables read by the probe:
   RAPID_LLM_FORCE            rows forced per op: ``norm.rms_norm=native/rms_norm;elementwise.scale=torch/scale``
   RAPID_LLM_HIDE_LIBS        libraries treated as absent (and made unimportable): ``triton,flashinfer``
   RAPID_LLM_TRITON_INTERPRET ``1``: run native Triton rows on the CPU through Triton's interpreter
+  RAPID_LLM_CHECK_BOUNDS     ``1``: the ops' value checks (index bounds, scale signs) also run on CUDA
+                             tensors (a device sync per call: a debug mode; CPU tensors are always checked)
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ class Environment:
     force: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_force_pairs)
     hidden_libs: frozenset[str] = attrs.field(factory=frozenset, converter=_frozen_names)
     triton_interpret: bool = False
+    check_bounds: bool = False
     torch_version: str | None = attrs.field(default=None, eq=False)
     cuda_devices: tuple[str, ...] = attrs.field(default=(), eq=False, converter=tuple)
     device_name: str | None = attrs.field(default=None, eq=False)
@@ -255,6 +258,17 @@ def install_import_blocker(hidden: frozenset[str]) -> None:
 # ---------------------------------------------------------------------------
 
 
+#: Triton's interpreter runs kernels with numpy, which warns where the GPU silently follows IEEE
+#: (exp overflowing to inf for a saturated gate, a cast overflowing to inf): noise, not errors.
+INTERPRETER_WARNINGS_MODULE = r"triton\.runtime\.interpreter"
+
+
+def silence_interpreter_float_warnings() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=INTERPRETER_WARNINGS_MODULE)
+
+
 def installed_library_versions() -> dict[str, str]:
     """name -> version for every known optional library that pip says is installed."""
     from importlib import metadata
@@ -312,12 +326,14 @@ def probe_environment(environ=None, *, device: Device | None = None, refresh: bo
         environ = os.environ
     hidden = parse_hidden_libs(environ.get("RAPID_LLM_HIDE_LIBS", ""))
     triton_interpret = parse_flag("RAPID_LLM_TRITON_INTERPRET", environ.get("RAPID_LLM_TRITON_INTERPRET"))
+    check_bounds = parse_flag("RAPID_LLM_CHECK_BOUNDS", environ.get("RAPID_LLM_CHECK_BOUNDS"))
     if process_wide:
         install_import_blocker(hidden)
         if triton_interpret:
             # Triton picks interpreter or compiler when a kernel is decorated,
             # i.e. when our kernel modules are first imported (lazily, after this).
             environ.setdefault("TRITON_INTERPRET", "1")
+            silence_interpreter_float_warnings()
     libs = Libraries(installed_library_versions()).without(hidden)
     if device is None:
         device, torch_version, cuda_devices, device_name = _probe_torch(triton_interpret)
@@ -330,6 +346,7 @@ def probe_environment(environ=None, *, device: Device | None = None, refresh: bo
         force=parse_force(environ.get("RAPID_LLM_FORCE", "")),
         hidden_libs=hidden,
         triton_interpret=triton_interpret,
+        check_bounds=check_bounds,
         torch_version=torch_version,
         cuda_devices=cuda_devices,
         device_name=device_name,
@@ -356,6 +373,12 @@ def dtype_label(torch_dtype) -> str:
         label = _TORCH_NAME_TO_LABEL.get(text, text.removeprefix("torch."))
         _DTYPE_LABELS[torch_dtype] = label
     return label
+
+
+def clear_conversions() -> None:
+    """Forget the cached tensor -> label/device conversions (select.clear_memo() calls this)."""
+    _DTYPE_LABELS.clear()
+    _DEVICES.clear()
 
 
 def device_of(torch_device, triton_interpret: bool) -> Device:

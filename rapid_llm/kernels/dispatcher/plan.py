@@ -3,13 +3,20 @@
     planner = Planner(env)                       # env: probe_environment()
     rms = planner.plan("norm.rms_norm", dtype="bf16", shape={"num_tokens": 64, "hidden": 4096},
                        layout={"x:rows"})
-    y = rms(x, w, 1e-6)                          # costs what the target costs
+    y = rms(x, w, 1e-6)                          # checks the arguments once, then runs the kernel
+    y = rms.impl(x, w, 1e-6)                     # the kernel alone, for arguments already checked
 
 A plan is keyed by (op, device, dtype, layout, bucket of each named dim,
-graph_safe_only); the op's contract in ops/interfaces.py declares the bucket
-rule of each dim. Dispatch for a bucket sees the bucket's upper bound. The
-`PlannedOp` is a `functools.partial` of the loaded target, so calling it runs
-in C with no per-call dispatch logic; it also carries its `Selection`.
+graph_safe_only); the op's contract declares the bucket rule of each dim.
+Dispatch for a bucket sees the bucket's upper bound.
+
+Validation happens once per call (DESIGN §8). Row targets are unchecked
+kernels. Calling a `PlannedOp` runs the op's argument check (the contract's
+`check`) and then confirms that the selected row's own conditions hold for
+these arguments (device, dtype, layout tags, shape constraints): a plan made
+for one bucket cannot silently run a row on input it does not accept. The
+public ops (`Planner.call`) run the same check, look the plan up from what
+it returned, and call `impl` directly: nothing is checked twice.
 
 `graph_safe_only=True` (on the planner or per plan) re-dispatches to the best
 row that is capturable in a CUDA graph instead of failing.
@@ -17,28 +24,41 @@ row that is capturable in a CUDA graph instead of failing.
 
 from __future__ import annotations
 
-import functools
-
-from .dispatch import Selection, dispatch
+from .contract import LAYOUT_TAGS, OpInputError
 from .environment import Device, Environment, device_of, dtype_label, probe_environment
+from .select import NoEligibleKernel, Selection, dispatch, resolve_target
 from .spec import BACKEND_CLASSES
 from .table import OpTable, default_table
 
 
-class PlannedOp(functools.partial):
-    """A loaded kernel bound with the selection that chose it. Call it like the op."""
+class PlannedOp:
+    """A loaded kernel bound with the selection that chose it. Call it like the op.
 
-    @property
-    def selection(self) -> Selection:
-        return self.__dict__["selection"]
+    `impl` is the unchecked kernel; calling the PlannedOp checks first.
+    """
+
+    __slots__ = ("impl", "selection", "bucket", "device", "_check", "_triton_interpret", "_dtypes", "_layout",
+                 "_shape")
+
+    def __init__(self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool):
+        self.impl = impl
+        self.selection = selection
+        self.bucket = bucket
+        self.device = device
+        self._check = check
+        self._triton_interpret = triton_interpret
+        row = selection.row
+        self._dtypes = row.dtypes
+        self._layout = row.layout
+        self._shape = row.shape
 
     @property
     def row(self):
         return self.selection.row
 
     @property
-    def bucket(self) -> tuple:
-        return self.__dict__["bucket"]
+    def op(self) -> str:
+        return self.selection.op
 
     def explain(self, verbose: bool = False) -> str:
         return self.selection.explain(verbose)
@@ -46,16 +66,42 @@ class PlannedOp(functools.partial):
     def __repr__(self) -> str:
         return f"PlannedOp({self.selection.op} -> {self.row.name}, bucket={self.bucket})"
 
+    def __call__(self, *args, **kwargs):
+        if self._check is not None:
+            anchor, layout, dims = self._check(*args, **kwargs)
+            self.confirm(anchor, layout, dims)
+        return self.impl(*args, **kwargs)
 
-def _planned(fn, selection: Selection, bucket: tuple) -> PlannedOp:
-    planned = PlannedOp(fn)
-    planned.__dict__["selection"] = selection
-    planned.__dict__["bucket"] = bucket
-    return planned
+    def confirm(self, anchor, layout, dims) -> None:
+        """Raise OpInputError unless the selected row accepts a call with these checked facts."""
+        op, row = self.selection.op, self.selection.row
+        device = device_of(anchor.device, self._triton_interpret)
+        if device is not self.device:
+            raise OpInputError(op, "device", f"a tensor on {self.device} (this plan's device; plan again for "
+                               f"{device})", f"a tensor on {anchor.device}")
+        label = dtype_label(anchor.dtype)
+        if label not in self._dtypes:
+            raise OpInputError(op, "dtype", f"one of {sorted(self._dtypes)} ({row.name}, selected by this plan)",
+                               label)
+        missing = self._layout - layout
+        if missing:
+            tag = sorted(missing)[0]
+            raise OpInputError(op, tag.partition(":")[0],
+                               f"layout {tag} ({LAYOUT_TAGS.get(tag, tag)}), which {row.name} needs",
+                               "arguments without it (plan again for this layout: the reference serves any)")
+        if self._shape:
+            values = dict(dims)
+            for constraint in self._shape:
+                if not constraint.accepts(values.get(constraint.dim)):
+                    raise OpInputError(op, constraint.dim, f"{constraint.describe()} ({row.name}'s condition)",
+                                       str(values.get(constraint.dim)))
 
 
 class Planner:
     """Resolves and caches one PlannedOp per (op, device, dtype, layout, bucket)."""
+
+    #: The public ops' fast path keeps at most this many exact-call keys (ever-new shapes cannot grow it).
+    CALL_KEYS_LIMIT = 65536
 
     def __init__(self, env: Environment | None = None, table: OpTable | None = None, *,
                  graph_safe_only: bool = False):
@@ -63,8 +109,9 @@ class Planner:
         self.table = table if table is not None else default_table()
         self.graph_safe_only = graph_safe_only
         self._plans: dict = {}
-        # The public ops' fast path: exact (torch device, torch dtype, layout, dims) -> the bucket's plan.
-        self._plans_by_tensor_key: dict = {}
+        # The public ops' fast path: exact (op, torch device, torch dtype, layout, dims) -> the bucket's plan.
+        self._plans_by_call: dict = {}
+        self._checks: dict = {}
         self._check_environment_names()
 
     def _check_environment_names(self) -> None:
@@ -72,7 +119,7 @@ class Planner:
         unknown = sorted(set(self.env.deny) - self.table.deniable_names())
         if unknown:
             raise ValueError(f"RAPID_LLM_DENY names unknown rows or backends {unknown}; "
-                             f"backends: {sorted(BACKEND_CLASSES)}")
+                             f"backends: {sorted(BACKEND_CLASSES)}; rows: see `rapid-llm doctor`")
         for op, row in self.env.force:
             if op not in self.table.rows_by_op:
                 raise ValueError(f"RAPID_LLM_FORCE names unknown op {op!r}; ops: {sorted(self.table.ops)}")
@@ -84,13 +131,37 @@ class Planner:
     def cached_plans(self) -> int:
         return len(self._plans)
 
+    def clear(self) -> None:
+        """Forget every plan (the next call re-dispatches)."""
+        self._plans.clear()
+        self._plans_by_call.clear()
+
+    def check_for(self, op: str):
+        """The op's argument check (loaded once), or None when its contract names none."""
+        try:
+            return self._checks[op]
+        except KeyError:
+            pass
+        contract = self._contract(op)
+        check = None
+        if contract.check is not None:
+            check, reason = resolve_target(contract.check, None)
+            if check is None:
+                raise RuntimeError(f"{op}: the contract's argument check does not load: {reason}")
+        self._checks[op] = check
+        return check
+
+    def _contract(self, op: str):
+        contract = self.table.contracts.get(op)
+        if contract is None:
+            raise KeyError(f"unknown op {op!r}; this table serves {sorted(self.table.ops)}")
+        return contract
+
     def plan(self, op: str, *, dtype: str, shape: dict, layout=frozenset(), device: Device | None = None,
              graph_safe_only: bool | None = None) -> PlannedOp:
         device = device if device is not None else self.env.device
         graph_safe = self.graph_safe_only if graph_safe_only is None else graph_safe_only
-        contract = self.table.contracts[op] if op in self.table.contracts else None
-        if contract is None:
-            raise KeyError(f"unknown op {op!r}; this table serves {sorted(self.table.ops)}")
+        contract = self._contract(op)
         bucket = contract.bucket_key(shape)
         if len(bucket) != len(shape):
             unknown = sorted(set(shape) - set(contract.dim_names))
@@ -103,27 +174,35 @@ class Planner:
             self._plans[key] = planned
         return planned
 
-    def for_tensor(self, op: str, x, layout, **shape) -> PlannedOp:
-        """plan() with device and dtype read off tensor `x` (the public ops' path)."""
-        key = (op, x.device, x.dtype, layout, tuple(shape.items()))
-        planned = self._plans_by_tensor_key.get(key)
+    def call(self, op: str, args: tuple):
+        """Run `op` on `args` (the public ops' path): check once, plan by what the check found, run the kernel."""
+        anchor, layout, dims = (self._checks.get(op) or self.check_for(op))(*args)
+        key = (op, anchor.device, anchor.dtype, layout, dims)
+        planned = self._plans_by_call.get(key)
         if planned is None:
-            planned = self.plan(op, dtype=dtype_label(x.dtype), shape=shape, layout=layout,
-                                device=device_of(x.device, self.env.triton_interpret))
-            # Repeated calls with the same exact shape skip bucketing; bounded so that
-            # ever-changing shapes cannot grow it without limit.
-            if len(self._plans_by_tensor_key) < 65536:
-                self._plans_by_tensor_key[key] = planned
-        return planned
+            planned = self.plan(op, dtype=dtype_label(anchor.dtype), shape=dict(dims), layout=layout,
+                                device=device_of(anchor.device, self.env.triton_interpret))
+            if len(self._plans_by_call) < self.CALL_KEYS_LIMIT:
+                self._plans_by_call[key] = planned
+        return planned.impl(*args)
 
     def _resolve(self, op, contract, device, dtype, shape, layout, bucket, graph_safe) -> PlannedOp:
         representative = {name: high for name, _, high in bucket}
-        selection = dispatch(
-            op, device=device, dtype=dtype, shape=representative, layout=layout, libs=self.env.libs,
-            table=self.table, force=self.env.forced_row(op), deny=self.env.deny, graph_safe=graph_safe,
-        )
+        try:
+            selection = dispatch(
+                op, device=device, dtype=dtype, shape=representative, layout=layout, libs=self.env.libs,
+                table=self.table, force=self.env.forced_row(op), deny=self.env.deny, graph_safe=graph_safe,
+            )
+        except NoEligibleKernel as error:
+            judged = [f"{name}={shape[name]} is in bucket {low}-{high}, judged as {high}"
+                      for name, low, high in bucket if low != high and shape.get(name) != high]
+            if not judged:
+                raise
+            headline = str(error).splitlines()[0]
+            raise NoEligibleKernel(error.explanation, f"{headline} (a plan judges each bucketed dim at its "
+                                   f"bucket's upper bound: {'; '.join(judged)})") from None
         loaded = selection.load()
-        return _planned(loaded.fn, loaded.selection, bucket)
+        return PlannedOp(loaded.fn, loaded.selection, bucket, device, self.check_for(op), self.env.triton_interpret)
 
 
 _DEFAULT_PLANNER: Planner | None = None
@@ -135,3 +214,9 @@ def default_planner() -> Planner:
     if _DEFAULT_PLANNER is None:
         _DEFAULT_PLANNER = Planner()
     return _DEFAULT_PLANNER
+
+
+def reset_default_planner() -> None:
+    """Forget the default planner and its plans (select.clear_memo() calls this)."""
+    global _DEFAULT_PLANNER
+    _DEFAULT_PLANNER = None

@@ -210,7 +210,8 @@ class CapabilityRequirement:
 
     def describe(self) -> str:
         if self.device == "cpu":
-            return "cpu via the Triton interpreter" if self.triton_interpreter else "cpu"
+            # The variable that opts in, named where the requirement is shown (explain, errors, matrix).
+            return "cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1)" if self.triton_interpreter else "cpu"
         text = "cuda"
         if self.min_sm is not None:
             text += f" sm>={self.min_sm}"

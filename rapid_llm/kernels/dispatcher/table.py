@@ -1,13 +1,14 @@
 """OpTable: the immutable op -> rows table, built once from an explicit family list.
 
 `build_tables()` imports the families named in `FAMILIES` (each family's
-``__init__`` holds its `ROWS` tuple: data only, torch-free), validates the
-global invariants, and returns an `OpTable`. Nothing registers itself by
-import side effect; tests build their own tables with `OpTable.from_rows`.
+``__init__`` holds its `CONTRACTS` and `ROWS` tuples: data only,
+torch-free), validates the global invariants, and returns an `OpTable`.
+Nothing registers itself by import side effect; tests build their own
+tables with `OpTable.from_rows`.
 
 Invariants (each violation raises TableError naming the row):
   - row names are unique;
-  - every op has a contract in ops/interfaces.py and exactly one reference row;
+  - every op has a contract and exactly one reference row; every contract has rows;
   - the reference row serves every dtype of the contract;
   - rows only use dtypes, dims and layout tags their contract declares;
   - constraints on bucketed dims sit on bucket edges (plans judge a bucket at
@@ -19,6 +20,7 @@ from __future__ import annotations
 import importlib
 from types import MappingProxyType
 
+from .contract import LAYOUT_TAGS, ExactBucket
 from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
@@ -54,10 +56,13 @@ class OpTable:
 
     @classmethod
     def from_rows(cls, rows, contracts=None) -> "OpTable":
-        """Validate `rows` against `contracts` (default: ops/interfaces.py) and build a table."""
+        """Validate `rows` against `contracts` ({op: OpContract}; default: the default families') and
+        build a table holding the contracts of the ops the rows serve."""
         if contracts is None:
-            from ..ops.interfaces import CONTRACTS as contracts
+            contracts = family_contracts()
         validate_rows(rows, contracts)
+        served = {row.op for row in rows}
+        contracts = {op: contract for op, contract in contracts.items() if op in served}
         by_op: dict[str, list[KernelSpec]] = {}
         for row in rows:
             by_op.setdefault(row.op, []).append(row)
@@ -76,17 +81,12 @@ class OpTable:
     def reference(self, op: str) -> KernelSpec:
         return next(row for row in self.rows(op) if row.is_reference)
 
-    def backends(self) -> frozenset[str]:
-        return frozenset(row.backend for row in self.rows_by_name.values())
-
     def deniable_names(self) -> frozenset[str]:
         """Names a deny list may hold: every known backend (rows or not) and every row of this table."""
         return frozenset(BACKEND_CLASSES) | frozenset(self.rows_by_name)
 
 
 def validate_rows(rows, contracts) -> None:
-    from ..ops.interfaces import LAYOUT_TAGS
-
     seen: dict[str, KernelSpec] = {}
     references: dict[str, list[str]] = {}
     for row in rows:
@@ -97,7 +97,7 @@ def validate_rows(rows, contracts) -> None:
         seen[row.name] = row
         contract = contracts.get(row.op)
         if contract is None:
-            raise TableError(f"row {row.name!r}: op {row.op!r} has no contract in ops/interfaces.py")
+            raise TableError(f"row {row.name!r}: op {row.op!r} has no contract (declare it in its family's CONTRACTS)")
         extra = row.dtypes - contract.dtypes
         if extra:
             raise TableError(
@@ -133,8 +133,6 @@ def _check_bucket_edges(row, constraint, rule) -> None:
     """A plan judges a bucketed dim at the bucket's upper bound, so a constraint on it must hold
     for the whole bucket or for none of it: min at a bucket's low edge, max at a high edge,
     and no multiple_of / one_of."""
-    from ..ops.interfaces import ExactBucket
-
     if isinstance(rule, ExactBucket):
         return
     where = f"row {row.name!r}: constraint on bucketed dim {constraint.dim!r} ({rule.describe()})"
@@ -146,13 +144,39 @@ def _check_bucket_edges(row, constraint, rule) -> None:
         raise TableError(f"{where}: max={constraint.max} is not the high edge of a bucket")
 
 
+def _family_modules(families):
+    return [importlib.import_module(f"rapid_llm.kernels.ops.{family}") for family in families]
+
+
+def family_contracts(families=FAMILIES) -> dict:
+    """{op: OpContract} declared by the families; an op declared twice is a TableError."""
+    contracts: dict = {}
+    for module in _family_modules(families):
+        for contract in module.CONTRACTS:
+            if contract.op in contracts:
+                raise TableError(f"op {contract.op!r} is declared by two contracts")
+            if contract.op.partition(".")[0] != module.__name__.rsplit(".", 1)[1]:
+                raise TableError(f"op {contract.op!r} is declared in family {module.__name__!r}: "
+                                 "an op id starts with its family's name")
+            contracts[contract.op] = contract
+    return contracts
+
+
 def build_tables(families=FAMILIES) -> OpTable:
-    """Import each family's ROWS and build the validated table."""
-    rows = []
-    for family in families:
-        module = importlib.import_module(f"rapid_llm.kernels.ops.{family}")
-        rows.extend(module.ROWS)
-    return OpTable.from_rows(rows)
+    """Import each family's CONTRACTS and ROWS and build the validated table.
+
+    Every contract must be served (a contract without rows is a TableError)
+    and must name its argument check.
+    """
+    contracts = family_contracts(families)
+    rows = [row for module in _family_modules(families) for row in module.ROWS]
+    served = {row.op for row in rows}
+    for op, contract in contracts.items():
+        if op not in served:
+            raise TableError(f"op {op!r} has a contract but no rows")
+        if contract.check is None:
+            raise TableError(f"op {op!r}: its contract names no argument check")
+    return OpTable.from_rows(rows, contracts)
 
 
 _DEFAULT: OpTable | None = None

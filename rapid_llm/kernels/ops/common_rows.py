@@ -1,4 +1,4 @@
-"""Conditions shared by many rows (torch-free data).
+"""Conditions and evidence shared by many rows (torch-free data).
 
 Native Triton rows need Triton >= 3.0 and run on CUDA sm80+ (Ampere and
 newer: bf16 arithmetic and the 16-byte vector loads our kernels are tuned
@@ -18,3 +18,11 @@ TRITON_DEVICES = (
 #: interpreter: its fp32 -> e4m3 cast drops the carry when rounding up a mantissa (127.99 becomes
 #: 64, not 128), so its results are wrong; these rows are verified on the GPU only.
 TRITON_FP8_DEVICES = (CapabilityRequirement("cuda", min_sm=89),)
+
+#: Rows of the CUDA extension (aot/ and jit/): CUDA sm80+ like the native rows; the code runs on
+#: the archs the build targets (TORCH_CUDA_ARCH_LIST).
+CUDA_EXTENSION_DEVICES = (CapabilityRequirement("cuda", min_sm=80),)
+
+#: The GPU parity run the verified rows cite (one file per run: conformance/test_evidence.py checks that it
+#: exists, holds every citing row measured on CUDA, and that each row's max |diff| is within its record).
+H200_PARITY = "perf/results/h200/parity_2026-11-30.json"

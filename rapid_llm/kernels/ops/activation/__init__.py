@@ -1,61 +1,93 @@
-"""activation family rows (data only, torch-free). Contracts: ops/interfaces.py."""
+"""activation family: op contracts and rows (data only, torch-free).
 
+Files: checks.py (the ops' argument checks), reference.py (torch rows),
+gated.py (the one native Triton kernel behind both gated activations).
+"""
+
+from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import GoldenRecord, KernelSpec
-from ..common_rows import TRITON, TRITON_DEVICES
-from ..interfaces import FLOAT_DTYPES
+from ..common_rows import H200_PARITY, TRITON, TRITON_DEVICES
+
+SILU_AND_MUL = "activation.silu_and_mul"
+GELU_TANH_AND_MUL = "activation.gelu_tanh_and_mul"
+_HERE = __name__
+
+_GATED_LAYOUT = """x: [..., 2*d] holding gate | up along the last dim (num_tokens = product of
+the leading dims, intermediate = d), fp32/fp16/bf16. out: optional
+preallocated [..., d] tensor of x's dtype and device, not overlapping x;
+returned (a new contiguous tensor when None). Math in fp32, one rounding
+(the vLLM/FlashInfer/SGLang contract of the MLP activation)."""
+
+CONTRACTS = tuple(
+    OpContract(
+        op=op,
+        parameters=("x", "out"),
+        dtypes=FLOAT_DTYPE_LABELS,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("intermediate", EXACT)),
+        layouts=("x:rows", "out:rows"),
+        check=f"{_HERE}.checks:check_{op.partition('.')[2]}",
+        doc=f"{formula}\n\n{_GATED_LAYOUT}",
+    )
+    for op, formula in (
+        (SILU_AND_MUL, "silu_and_mul(x, out=None) -> out[..., d] = silu(x[..., :d]) * x[..., d:], "
+                       "silu(g) = g * sigmoid(g)"),
+        (GELU_TANH_AND_MUL, "gelu_tanh_and_mul(x, out=None) -> out[..., d] = gelu_tanh(x[..., :d]) * x[..., d:], "
+                            "gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))"),
+    )
+)
 
 ROWS = (
     KernelSpec(
         name="torch/silu_and_mul",
-        op="activation.silu_and_mul",
+        op=SILU_AND_MUL,
         backend="torch",
-        target="rapid_llm.kernels.ops.activation.reference:silu_and_mul",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.reference:silu_and_mul",
+        dtypes=FLOAT_DTYPE_LABELS,
         golden=GoldenRecord.reference(),
         description="fp32 PyTorch reference",
     ),
     KernelSpec(
         name="native/silu_and_mul",
-        op="activation.silu_and_mul",
+        op=SILU_AND_MUL,
         backend="native",
-        target="rapid_llm.kernels.ops.activation.silu_and_mul:silu_and_mul",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.gated:silu_and_mul",
+        dtypes=FLOAT_DTYPE_LABELS,
         libraries=(TRITON,),
         capability=TRITON_DEVICES,
         layout=("x:rows", "out:rows"),
         # Largest |diff| vs torch/silu_and_mul over every case: 0.00098 (bf16, H200), 3.8e-6 (fp16/fp32,
         # CPU interpreter).
         golden=GoldenRecord(verified=True, max_abs_diff=0.0009765625, baseline="torch/silu_and_mul",
-                            evidence="perf/results/h200/parity_2026-11-29_run5.json"),
+                            evidence=H200_PARITY),
         # 4.36 TB/s (103% of the 2 GiB copy) at 32768 x 14336 bf16 with the flat grid, above FlashInfer's
         # 4.14 in the same run (perf/results/h200/sweep_gated_2026-11-29.json); 3.8x torch eager, 10x the
         # reference; 1.3-1.5 us per call at 1-16 tokens in graph replay vs FlashInfer's 3.3
-        # (perf/results/h200/bench_h200.json). Flat-grid parity: parity_2026-11-29_run12.json.
+        # (perf/results/h200/bench_h200.json).
         priority=10,
         description="Triton: one program per (row, column block), fp32 math",
     ),
     KernelSpec(
         name="torch/gelu_tanh_and_mul",
-        op="activation.gelu_tanh_and_mul",
+        op=GELU_TANH_AND_MUL,
         backend="torch",
-        target="rapid_llm.kernels.ops.activation.reference:gelu_tanh_and_mul",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.reference:gelu_tanh_and_mul",
+        dtypes=FLOAT_DTYPE_LABELS,
         golden=GoldenRecord.reference(),
         description="fp32 PyTorch reference",
     ),
     KernelSpec(
         name="native/gelu_tanh_and_mul",
-        op="activation.gelu_tanh_and_mul",
+        op=GELU_TANH_AND_MUL,
         backend="native",
-        target="rapid_llm.kernels.ops.activation.gelu_tanh_and_mul:gelu_tanh_and_mul",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.gated:gelu_tanh_and_mul",
+        dtypes=FLOAT_DTYPE_LABELS,
         libraries=(TRITON,),
         capability=TRITON_DEVICES,
         layout=("x:rows", "out:rows"),
         # Largest |diff| vs torch/gelu_tanh_and_mul: 0.0625 in bf16 on the H200 (the int64-offset
         # case, one bf16 step at its largest outputs), 0.00012 on the CPU interpreter.
         golden=GoldenRecord(verified=True, max_abs_diff=0.0625, baseline="torch/gelu_tanh_and_mul",
-                            evidence="perf/results/h200/parity_2026-11-29_run5.json"),
+                            evidence=H200_PARITY),
         # Same kernel as native/silu_and_mul, same numbers (perf/results/h200/bench_h200.json).
         priority=10,
         description="Triton: one program per (row, column block), fp32 math",

@@ -1,4 +1,4 @@
-"""The Triton kernel behind the native gated activations (silu_and_mul, gelu_tanh_and_mul).
+"""Native Triton gated activations: silu_and_mul and gelu_tanh_and_mul, one kernel for both.
 
     out[r, c] = act(x[r, c]) * x[r, d + c],   c < d,   act in {silu, gelu_tanh}, fp32 math
 
@@ -15,8 +15,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import expect_triton_device, rows_view
-from .checks import check_gated_args
 
 
 def launch_config(intermediate: int) -> dict:
@@ -30,13 +28,23 @@ def launch_config(intermediate: int) -> dict:
     return {"BLOCK": block, "num_warps": 4, "FLAT": intermediate > block}
 
 
-def gated_activation(op: str, activation: str, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    num_rows, intermediate = check_gated_args(op, x, out)
-    expect_triton_device(op, "x", x)
-    x_rows = rows_view(op, "x", x, num_rows, 2 * intermediate)
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = silu(x[..., :d]) * x[..., d:] (unchecked kernel entry: layouts x:rows, out:rows)."""
+    return gated_activation("silu", x, out)
+
+
+def gelu_tanh_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """out = gelu_tanh(x[..., :d]) * x[..., d:] (unchecked kernel entry: layouts x:rows, out:rows)."""
+    return gated_activation("gelu_tanh", x, out)
+
+
+def gated_activation(activation: str, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    intermediate = x.shape[-1] // 2
+    num_rows = x.numel() // x.shape[-1]
+    x_rows = x.view(num_rows, 2 * intermediate)
     if out is None:
         out = torch.empty((*x.shape[:-1], intermediate), dtype=x.dtype, device=x.device)
-    out_rows = rows_view(op, "out", out, num_rows, intermediate)
+    out_rows = out.view(num_rows, intermediate)
     if num_rows == 0:
         return out
     config = launch_config(intermediate)

@@ -1,66 +1,116 @@
-"""embedding family rows (data only, torch-free). Contracts: ops/interfaces.py."""
+"""embedding family: op contracts and rows (data only, torch-free).
 
+Token embeddings and the rotary position embedding (a positional embedding
+applied to q and k) live here. Files: checks.py (the ops' argument checks),
+reference.py (torch rows), vocab_embedding.py and rotary.py (native Triton rows).
+"""
+
+from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import GoldenRecord, KernelSpec
-from ..common_rows import TRITON, TRITON_DEVICES
-from ..interfaces import FLOAT_DTYPES
+from ..common_rows import H200_PARITY, TRITON, TRITON_DEVICES
+
+VOCAB_EMBEDDING = "embedding.vocab_embedding"
+ROTARY = "embedding.rotary"
+_HERE = __name__
+
+CONTRACTS = (
+    OpContract(
+        op=VOCAB_EMBEDDING,
+        parameters=("ids", "table", "vocab_start", "vocab_end"),
+        dtypes=FLOAT_DTYPE_LABELS,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
+        layouts=("table:rows",),
+        check=f"{_HERE}.checks:check_vocab_embedding",
+        doc="""vocab_embedding(ids, table, vocab_start=0, vocab_end=None) -> out[..., hidden]
+
+ids: int32/int64 [...] token ids, any strides (num_tokens = ids.numel());
+table: [rows, hidden] fp32/fp16/bf16 holding the rows of ids vocab_start ..
+vocab_end - 1 (a vocab-parallel shard; vocab_end defaults to vocab_start +
+rows and may not exceed it; rows may be 0). out[i] = table[ids[i] -
+vocab_start] for ids in [vocab_start, vocab_end), a zero row for every
+other id: the other shards' tokens (an all-reduce over shards completes the
+embedding) and negative ids, which are padding. Every row gives the same
+zero rows; no id is an error. Row offsets are int64 (vocab x hidden exceeds
+2**31 elements for real models). Returns a new contiguous tensor.""",
+    ),
+    OpContract(
+        op=ROTARY,
+        parameters=("positions", "q", "k", "head_dim", "cos_sin_cache", "is_neox"),
+        dtypes=FLOAT_DTYPE_LABELS,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
+              ("head_dim", EXACT)),
+        layouts=("qk:rows",),
+        check=f"{_HERE}.checks:check_rotary",
+        doc="""rotary(positions, q, k, head_dim, cos_sin_cache, is_neox) -> (q, k), rotated in place
+
+positions: int32/int64 [T], any stride; q: [T, Hq*head_dim]; k: [T,
+Hk*head_dim] (q's dtype, not sharing memory with q: views of one fused qkv
+tensor are fine); cos_sin_cache: [max_position, rotary_dim] = cos | sin
+halves (fp32 or q's dtype), rotary_dim even and <= head_dim (partial
+rotary: the last head_dim - rotary_dim dims of each head are left as they
+are). For each head, with c, s = cache[pos] halves and the pairs (x1, x2):
+    x1' = x1 c - x2 s,   x2' = x2 c + x1 s          (fp32 math, one rounding)
+is_neox=True pairs dim i with i + rotary_dim/2 (NeoX / Llama half split);
+False pairs 2i with 2i+1 (GPT-J interleaved).
+Negative positions are padding: those tokens are left unrotated by every
+row. Positions >= max_position are an error, reported (OpInputError) for
+CPU tensors and, on CUDA, under RAPID_LLM_CHECK_BOUNDS=1 (a device sync);
+unchecked otherwise, when every row leaves those tokens unrotated.""",
+    ),
+)
 
 ROWS = (
     KernelSpec(
         name="torch/vocab_embedding",
-        op="embedding.vocab_embedding",
+        op=VOCAB_EMBEDDING,
         backend="torch",
-        target="rapid_llm.kernels.ops.embedding.reference:vocab_embedding",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.reference:vocab_embedding",
+        dtypes=FLOAT_DTYPE_LABELS,
         golden=GoldenRecord.reference(),
-        # Checking ids for negatives reads them on the host: a device sync, not capturable.
-        graph_safe=False,
-        description="PyTorch reference: masked index_select; checks ids on the host",
+        description="PyTorch reference: masked index_select (no host sync)",
     ),
     KernelSpec(
         name="native/vocab_embedding",
-        op="embedding.vocab_embedding",
+        op=VOCAB_EMBEDDING,
         backend="native",
-        target="rapid_llm.kernels.ops.embedding.vocab_embedding:vocab_embedding",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.vocab_embedding:vocab_embedding",
+        dtypes=FLOAT_DTYPE_LABELS,
         libraries=(TRITON,),
         capability=TRITON_DEVICES,
         layout=("table:rows",),
         # Bitwise equal to torch/vocab_embedding on every case (H200 and CPU interpreter).
         golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/vocab_embedding",
-                            evidence="perf/results/h200/parity_2026-11-29_run6.json"),
+                            evidence=H200_PARITY),
         # 3.77 TB/s (89% of copy) for 32768 ids into a 152064 x 4096 bf16 table, 1.04x torch's
-        # F.embedding; 1.3-1.6 us per call at 1-64 tokens in graph replay; the reference syncs on
-        # its id check (perf/results/h200/bench_h200.json).
+        # F.embedding; 1.3-1.6 us per call at 1-64 tokens in graph replay (perf/results/h200/bench_h200.json).
         priority=10,
         description="Triton: one program per (token, column block), int64 row offsets, no host sync",
     ),
     KernelSpec(
         name="torch/rotary",
-        op="embedding.rotary",
+        op=ROTARY,
         backend="torch",
-        target="rapid_llm.kernels.ops.embedding.reference:rotary",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.reference:rotary",
+        dtypes=FLOAT_DTYPE_LABELS,
         golden=GoldenRecord.reference(),
-        # The position check reads positions on the host: a device sync, not capturable.
-        graph_safe=False,
-        description="fp32 PyTorch reference (NeoX and GPT-J), checks positions on the host",
+        description="fp32 PyTorch reference (NeoX and GPT-J), masked positions (no host sync)",
     ),
     KernelSpec(
         name="native/rotary",
-        op="embedding.rotary",
+        op=ROTARY,
         backend="native",
-        target="rapid_llm.kernels.ops.embedding.rotary:rotary",
-        dtypes=FLOAT_DTYPES,
+        target=f"{_HERE}.rotary:rotary",
+        dtypes=FLOAT_DTYPE_LABELS,
         libraries=(TRITON,),
         capability=TRITON_DEVICES,
         layout=("qk:rows",),
         # Largest |diff| vs torch/rotary: 0.015625 in bf16 on the H200 (one bf16 step).
         golden=GoldenRecord(verified=True, max_abs_diff=0.015625, baseline="torch/rotary",
-                            evidence="perf/results/h200/parity_2026-11-29_run8.json"),
+                            evidence=H200_PARITY),
         # 3.76-3.89 TB/s (88-91% of copy) at 32768 tokens, 32/8 heads of 128, bf16, above
         # FlashInfer's 3.61 TB/s in the same run; ~14x torch eager; 1.6-1.7 us per call at decode
         # sizes in graph replay (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, bench_h200.json).
         priority=10,
-        description="Triton: one program per (token, q or k), all heads as one tile, no host sync",
+        description="Triton: one program per (token, block of q or k heads), no host sync",
     ),
 )

@@ -5,12 +5,13 @@ c, s = cos_sin_cache[positions[t]] halves:  x1' = x1 c - x2 s,  x2' = x2 c + x1 
 (fp32 math, one rounding). NeoX pairs dim i with i + rotary_dim/2; GPT-J pairs
 2i with 2i+1. Dims past rotary_dim are not touched (partial rotary).
 
-Layout: q and k with unit stride along their last dim and any token stride
-(layout ``qk:rows``: e.g. views into a fused qkv tensor). Grid: (T, q head
+Layout: q, k and the cache with unit stride along their last dim and any
+token stride (layout ``qk:rows``: e.g. views into a fused qkv tensor);
+positions with any stride. Grid: (T, q head
 blocks + k head blocks): each program rotates BLOCK_HEADS heads of one token
 as one [BLOCK_HEADS, rotary_dim/2] tile of pairs (launch_config).
-Positions outside the cache are skipped (masked, no host sync): those
-tokens stay unrotated; the reference row is the one that raises on them.
+Positions outside [0, max_position) (padding, or unchecked out-of-range
+ones) are masked: those tokens stay unrotated, as in every row (no host sync).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import OpInputError, expect_triton_device
-from .rotary_checks import ROTARY, check_rotary_args
 
 
 def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
@@ -43,12 +42,9 @@ def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
 
 def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
            cos_sin_cache: torch.Tensor, is_neox: bool):
-    tokens, q_heads, k_heads, rotary_dim = check_rotary_args(positions, q, k, head_dim, cos_sin_cache, is_neox)
-    expect_triton_device(ROTARY, "q", q)
-    for name, tensor in (("q", q), ("k", k), ("cos_sin_cache", cos_sin_cache)):
-        if tensor.stride(1) != 1:
-            raise OpInputError(ROTARY, name, "unit stride along the last dim (layout qk:rows)",
-                               f"strides {tensor.stride()}")
+    """Unchecked kernel entry (the op's check ran: layout qk:rows)."""
+    tokens = positions.shape[0]
+    q_heads, k_heads, rotary_dim = q.shape[1] // head_dim, k.shape[1] // head_dim, cos_sin_cache.shape[1]
     if tokens:
         launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, rotary_dim,
                launch_config(q_heads, k_heads, rotary_dim))
@@ -61,19 +57,20 @@ def launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, 
     q_blocks = triton.cdiv(q_heads, block_heads)
     grid = (positions.shape[0], q_blocks + triton.cdiv(k_heads, block_heads))
     _rotary_kernel[grid](
-        positions, q, k, cos_sin_cache, q.stride(0), k.stride(0), cos_sin_cache.stride(0),
+        positions, q, k, cos_sin_cache, positions.stride(0), q.stride(0), k.stride(0), cos_sin_cache.stride(0),
         q_heads, k_heads, q_blocks, cos_sin_cache.shape[0], rotary_dim // 2, head_dim,
         IS_NEOX=is_neox, **config,
     )
 
 
 @triton.jit
-def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, q_token_stride, k_token_stride, cache_row_stride,
+def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, positions_stride, q_token_stride, k_token_stride,
+                   cache_row_stride,
                    q_heads, k_heads, q_blocks, max_position, half, head_dim,
                    BLOCK_HEADS: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
-    position = tl.load(positions_ptr + token).to(tl.int64)
+    position = tl.load(positions_ptr + token * positions_stride).to(tl.int64)
     pairs = tl.arange(0, BLOCK_HALF)
     # Position validity as a block, so it can join the masks (no host sync, no branch).
     position_block = tl.zeros([BLOCK_HALF], dtype=tl.int64) + position

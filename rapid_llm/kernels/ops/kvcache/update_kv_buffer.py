@@ -2,10 +2,11 @@
 
 kv [T, 2*Hk, D] and buffer [rows, 2*Hk, D] are each viewed as rows of
 W = 2*Hk*D contiguous elements with their own row stride (layout tags
-``kv:rows``, ``buffer:rows``); loc: int32/int64 [T]. Grid: (token blocks of
-BLOCK_TOKENS, column blocks of BLOCK). Buffer offsets are computed in int64, so buffers past 2**31
-elements need no special path; ids outside [0, rows) are skipped (masked
-store, no host sync: the reference row is the one that raises on them).
+``kv:rows``, ``buffer:rows``); loc: int32/int64 [T], any stride. Grid:
+(token blocks of BLOCK_TOKENS, column blocks of BLOCK). Buffer offsets are
+computed in int64, so buffers past 2**31 elements need no special path; ids
+outside [0, rows) (padding, or unchecked out-of-range ids) are skipped by a
+masked store, as in every row (no host sync).
 Memory-bound: each token's row is read once and written once.
 """
 
@@ -15,8 +16,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import expect_triton_device, rows_view
-from .checks import UPDATE_KV_BUFFER, check_update_kv_buffer_args
 
 
 def launch_config(row_width: int) -> dict:
@@ -29,29 +28,37 @@ def launch_config(row_width: int) -> dict:
 
 
 def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    num_tokens, heads, head_dim = check_update_kv_buffer_args(kv, loc, buffer)
-    expect_triton_device(UPDATE_KV_BUFFER, "kv", kv)
-    width = heads * head_dim
-    kv_rows = rows_view(UPDATE_KV_BUFFER, "kv", kv, num_tokens, width)
-    buffer_rows = rows_view(UPDATE_KV_BUFFER, "buffer", buffer, buffer.shape[0], width)
-    if num_tokens == 0:
-        return buffer
-    config = launch_config(width)
-    grid = (triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"]))
-    _update_kv_buffer_kernel[grid](kv_rows, loc, buffer_rows, kv_rows.stride(0), buffer_rows.stride(0),
-                                   buffer.shape[0], num_tokens, width, **config)
+    """Unchecked kernel entry (the op's check ran: layouts kv:rows and buffer:rows)."""
+    kv_rows, buffer_rows = scatter_rows(kv, buffer)
+    num_tokens, width = kv_rows.shape
+    if num_tokens:
+        config = launch_config(width)
+        _update_kv_buffer_kernel[scatter_grid(num_tokens, width, config)](
+            kv_rows, loc, buffer_rows, kv_rows.stride(0), loc.stride(0), buffer_rows.stride(0), buffer.shape[0],
+            num_tokens, width, **config)
     return buffer
 
 
+def scatter_rows(kv: torch.Tensor, buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """kv [T, H, D] and buffer [rows, H, D] as [T, H*D] and [rows, H*D] views (layouts kv:rows, buffer:rows)."""
+    width = kv.shape[1] * kv.shape[2]
+    return kv.view(kv.shape[0], width), buffer.view(buffer.shape[0], width)
+
+
+def scatter_grid(num_tokens: int, width: int, config: dict) -> tuple[int, int]:
+    """(token blocks, column blocks) of a KV scatter kernel's launch."""
+    return triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"])
+
+
 @triton.jit
-def _update_kv_buffer_kernel(kv_ptr, loc_ptr, buffer_ptr, kv_row_stride, buffer_row_stride, buffer_rows, num_tokens,
-                             width, BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
+def _update_kv_buffer_kernel(kv_ptr, loc_ptr, buffer_ptr, kv_row_stride, loc_stride, buffer_row_stride, buffer_rows,
+                             num_tokens, width, BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     token_mask = tokens < num_tokens
-    rows = tl.load(loc_ptr + tokens, mask=token_mask, other=-1).to(tl.int64)
+    rows = tl.load(loc_ptr + tokens * loc_stride, mask=token_mask, other=-1).to(tl.int64)
     mask = token_mask[:, None] & (columns < width)[None, :]
     values = tl.load(kv_ptr + tokens[:, None] * kv_row_stride + columns[None, :], mask=mask)
-    # Ids outside [0, rows) are skipped: no host sync (the reference row raises on them).
+    # Ids outside [0, rows) are skipped (padding; unchecked out-of-range ids): no host sync.
     store_mask = mask & ((rows >= 0) & (rows < buffer_rows))[:, None]
     tl.store(buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :], values, mask=store_mask)

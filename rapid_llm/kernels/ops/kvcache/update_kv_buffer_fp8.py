@@ -9,7 +9,7 @@ the kernel: no host sync, graph-capturable). fp32 math: an IEEE reciprocal
 (tl.math.div_rn) per program, one multiply per element, a round-to-nearest-even
 cast: bitwise equal to the torch reference. The e4m3 cast is native on sm89+ only (the row's capability).
 Grid and offsets as update_kv_buffer.py: (token blocks, column blocks), int64
-buffer offsets, ids outside [0, rows) skipped (the reference row raises on them).
+buffer offsets, loc read through its stride, ids outside [0, rows) skipped.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import expect_triton_device, rows_view
-from ..quantization.checks import FP8_E4M3_MAX
-from .checks import UPDATE_KV_BUFFER_FP8, check_update_kv_buffer_fp8_args
+from ..fp8 import E4M3_MAX
+from .update_kv_buffer import scatter_grid, scatter_rows
 
 
 def launch_config(row_width: int) -> dict:
@@ -35,29 +34,25 @@ def launch_config(row_width: int) -> dict:
 
 def update_kv_buffer_fp8(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor,
                          v_scale: torch.Tensor) -> torch.Tensor:
-    num_tokens, heads, head_dim = check_update_kv_buffer_fp8_args(kv, loc, buffer, k_scale, v_scale)
-    expect_triton_device(UPDATE_KV_BUFFER_FP8, "kv", kv)
-    width = heads * head_dim
-    kv_rows = rows_view(UPDATE_KV_BUFFER_FP8, "kv", kv, num_tokens, width)
-    buffer_rows = rows_view(UPDATE_KV_BUFFER_FP8, "buffer", buffer, buffer.shape[0], width)
-    if num_tokens == 0:
-        return buffer
-    config = launch_config(width)
-    grid = (triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"]))
-    _update_kv_buffer_fp8_kernel[grid](kv_rows, loc, buffer_rows, k_scale, v_scale, kv_rows.stride(0),
-                                       buffer_rows.stride(0), buffer.shape[0], num_tokens, width, width // 2,
-                                       FP8_E4M3_MAX, **config)
+    """Unchecked kernel entry (the op's check ran: layouts kv:rows and buffer:rows)."""
+    kv_rows, buffer_rows = scatter_rows(kv, buffer)
+    num_tokens, width = kv_rows.shape
+    if num_tokens:
+        config = launch_config(width)
+        _update_kv_buffer_fp8_kernel[scatter_grid(num_tokens, width, config)](
+            kv_rows, loc, buffer_rows, k_scale, v_scale, kv_rows.stride(0), loc.stride(0), buffer_rows.stride(0),
+            buffer.shape[0], num_tokens, width, width // 2, E4M3_MAX, **config)
     return buffer
 
 
 @triton.jit
 def _update_kv_buffer_fp8_kernel(kv_ptr, loc_ptr, buffer_ptr, k_scale_ptr, v_scale_ptr, kv_row_stride,
-                                 buffer_row_stride, buffer_rows, num_tokens, width, k_width, fp8_max,
+                                 loc_stride, buffer_row_stride, buffer_rows, num_tokens, width, k_width, fp8_max,
                                  BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     token_mask = tokens < num_tokens
-    rows = tl.load(loc_ptr + tokens, mask=token_mask, other=-1).to(tl.int64)
+    rows = tl.load(loc_ptr + tokens * loc_stride, mask=token_mask, other=-1).to(tl.int64)
     mask = token_mask[:, None] & (columns < width)[None, :]
     # K heads come first in each row, then V heads: the scale is chosen per column.
     k_inverse = tl.math.div_rn(1.0, tl.load(k_scale_ptr))

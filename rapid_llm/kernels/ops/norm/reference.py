@@ -5,22 +5,19 @@ in fp32 and rounded once to x's dtype. x: [..., hidden]; weight: [hidden].
 
 fused_add_rms_norm(x, residual, weight, eps): residual += x (fp32 add, one
 rounding), then x = rms_norm(residual) of the stored residual; in place.
+Arguments are checked by the op's check (norm/checks.py) before these run.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .checks import check_fused_add_rms_norm_args, check_rms_norm_args
-
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    check_rms_norm_args(x, weight, eps)
     return _normalised(x, weight, eps).contiguous()
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
-    check_fused_add_rms_norm_args(x, residual, weight, eps)
     residual.copy_(residual.float() + x.float())
     x.copy_(_normalised(residual, weight, eps))
     return x, residual

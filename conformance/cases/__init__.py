@@ -1,0 +1,29 @@
+"""Parity cases per op, one module per op family (conformance/cases/<family>.py).
+
+Every row of an op runs every case its conditions admit. Non-reference rows
+are compared with the op's reference row; the reference row itself is
+compared with a float64 oracle (so a broken reference cannot hide).
+
+Each family module defines CASES {op: (Case, ...)}, ORACLES {op: oracle}
+and TOLERANCES {(op, dtype): (atol, rtol) or one pair per output}. The
+registry below is derived from the table's family list: a new family's
+module is picked up without editing this file, and a family without a case
+module fails loudly.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from rapid_llm.kernels.dispatcher.table import FAMILIES
+from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+from .case import Case
+
+_MODULES = [importlib.import_module(f"{__name__}.{family}") for family in FAMILIES]
+
+CASES = {op: cases for module in _MODULES for op, cases in module.CASES.items()}
+ORACLES = {op: oracle for module in _MODULES for op, oracle in module.ORACLES.items()}
+TOLERANCES = {key: value for module in _MODULES for key, value in module.TOLERANCES.items()}
+
+__all__ = ["CASES", "Case", "ORACLES", "TOLERANCES", "TORCH_DTYPES"]

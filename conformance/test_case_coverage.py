@@ -1,0 +1,41 @@
+"""The parity cases cover every tensor argument of every op with a non-unit stride.
+
+Catches an op whose kernels were only ever fed contiguous tensors: a native
+row reading a strided argument as if contiguous (ids [1, 3, 5] read as
+[1, 2, 3]; a strided weight used as [w0, w1, ...]) gives a silent wrong
+answer that parity cannot see unless some case passes such a view. Every
+contract parameter that is a tensor in some case must be non-contiguous in
+at least one case (built on the CPU in fp32; no kernel runs here).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.cases import CASES
+from conformance.rows_here import TABLE
+
+
+def _strided(tensor) -> bool:
+    """Whether `tensor` has a stride other than the contiguous one on a dim of size > 1 (or an offset view)."""
+    if tensor.numel() <= 1:
+        return tensor.storage_offset() != 0
+    return not tensor.is_contiguous() or tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size()
+
+
+@pytest.mark.parametrize("op", TABLE.ops)
+def test_every_tensor_argument_has_a_strided_case(op):
+    parameters = TABLE.contracts[op].parameters
+    seen_tensor, seen_strided = set(), set()
+    for case in CASES[op]:
+        if case.gpu_only:
+            continue
+        args, _, _ = case.make(torch.float32, "cpu", torch.Generator().manual_seed(0))
+        for name, value in zip(parameters, args):
+            if isinstance(value, torch.Tensor):
+                seen_tensor.add(name)
+                if _strided(value):
+                    seen_strided.add(name)
+    missing = sorted(seen_tensor - seen_strided)
+    assert not missing, f"{op}: no parity case passes {missing} as a strided view"

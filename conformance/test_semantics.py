@@ -1,0 +1,223 @@
+"""One semantics per op, whatever row serves it: invalid ids, padding, repeats, scales, checks.
+
+Each test runs the same input through a PlannedOp of every row that runs
+here (the reference always; native rows on the GPU or under the
+interpreter; the CUDA extension's rows where built) and demands the outcome
+the contract states, so no row can differ from another on invalid input.
+
+Value checks (ids past the end, scale signs) run for CPU tensors always and
+for CUDA tensors under RAPID_LLM_CHECK_BOUNDS=1; `value_checks(False)`
+forces the unchecked path so the CPU exercises what every row does then.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rapid_llm.kernels as kernels
+from conformance.rows_here import TABLE, loadable_rows, torch_device
+from rapid_llm.kernels.dispatcher import Planner, probe_environment
+from rapid_llm.kernels.ops.checks import OpInputError, value_checks
+
+DEVICE = torch_device()
+
+
+def _rows(op, dtype="fp32"):
+    return [pytest.param(planned, id=name) for name, planned in loadable_rows(op, dtype)]
+
+
+def _kv_inputs(rows=8, tokens=3, heads=4, head_dim=16):
+    generator = torch.Generator().manual_seed(7)
+    kv = torch.randn(tokens, heads, head_dim, generator=generator).to(DEVICE)
+    buffer = torch.randn(rows, heads, head_dim, generator=generator).to(DEVICE)
+    return kv, buffer
+
+
+# ---------------------------------------------------------------------------
+# KV writes: ids past the end, padding, repeats
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
+def test_kv_write_ids_past_the_end_raise_when_checked(planned):
+    """Catches a row that writes (or crashes on) slot 8 of an 8-row buffer while another raises."""
+    kv, buffer = _kv_inputs()
+    before = buffer.clone()
+    with value_checks(True), pytest.raises(OpInputError) as info:
+        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer)
+    assert info.value.argument == "loc" and "8" in str(info.value)
+    assert torch.equal(buffer, before), "a rejected write must leave the buffer untouched"
+
+
+@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
+def test_kv_write_ids_past_the_end_are_dropped_by_every_row_when_unchecked(planned):
+    """Catches rows disagreeing on unchecked input: every row writes slots 0 and 1 and drops slot 8."""
+    kv, buffer = _kv_inputs()
+    expected = buffer.clone()
+    expected[0], expected[1] = kv[0], kv[1]
+    with value_checks(False):
+        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer)
+    assert torch.equal(buffer, expected)
+
+
+@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
+def test_kv_write_negative_slots_are_padding(planned):
+    """Catches a row writing (or raising on) slot -1: padding tokens of a batch must be skipped."""
+    kv, buffer = _kv_inputs()
+    expected = buffer.clone()
+    expected[5] = kv[1]
+    planned(kv, torch.tensor([-1, 5, -3], device=DEVICE), buffer)
+    assert torch.equal(buffer, expected)
+
+
+@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
+def test_kv_write_repeated_slot_holds_elements_of_the_tokens_naming_it(planned):
+    """Pins the contract for a repeated id: each element of the row comes from one of the tokens naming it
+    (rows written by several programs may mix them element by element), and no other row changes."""
+    kv, buffer = _kv_inputs(rows=8, tokens=4, heads=8, head_dim=128)
+    before = buffer.clone()
+    planned(kv, torch.tensor([3, 6, 3, 3], device=DEVICE), buffer)
+    candidates = torch.stack((kv[0], kv[2], kv[3]))
+    assert ((buffer[3][None] == candidates).any(dim=0)).all(), "an element of row 3 matches no token naming it"
+    assert torch.equal(buffer[6], kv[1])
+    others = [r for r in range(8) if r not in (3, 6)]
+    assert torch.equal(buffer[others], before[others])
+
+
+def _fp8_rows():
+    return _rows("kvcache.update_kv_buffer_fp8")
+
+
+@pytest.mark.parametrize("planned", _fp8_rows())
+def test_fp8_kv_write_ids_past_the_end_and_padding(planned):
+    """The fp8 write shares the slot rules: checked ids past the end raise, negative slots are skipped."""
+    kv, _ = _kv_inputs()
+    buffer = torch.zeros(8, 4, 16, dtype=torch.float8_e4m3fn, device=DEVICE)
+    scales = torch.tensor([0.5], device=DEVICE), torch.tensor([0.25], device=DEVICE)
+    with value_checks(True), pytest.raises(OpInputError):
+        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer, *scales)
+    with value_checks(False):
+        planned(kv, torch.tensor([-1, 2, 8], device=DEVICE), buffer, *scales)
+    written = buffer.view(torch.uint8).reshape(8, -1).ne(0).any(dim=1).nonzero().flatten().tolist()
+    assert written == [2], f"rows written: {written} (expected only slot 2)"
+
+
+@pytest.mark.parametrize("planned", _fp8_rows())
+@pytest.mark.parametrize("bad", [0.0, -0.5, float("inf"), float("nan")])
+def test_fp8_kv_write_rejects_non_positive_or_non_finite_scales_when_checked(planned, bad):
+    """Catches k_scale=0 (inf/NaN codes in the cache) or a negative scale (sign-flipped K) being accepted."""
+    kv, _ = _kv_inputs()
+    buffer = torch.zeros(8, 4, 16, dtype=torch.float8_e4m3fn, device=DEVICE)
+    with value_checks(True), pytest.raises(OpInputError) as info:
+        planned(kv, torch.tensor([0, 1, 2], device=DEVICE), buffer, torch.tensor([bad], device=DEVICE),
+                torch.tensor([0.5], device=DEVICE))
+    assert info.value.argument == "k_scale" and "positive" in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# Rotary: positions past the cache, padding
+# ---------------------------------------------------------------------------
+
+
+def _rotary_inputs(tokens=3):
+    generator = torch.Generator().manual_seed(3)
+    q = torch.randn(tokens, 2 * 16, generator=generator).to(DEVICE)
+    k = torch.randn(tokens, 16, generator=generator).to(DEVICE)
+    cache = torch.randn(16, 16, generator=generator).to(DEVICE)
+    return q, k, cache
+
+
+@pytest.mark.parametrize("planned", _rows("embedding.rotary"))
+def test_rotary_positions_past_the_cache_raise_when_checked(planned):
+    q, k, cache = _rotary_inputs()
+    before = q.clone(), k.clone()
+    with value_checks(True), pytest.raises(OpInputError) as info:
+        planned(torch.tensor([0, 16, 2], device=DEVICE), q, k, 16, cache, True)
+    assert info.value.argument == "positions" and "16" in str(info.value)
+    assert torch.equal(q, before[0]) and torch.equal(k, before[1])
+
+
+@pytest.mark.parametrize("planned", _rows("embedding.rotary"))
+def test_rotary_padding_and_unchecked_positions_leave_tokens_unrotated_in_every_row(planned):
+    """Catches rows disagreeing: token 0 (position -1, padding) and token 2 (position 99, unchecked) stay as
+    they were; token 1 is rotated like the reference rotates it."""
+    q, k, cache = _rotary_inputs()
+    q_ref, k_ref = q.clone(), k.clone()
+    reference = TABLE.reference("embedding.rotary")
+    from rapid_llm.kernels.dispatcher import resolve_target
+
+    resolve_target(reference.target, None)[0](torch.tensor([-1, 5, 99], device=DEVICE), q_ref, k_ref, 16, cache,
+                                               True)
+    original = q.clone(), k.clone()
+    with value_checks(False):
+        planned(torch.tensor([-1, 5, 99], device=DEVICE), q, k, 16, cache, True)
+    for token in (0, 2):
+        assert torch.equal(q[token], original[0][token]) and torch.equal(k[token], original[1][token])
+    torch.testing.assert_close(q[1], q_ref[1], atol=1e-5, rtol=1e-5)
+    assert not torch.equal(q[1], original[0][1]), "token 1 must be rotated"
+
+
+# ---------------------------------------------------------------------------
+# Vocab embedding: negative ids are padding, empty shards
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planned", _rows("embedding.vocab_embedding"))
+def test_vocab_embedding_negative_ids_give_zero_rows_in_every_row(planned):
+    """Catches the reference raising on id -1 while the native row returns zeros (the old split)."""
+    table = torch.randn(10, 4, device=DEVICE)
+    out = planned(torch.tensor([3, -1, 12, -5], device=DEVICE), table, 0, None)
+    assert torch.equal(out[0], table[3])
+    assert torch.count_nonzero(out[1:]) == 0
+
+
+@pytest.mark.parametrize("planned", _rows("embedding.vocab_embedding"))
+def test_vocab_embedding_of_an_empty_shard_is_zeros(planned):
+    """Catches a raw RuntimeError from index_select on a 0-row table (a shard holding no rows)."""
+    out = planned(torch.tensor([0, 7], device=DEVICE), torch.empty(0, 8, device=DEVICE), 4, None)
+    assert out.shape == (2, 8) and torch.count_nonzero(out) == 0
+
+
+# ---------------------------------------------------------------------------
+# One check per call
+# ---------------------------------------------------------------------------
+
+
+def test_public_op_runs_its_check_exactly_once_per_call(monkeypatch):
+    """Catches the public op checking, then the implementation checking again (twice the host cost)."""
+    planner = Planner(probe_environment())
+    calls = []
+    check = planner.check_for("norm.rms_norm")
+
+    def counted(*args):
+        calls.append(1)
+        return check(*args)
+
+    planner._checks["norm.rms_norm"] = counted
+    from rapid_llm.kernels.dispatcher import plan
+
+    monkeypatch.setattr(plan, "_DEFAULT_PLANNER", planner)
+    x, w = torch.randn(3, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    kernels.rms_norm(x, w, 1e-6)
+    kernels.rms_norm(x, w, 1e-6)
+    assert len(calls) == 2, f"{len(calls)} checks for 2 calls"
+
+
+def test_planned_op_called_directly_still_rejects_bad_input():
+    """Catches a PlannedOp (an engine's cached plan) running its kernel on input nobody checked."""
+    planned = Planner(probe_environment()).plan("norm.rms_norm", dtype="fp32", shape={"num_tokens": 4, "hidden": 16},
+                                                layout={"x:rows"})
+    with pytest.raises(OpInputError) as info:
+        planned(torch.randn(4, 16, device=DEVICE), torch.randn(15, device=DEVICE), 1e-6)
+    assert info.value.argument == "weight"
+
+
+def test_row_targets_do_not_check_again():
+    """Catches a row target re-running the op's check (the public path would then check twice): a native or
+    reference target called with a weight of the wrong length does not raise OpInputError itself."""
+    from rapid_llm.kernels.ops.norm import reference
+
+    with pytest.raises(Exception) as info:
+        reference.rms_norm(torch.randn(4, 16), torch.randn(15), 1e-6)
+    assert not isinstance(info.value, OpInputError)
