@@ -5,7 +5,7 @@ RAPID_LLM_BUILD_EXT=1, against the torch already installed (hence
 --no-build-isolation):
 
     RAPID_LLM_BUILD_EXT=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 \\
-        pip install --no-deps --no-build-isolation -e .
+        python -m pip install --no-deps --no-build-isolation -e .
 
 TORCH_CUDA_ARCH_LIST  compute capabilities to compile for ("9.0" = H100/H200,
                       "8.0;9.0" = A100 and H100, a "+PTX" suffix adds PTX for

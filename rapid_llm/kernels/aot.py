@@ -43,7 +43,7 @@ NAMESPACE = "rapid_llm"
 #: The backends whose rows call the CUDA extension.
 EXTENSION_BACKENDS = ("aot", "jit")
 BUILD_HINT = ("RAPID_LLM_BUILD_EXT=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 "
-              "pip install --no-deps --no-build-isolation -e .")
+              "python -m pip install --no-deps --no-build-isolation -e .")
 
 
 def extension_ops() -> tuple[str, ...]:
