@@ -278,10 +278,16 @@ _COMMANDS = [["doctor"], ["plan", "--device", "cpu"], ["matrix", "--device", "cp
              ["explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cpu"]]
 
 
-def test_bad_environment_variables_stop_every_command_with_one_line():
+def test_bad_environment_variables_stop_every_command_with_one_line(monkeypatch, capsys):
     """Catches: a malformed RAPID_LLM_* value giving a Python traceback from doctor, plan and matrix (explain
     alone printed a line), and unknown RAPID_LLM_DENY / RAPID_LLM_FORCE names giving a dispatch traceback (or
-    being silently ignored). Each must be one stderr line naming the variable and what it accepts, exit 2."""
+    being silently ignored). Each must be one stderr line naming the variable and what it accepts, exit 2.
+
+    Every command with every value runs in-process (the probe's process cache swapped for an empty one, so
+    the variables are read afresh); one case runs as a real process, `rapid-llm plan` probing this machine.
+    """
+    from rapid_llm.kernels.dispatcher import environment
+
     malformed = [
         ({"RAPID_LLM_FORCE": "bad"}, "RAPID_LLM_FORCE: expected '<op>=<row>' items such as"),
         ({"RAPID_LLM_HIDE_LIBS": "tritonn"}, "RAPID_LLM_HIDE_LIBS: unknown libraries ['tritonn']; known: "),
@@ -298,26 +304,41 @@ def test_bad_environment_variables_stop_every_command_with_one_line():
     # Every malformed value with every command; unknown names with every command but doctor (it reports them).
     cases = [(argv, variables, expected) for variables, expected in malformed for argv in _COMMANDS]
     cases += [(argv, variables, expected) for variables, expected in unknown_names for argv in _COMMANDS[1:]]
-    # This machine's probe too (no --device), with the variable that fails before torch is imported.
-    variables, expected = malformed[1]
-    cases += [(argv[:-2], variables, expected) for argv in _COMMANDS[1:]]
-    results = _run_cli_processes([(argv, variables) for argv, variables, _ in cases])
-    for (argv, variables, expected), (code, out, err) in zip(cases, results):
+    for argv, variables, expected in cases:
+        with monkeypatch.context() as patch:
+            patch.setattr(environment, "_PROBED", {})
+            for name in [k for k in os.environ if k.startswith("RAPID_LLM_")]:
+                patch.delenv(name)
+            for name, value in variables.items():
+                patch.setenv(name, value)
+            code = main(list(argv))
+        out, err = capsys.readouterr()
         label = f"{variables} rapid-llm {' '.join(argv)}"
         assert code == 2, f"{label}: exit {code}; stderr {err!r}"
         assert out == "", label
         assert err.count("\n") == 1 and err.startswith("rapid-llm: " + expected), f"{label}: {err!r}"
+    # A real process, probing this machine (no --device), with the variable that fails before torch is imported.
+    variables, expected = malformed[1]
+    [(code, out, err)] = _run_cli_processes([(["plan"], variables)])
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("rapid-llm: " + expected), err
 
 
-def test_doctor_flags_unknown_deny_and_force_names_and_still_reports():
+def test_doctor_flags_unknown_deny_and_force_names_and_still_reports(monkeypatch, capsys):
     """Catches: doctor echoing unknown RAPID_LLM_DENY / RAPID_LLM_FORCE names as if they were in effect.
 
     They must be marked and listed as problems (text and JSON) after the full report, with exit 1.
+    In-process (a subprocess pays a torch import per command): the probe's process cache is swapped
+    for an empty one, so the variables are read afresh, and restored after.
     """
-    variables = {"RAPID_LLM_DENY": "flashinfer,flashinfr",
-                 "RAPID_LLM_FORCE": "norm.rms_norm=native/rms;embedding.rotary=native/rotary"}
-    (code, text, err), (json_code, out, json_err) = _run_cli_processes([(["doctor"], variables),
-                                                                         (["doctor", "--json"], variables)])
+    from rapid_llm.kernels.dispatcher import environment
+
+    monkeypatch.setattr(environment, "_PROBED", {})
+    monkeypatch.setenv("RAPID_LLM_DENY", "flashinfer,flashinfr")
+    monkeypatch.setenv("RAPID_LLM_FORCE", "norm.rms_norm=native/rms;embedding.rotary=native/rotary")
+    code = main(["doctor"])
+    text, err = capsys.readouterr()
+    json_code = main(["doctor", "--json"])
+    out, json_err = capsys.readouterr()
     assert code == 1 and err == "", err
     assert "deny             flashinfer, flashinfr ✗ unknown" in text
     assert "embedding.rotary=native/rotary; norm.rms_norm=native/rms ✗ unknown" in text

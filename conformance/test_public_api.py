@@ -67,12 +67,17 @@ def test_planner_plan_and_public_op_agree():
     torch.testing.assert_close(plan(x, 0.5), kernels.scale(x, 0.5), atol=0, rtol=0)
 
 
-def _run_with_env(code: str, **variables) -> str:
-    environment = {**os.environ, **variables}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environment,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
+def _run_with_envs(code: str, *variable_sets) -> list[str]:
+    """Run `code` once per set of variables, in concurrent processes (the probe reads them once per process)."""
+    processes = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **variables},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for variables in variable_sets]
+    outputs = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        outputs.append(out.strip())
+    return outputs
 
 
 PROBE_PUBLIC_ROW = """
@@ -88,8 +93,9 @@ def test_public_op_honours_force_and_deny_from_the_environment():
         import pytest
 
         pytest.skip("triton is not installed or hidden (RAPID_LLM_HIDE_LIBS): native/rms_norm cannot be forced")
-    forced = _run_with_env(PROBE_PUBLIC_ROW, RAPID_LLM_TRITON_INTERPRET="1",
-                           RAPID_LLM_FORCE="norm.rms_norm=native/rms_norm")
+    forced, denied = _run_with_envs(
+        PROBE_PUBLIC_ROW,
+        {"RAPID_LLM_TRITON_INTERPRET": "1", "RAPID_LLM_FORCE": "norm.rms_norm=native/rms_norm"},
+        {"RAPID_LLM_TRITON_INTERPRET": "1", "RAPID_LLM_DENY": "native"})
     assert forced == "['native/rms_norm']"
-    denied = _run_with_env(PROBE_PUBLIC_ROW, RAPID_LLM_TRITON_INTERPRET="1", RAPID_LLM_DENY="native")
     assert denied == "['torch/rms_norm']"
