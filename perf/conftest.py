@@ -117,6 +117,39 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     }
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """GPU runs record the device, driver, torch/triton versions in pytest-benchmark's machine_info (what
+    perf/baselines/h200/ files carry). Only when torch is already imported and sees a GPU: the CPU
+    dispatcher suite must not pay a torch import for this."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return
+    import subprocess
+
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.strip().splitlines()
+    triton = sys.modules.get("triton")
+    machine_info["gpu"] = {
+        "name": properties.name, "sm": properties.major * 10 + properties.minor,
+        "multiprocessors": properties.multi_processor_count,
+        "memory_GiB": round(properties.total_memory / 2**30, 1), "driver": driver[0] if driver else None,
+        "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+        "triton": getattr(triton, "__version__", None),
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_commit_info(config, commit_info):
+    """RAPID_LLM_COMMIT overrides the commit pytest-benchmark reads with git: the device machine runs a copy
+    of the working tree whose git metadata can lag the commit it holds (seen 2026-11-30)."""
+    commit = os.environ.get("RAPID_LLM_COMMIT")
+    if commit:
+        commit_info["id"] = commit
+        commit_info["note"] = "from RAPID_LLM_COMMIT (the tree's commit, set by the caller)"
+
+
 # ---------------------------------------------------------------------------
 # GPU fixtures (torch imported lazily; only the GPU suites request these)
 # ---------------------------------------------------------------------------

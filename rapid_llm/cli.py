@@ -348,24 +348,16 @@ def _row_conditions(row) -> str:
     return "; ".join(parts)
 
 
-def cmd_matrix(args) -> int:
-    from .kernels.dispatcher import default_table
-
-    table = default_table()
-    unknown = [op for op in args.op or () if op not in table.rows_by_op]
-    if unknown:
-        raise UsageError(f"--op {unknown[0]!r}: no such op; ops: {', '.join(table.ops)}")
-    ops = [op for op in table.ops if not args.op or op in args.op]
-    contracts = [table.contracts[op] for op in ops]
-    if args.dtype is not None:
-        _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in contracts)), "the selected ops")
-    shape = _parse_shape(args.shape, _dims_of(contracts), "any selected op")
-    env, _ = _environment(args, table)
+def matrix_entries(env, table, ops, shape: dict, only_dtype: str | None = None) -> list[dict]:
+    """The entries of `rapid-llm matrix --json`: one per (op, dtype of its contract, row), with the row's
+    status (selected / eligible / rejected / eligible if shape fits), note, conditions and failed checks.
+    Each op is judged with the dims of `shape` its contract names; ci/selection_gate.py snapshots these."""
     entries = []
-    for op, contract in zip(ops, contracts):
+    for op in ops:
+        contract = table.contracts[op]
         op_shape = {name: value for name, value in shape.items() if name in contract.dim_names}
         for dtype in sorted(contract.dtypes):
-            if args.dtype and dtype != args.dtype:
+            if only_dtype and dtype != only_dtype:
                 continue
             explanation, _ = _select(op, env, table, dtype=dtype, shape=op_shape, layout=contract.layouts)
             for verdict in explanation.verdicts:
@@ -379,6 +371,23 @@ def cmd_matrix(args) -> int:
                     "conditions": _row_conditions(row),
                     "reasons": [check.render() for check in failures],
                 })
+    return entries
+
+
+def cmd_matrix(args) -> int:
+    from .kernels.dispatcher import default_table
+
+    table = default_table()
+    unknown = [op for op in args.op or () if op not in table.rows_by_op]
+    if unknown:
+        raise UsageError(f"--op {unknown[0]!r}: no such op; ops: {', '.join(table.ops)}")
+    ops = [op for op in table.ops if not args.op or op in args.op]
+    contracts = [table.contracts[op] for op in ops]
+    if args.dtype is not None:
+        _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in contracts)), "the selected ops")
+    shape = _parse_shape(args.shape, _dims_of(contracts), "any selected op")
+    env, _ = _environment(args, table)
+    entries = matrix_entries(env, table, ops, shape, args.dtype)
     if args.json:
         _print_json({"schema": SCHEMA_VERSION, "device": str(env.device), "libs": env.libs.as_dict(),
                      "shape": shape, "entries": entries})

@@ -16,10 +16,18 @@ ones) are masked: those tokens stay unrotated, as in every row (no host sync).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+
+
+#: Self-test hook of ci/gpu_perf_gate, the only caller that sets the variable: a deliberately worse launch
+#: config (4 heads x 4 warps per program: 1.15-1.27x slower at 4096-32768 tokens in the H200 sweep,
+#: perf/results/h200/sweep_rotary_fp8_2026-11-29.json) that the GPU perf gate must catch and name.
+PLANTED_SLOWDOWN = os.environ.get("RAPID_LLM_GPU_PERF_PLANT") == "native/rotary"
 
 
 def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
@@ -35,6 +43,8 @@ def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
     slower, 1-2 heads per program under half as fast.
     """
     block_half = triton.next_power_of_2(rotary_dim // 2)
+    if PLANTED_SLOWDOWN:
+        return {"BLOCK_HEADS": 4, "BLOCK_HALF": block_half, "num_warps": 4}
     block_heads = max(1, min(triton.next_power_of_2(max(q_heads, k_heads)), 512 // block_half))
     return {"BLOCK_HEADS": block_heads, "BLOCK_HALF": block_half,
             "num_warps": max(1, min(8, block_heads * block_half // 256))}
