@@ -19,24 +19,29 @@ human-readable output is pytest-benchmark's own compare report
 (`pytest-benchmark compare BASELINE RUN`), followed by the gate's verdict table.
 
 The statistic (why not pytest-benchmark's --benchmark-compare-fail): pytest-benchmark
-times the host's wall clock around a call plus a synchronize; the gate decides on
-device time instead, the number the README's table shows: graph-replay time per call
-for decode sizes, CUDA-event median with L2 flushed for prefill sizes (extra_info).
-A shared machine drifts by several percent between runs, uniformly: each case's
-new/baseline ratio is divided by the run's drift, the median ratio over all cases of
-the same phase (decode or prefill) — a regression of one kernel cannot move that
-median, as the CPU gate's calibration workload cannot. Then, per (row, phase):
+times the host's wall clock around a call plus a synchronize, which moved 2-3x between
+unchanged runs on the H200 (the compare report in every gate_*.txt shows it); the gate
+decides on device time instead, the number the README's table shows: graph-replay
+time per call for decode sizes, CUDA-event median with L2 flushed for prefill sizes
+(extra_info). A shared machine drifts by several percent between runs, uniformly:
+each case's new/baseline ratio is divided by the run's drift, the median ratio over
+all cases of the same phase (decode or prefill) — a regression of one kernel cannot
+move that median, as the CPU gate's calibration workload cannot. Then, per (row, phase):
 
-    regression  <=>  geometric mean of the drift-corrected ratios > GROUP_THRESHOLD (1.10)
-                     or any single case > CASE_THRESHOLD (1.30)
+    regression  <=>  geometric mean of its drift-corrected ratios > THRESHOLDS[phase]["geomean"]
+                     or any one case > THRESHOLDS[phase]["case"]
+    prefill: 1.10 / 1.25        decode: 1.20 / 1.40
 
-Why 1.10 / 1.30: between two unchanged H200 runs of 2026-11-30 the per-(row, phase)
-geometric means stayed within 0.93-1.007 after drift correction and single cases
-within 1.04 (between runs on different days: single cases up to 1.07); the planted
-slowdown is 1.15-1.27x per prefill case. Only our rows are gated (native/, aot/, jit/,
-torch/); peers (torch eager, FlashInfer) are timed by the suites but not gated.
-A baseline case missing from the run fails (a deleted or skipped case must not
-pass silently); a case without baseline is listed as new.
+Why these numbers: over four H200 runs of one tree on 2026-12-01 (the baseline, two
+unchanged runs, the planted run; six pairs), our rows' prefill geometric means stayed
+within 1.016 and single prefill cases within 1.049; decode times (1-2 µs per call, where
+0.1 µs is 5-10%) reached 1.113 (native/scale) and single decode cases 1.16. The planted
+slowdown measured 1.16-1.17 (geometric mean) on native/rotary's prefill cases. Only our
+kernels are gated (native/, aot/, jit/): the torch/ reference rows are host-bound (several
+launches, syncs) and moved up to 2.3x on single cases between unchanged runs; they, and the
+peers (torch eager, FlashInfer), are timed by the suites but not gated. A baseline case
+missing from the run fails (a deleted or skipped case must not pass silently); a case
+without baseline is listed as new.
 """
 
 from __future__ import annotations
@@ -56,9 +61,8 @@ STORAGE = os.path.join(REPO_ROOT, "perf", "baselines", "h200")
 BASELINE_NAME = "h200"
 PLANT_ENV = "RAPID_LLM_GPU_PERF_PLANT"
 SELF_TEST_PLANT = "native/rotary"
-GROUP_THRESHOLD = 1.10
-CASE_THRESHOLD = 1.30
-GATED_BACKENDS = ("native", "aot", "jit", "torch")
+THRESHOLDS = {"prefill": {"geomean": 1.10, "case": 1.25}, "decode": {"geomean": 1.20, "case": 1.40}}
+GATED_BACKENDS = ("native", "aot", "jit")
 #: FlashInfer peers need carried wheels and minutes of JIT compilation, and are not ours to gate.
 DESELECT = "not flashinfer"
 
@@ -126,13 +130,13 @@ def compare(baseline: dict, new: dict) -> dict:
         ratios = [ratio for _, ratio in members]
         mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         worst_name, worst = max(members, key=lambda item: item[1])
-        failed = mean > GROUP_THRESHOLD or worst > CASE_THRESHOLD
+        limits = THRESHOLDS[phase]
+        failed = mean > limits["geomean"] or worst > limits["case"]
         rows.append({"row": row, "phase": phase, "cases": len(ratios), "geomean": mean, "worst": worst,
                      "worst_case": worst_name.split("[", 1)[-1].rstrip("]"), "failed": failed})
     failed = [r for r in rows if r["failed"]]
     return {"passed": not failed and not missing, "drift": drift, "rows": rows, "failed": failed,
-            "missing": missing, "new": added, "thresholds": {"group_geomean": GROUP_THRESHOLD,
-                                                             "single_case": CASE_THRESHOLD}}
+            "missing": missing, "new": added, "thresholds": THRESHOLDS}
 
 
 def render(verdict: dict, title: str) -> str:
@@ -149,8 +153,9 @@ def render(verdict: dict, title: str) -> str:
     if verdict["new"]:
         lines.append(f"{len(verdict['new'])} case(s) without a baseline (not gated): "
                      + ", ".join(n.split('[', 1)[-1].rstrip(']') for n in verdict["new"][:5]))
-    lines.append(f"thresholds: a (row, phase) fails when its geometric mean > {GROUP_THRESHOLD} or a case > "
-                 f"{CASE_THRESHOLD} (drift-corrected device time; ci/gpu_perf_gate.py says why)")
+    lines.append("thresholds (drift-corrected device time; ci/gpu_perf_gate.py says why): a (row, phase) fails when "
+                 + "; ".join(f"{phase}: geometric mean > {t['geomean']} or a case > {t['case']}"
+                             for phase, t in THRESHOLDS.items()))
     if verdict["failed"]:
         lines.append("regressed: " + ", ".join(f"{r['row']} ({r['phase']}, x{r['geomean']:.2f})"
                                                 for r in verdict["failed"]))
