@@ -32,7 +32,7 @@ move that median, as the CPU gate's calibration workload cannot. Then, per (row,
                      or any one case > THRESHOLDS[phase]["case"]
     prefill: 1.10 / 1.25        decode: 1.20 / 1.40
 
-Why these numbers: over four H200 runs of one tree on 2026-12-01 (the baseline, two
+Why these numbers: over four H200 runs of one tree on 2026-11-30 (the baseline, two
 unchanged runs, the planted run; six pairs), our rows' prefill geometric means stayed
 within 1.016 and single prefill cases within 1.049; decode times (1-2 µs per call, where
 0.1 µs is 5-10%) reached 1.113 (native/scale) and single decode cases 1.16. The planted

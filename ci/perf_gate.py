@@ -5,13 +5,38 @@
                                       planted 2x slowdown (RAPID_LLM_PERF_PLANT) must fail, naming it
     ci/perf_gate --gate-and-self-test the gate, whose run doubles as the self-test's unplanted run, then the
                                       planted run (what .ci/run calls: one suite run fewer)
-    ci/perf_gate --update-baseline    rewrite perf/baselines/cpu/dispatcher.json from fresh runs
+    ci/perf_gate --update-baseline    store a new baseline from fresh runs (--runs N, default 3)
     ci/perf_gate --compare NEW.json   compare an existing pytest-benchmark JSON (no benchmark run)
+    ci/perf_gate --keep DIR           (with any mode) keep the runs' pytest-benchmark JSON in DIR
 
-Comparison (pytest-benchmark-compare semantics, made robust to the machine):
-a benchmark's cost is expressed in units of a fixed pure-Python calibration
-workload measured in the SAME run, and that normalised cost is compared with
-the baseline's. A benchmark fails when
+Storage: pytest-benchmark's own format and storage, as the GPU gate's
+(ci/gpu_perf_gate). The baseline is a run of the suite saved by pytest-benchmark
+(`--benchmark-save=dispatcher --benchmark-storage=file://...`):
+
+    perf/baselines/cpu/<machine id>/0001_dispatcher.json    e.g. Linux-CPython-3.11-64bit/
+
+The gate reads the newest file matching perf/baselines/cpu/*/NNNN_dispatcher.json
+(highest NNNN), whatever its machine id: CI's fresh machine need not have the
+id of the machine that saved it. --update-baseline runs the suite --runs times,
+each run saved by pytest-benchmark in a scratch storage, keeps the run closest
+to the per-benchmark medians over the runs (its stats are what the compare
+report shows as the baseline), adds to each benchmark's extra_info["perf_gate"]
+its median over the runs of both normalised costs below (what the gate decides
+on: one run's value would carry that run's noise into every later verdict),
+and writes it in place of the old baseline: same path and layout, so the git
+diff of a refresh shows the old and new figures line by line.
+
+Report: every run compared first prints pytest-benchmark's own compare report
+(COMPARE_OPTIONS: min, median, IQR, rounds per benchmark, baseline vs now,
+grouped per benchmark so the parenthesised ratios are now vs baseline), then
+the gate's verdict table.
+
+Decision: not the compare report's raw times. This VM's speed changes ~2x
+within seconds (perf/calibration.py; perf/README.md has the spread of the
+baseline's own runs), so a raw ratio says as much about the machine's moment
+as about the code. Instead a benchmark's cost is expressed in units of a fixed
+pure-Python calibration workload measured in the SAME run, and that normalised
+cost is compared with the baseline's. A benchmark fails when
 
     normalised_new  >  THRESHOLD * normalised_baseline
 
@@ -40,16 +65,19 @@ clear it. A real slowdown reproduces, a burst of noise from a neighbour on a
 shared 2-core VM usually does not, and one low reading cannot hide a real 2x.
 
 Exit status: 0 pass, 1 regression (or self-test failure), 2 the gate could not run.
-Standard library only: it runs before anything else is trusted.
+Standard library only: it runs before anything else is trusted (the compare
+report is pytest-benchmark's CLI, run as a subprocess).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
+import contextlib
+import copy
+import glob
 import json
+import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -58,10 +86,20 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = "perf/test_dispatcher_bench.py"
 GATE_LOGIC_TESTS = "perf/test_gate_logic.py"
-BASELINE = os.path.join("perf", "baselines", "cpu", "dispatcher.json")
+STORAGE = os.path.join("perf", "baselines", "cpu")
+BASELINE_NAME = "dispatcher"  # --benchmark-save name: <storage>/<machine id>/NNNN_dispatcher.json
+BASELINE_PATTERN = f"[0-9][0-9][0-9][0-9]_{BASELINE_NAME}.json"
+#: Key of the gate's additions to a saved pytest-benchmark run: per benchmark in extra_info (the
+#: aggregates over the baseline's runs) and at the top level (how the baseline was made).
+GATE_KEY = "perf_gate"
+BASELINE_SCHEMA = "rapid_llm.perf_gate.baseline/2"
 PLANT_ENV = "RAPID_LLM_PERF_PLANT"
 SELF_TEST_PLANT = "test_memoised_dispatch"
-BASELINE_SCHEMA = "rapid_llm.perf.baseline/1"
+#: pytest-benchmark compare's options for the report. --group-by=func: one small table per benchmark,
+#: so the ratio pytest-benchmark prints in parentheses is now vs the baseline (in one table of all
+#: benchmarks it would be vs the fastest benchmark). --name=short: the rows read `name (0001)` (the
+#: baseline file) and `name (run)` (the run's file, first 4 characters).
+COMPARE_OPTIONS = ("--columns=min,median,iqr,rounds", "--sort=name", "--group-by=func", "--name=short")
 
 # Why 1.6: a threshold must sit clearly above the run-to-run noise of the
 # normalised cost on the 2-core CI VM (not flaky) and clearly below 2 (a 2x
@@ -80,7 +118,8 @@ CONFIRMATIONS = 2
 # perf_counter() of this VM over many calls of the sub-µs benchmarks;
 # 0.5 s per benchmark gives thousands of rounds for a stable median, and the
 # paired measurement adds ~0.5 s more, so one full run stays ~20 s and
-# gate + self-test (three runs) fit in ~1.5 minutes on an idle 2-core box.
+# gate + self-test (two runs plus the planted suspect's re-measurement) take
+# ~40 s on an idle 2-core box.
 # Pedantic benchmarks (cold dispatch, explain, subprocess) fix their own rounds.
 BENCHMARK_OPTIONS = (
     "--benchmark-disable-gc",
@@ -98,37 +137,64 @@ class GateError(Exception):
 
 
 # ---------------------------------------------------------------------------
-# Reading results: a pytest-benchmark JSON document or a reduced baseline
+# The baseline in pytest-benchmark's storage
+# ---------------------------------------------------------------------------
+
+
+def baseline_files(storage: str) -> list[str]:
+    """Every saved baseline under <storage>/<any machine id>/, oldest first (by pytest-benchmark's NNNN, then path)."""
+    found = glob.glob(os.path.join(storage, "*", BASELINE_PATTERN))
+    return sorted(found, key=lambda path: (int(os.path.basename(path)[:4]), path))
+
+
+def locate_baseline(storage: str) -> str:
+    """The newest saved baseline, whatever machine id saved it (deterministic: highest NNNN, then path)."""
+    found = baseline_files(storage)
+    if not found:
+        raise GateError(f"no baseline matching {os.path.join(_shown(storage), '*', BASELINE_PATTERN)}; "
+                        "create one with `ci/perf_gate --update-baseline`")
+    return found[-1]
+
+
+def read_json(path: str, *, what: str) -> dict:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise GateError(f"no {what} at {path}") from None
+    except json.JSONDecodeError as error:
+        raise GateError(f"{what} {path} is not JSON: {error}") from None
+
+
+def _shown(path: str) -> str:
+    """A path as printed: relative to the repository root when inside it."""
+    relative = os.path.relpath(path, REPO_ROOT)
+    return path if relative.startswith("..") else relative
+
+
+# ---------------------------------------------------------------------------
+# Reading results: pytest-benchmark JSON (a --benchmark-json run or a saved baseline)
 # ---------------------------------------------------------------------------
 
 
 def load_results(document, *, label: str) -> tuple[dict, str]:
-    """({fullname: result}, calibration fullname) from one document.
+    """({fullname: result}, calibration fullname) from one pytest-benchmark document.
 
     result: {"median": seconds (pytest-benchmark's median),
              "median_normalised": median / calibration median of the same run,
              "paired_normalised": extra_info["paired"]["normalised"] or None,
              "extra_info": {...}}
 
-    Accepts pytest-benchmark's --benchmark-json output or the reduced
-    baseline written by --update-baseline (both normalisations stored,
-    each the median over several runs).
+    A baseline written by --update-baseline carries, per benchmark,
+    extra_info["perf_gate"] with both normalised costs as medians over its
+    runs; those replace the saved run's own values (the median stays the
+    saved run's: it is what the compare report shows).
     """
     if not isinstance(document, dict):
         raise GateError(f"{label}: not a JSON object")
-    if document.get("schema") == BASELINE_SCHEMA:
-        results = {}
-        for name, entry in document["benchmarks"].items():
-            results[name] = {"median": entry["median_s"], "median_normalised": entry["median_normalised"],
-                             "paired_normalised": entry.get("paired_normalised"),
-                             "extra_info": entry.get("extra_info", {})}
-        calibration = document.get("calibration")
-        if calibration not in results:
-            raise GateError(f"{label}: the baseline names no calibration benchmark present in it")
-        return results, calibration
     benchmarks = document.get("benchmarks")
     if not isinstance(benchmarks, list):
-        raise GateError(f"{label}: neither a pytest-benchmark JSON document nor a {BASELINE_SCHEMA} baseline")
+        raise GateError(f"{label}: not a pytest-benchmark JSON document (no 'benchmarks' list)")
     results = {}
     for bench in benchmarks:
         name = bench.get("fullname") or bench["name"]
@@ -147,6 +213,10 @@ def load_results(document, *, label: str) -> tuple[dict, str]:
         raise GateError(f"{label}: calibration median {cal_median} is not positive")
     for result in results.values():
         result["median_normalised"] = result["median"] / cal_median
+        aggregate = result["extra_info"].get(GATE_KEY)
+        if aggregate:
+            result["median_normalised"] = aggregate["median_normalised"]
+            result["paired_normalised"] = aggregate.get("paired_normalised")
     return results, calibration
 
 
@@ -351,18 +421,28 @@ def undecided_suspects(comparison: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# Running the suite
+# Running the suite, and pytest-benchmark's compare report
 # ---------------------------------------------------------------------------
 
 
-def run_suite(json_path: str, *, plant: str | None = None, node_ids=None, quiet: bool = True) -> dict:
-    """Run the dispatcher benchmarks with `python` from PATH; return the parsed JSON."""
+def run_suite(json_path: str | None = None, *, save_storage: str | None = None, plant: str | None = None,
+              node_ids=None, quiet: bool = True) -> tuple[dict, str]:
+    """Run the dispatcher benchmarks with `python` from PATH; return (the parsed JSON, its path).
+
+    json_path: write --benchmark-json there. save_storage: instead save the run with pytest-benchmark's
+    --benchmark-save into that storage (what a baseline is made of: no per-round data).
+    """
     env = dict(os.environ)
     env.pop(PLANT_ENV, None)
     if plant:
         env[PLANT_ENV] = plant
-    command = ["python", "-m", "pytest", *(node_ids or [SUITE]), f"--benchmark-json={json_path}",
-               *BENCHMARK_OPTIONS, "-p", "no:cacheprovider", "-q", "-rs"]
+    command = ["python", "-m", "pytest", *(node_ids or [SUITE])]
+    if save_storage:
+        saved_before = set(glob.glob(os.path.join(save_storage, "*", "*.json")))
+        command += [f"--benchmark-save={BASELINE_NAME}", f"--benchmark-storage=file://{save_storage}"]
+    else:
+        command.append(f"--benchmark-json={json_path}")
+    command += [*BENCHMARK_OPTIONS, "-p", "no:cacheprovider", "-q", "-rs"]
     if quiet:
         command.append("--benchmark-columns=median,iqr,rounds,iterations")
     described = " ".join(command) if not plant else f"{PLANT_ENV}={plant} " + " ".join(command)
@@ -370,14 +450,43 @@ def run_suite(json_path: str, *, plant: str | None = None, node_ids=None, quiet:
     result = subprocess.run(command, cwd=REPO_ROOT, env=env)
     if result.returncode != 0:
         raise GateError(f"the benchmark run failed (pytest exit {result.returncode}); see its output above")
-    with open(json_path) as handle:
-        return json.load(handle)
+    if save_storage:
+        saved = sorted(set(glob.glob(os.path.join(save_storage, "*", "*.json"))) - saved_before)
+        if len(saved) != 1:
+            raise GateError(f"expected pytest-benchmark to save one file under {save_storage}, found {saved}")
+        json_path = saved[0]
+    return read_json(json_path, what="benchmark results"), json_path
+
+
+def compare_report(baseline_path: str, run_path: str, storage: str) -> None:
+    """Print pytest-benchmark's own compare report: raw times, the baseline's saved run vs this run.
+
+    Information for people; the verdict is the normalised table after it. Run from the repository
+    root with both files as relative paths (pytest-benchmark cannot name a mix of absolute and
+    relative sources), so the printed command can be pasted there.
+    """
+    if os.path.exists(run_path) and os.path.samefile(baseline_path, run_path):
+        # pytest-benchmark compare cannot load one file twice (its loader consumes each entry's stats).
+        print("\n(no pytest-benchmark compare report: the run compared is the baseline file itself)")
+        return
+    command = ["python", "-m", "pytest_benchmark", "--storage", f"file://{os.path.relpath(storage, REPO_ROOT)}",
+               "compare", os.path.relpath(baseline_path, REPO_ROOT), os.path.relpath(run_path, REPO_ROOT),
+               *COMPARE_OPTIONS]
+    print(f"\n$ {' '.join(command)}", flush=True)
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    output = (result.stdout + result.stderr).strip("\n")
+    print(output, flush=True)
+    if result.returncode != 0 or "benchmark" not in result.stdout:
+        raise GateError(f"pytest-benchmark compare failed (exit {result.returncode}); see its output above")
 
 
 def run_and_compare(baseline_doc, workdir: str, *, tag: str, plant: str | None, threshold: float,
-                    confirmations: int) -> tuple[dict, dict]:
-    """One run compared with the baseline; suspected regressions are re-measured up to `confirmations` times."""
-    new_doc = run_suite(os.path.join(workdir, f"{tag}.json"), plant=plant)
+                    confirmations: int) -> tuple[dict, str, dict]:
+    """One run compared with the baseline; suspected regressions are re-measured up to `confirmations` times.
+
+    Returns (the run's document, its path, the settled comparison).
+    """
+    new_doc, run_path = run_suite(os.path.join(workdir, f"{tag}.json"), plant=plant)
     comparison = compare(baseline_doc, new_doc, threshold)
     _, calibration = load_results(new_doc, label="new run")
     for attempt in range(confirmations):
@@ -386,10 +495,17 @@ def run_and_compare(baseline_doc, workdir: str, *, tag: str, plant: str | None, 
             break
         print(f"re-measuring {len(suspects)} suspected regression(s) ({attempt + 1}/{confirmations}): "
               + ", ".join(s.split("::")[-1] for s in suspects), flush=True)
-        rerun_doc = run_suite(os.path.join(workdir, f"{tag}-confirm{attempt + 1}.json"), plant=plant,
-                              node_ids=[calibration, *suspects])
+        rerun_doc, _ = run_suite(os.path.join(workdir, f"{tag}-confirm{attempt + 1}.json"), plant=plant,
+                                 node_ids=[calibration, *suspects])
         comparison = merge_confirmation(comparison, compare(baseline_doc, rerun_doc, threshold))
-    return new_doc, settle(comparison)
+    return new_doc, run_path, settle(comparison)
+
+
+def report(args, run_path: str, comparison: dict, *, title: str) -> None:
+    """What a compared run prints: pytest-benchmark's compare report, then the gate's verdict table."""
+    compare_report(args.baseline, run_path, args.storage)
+    print()
+    print(render(comparison, title=title))
 
 
 def run_gate_logic_tests() -> None:
@@ -401,16 +517,17 @@ def run_gate_logic_tests() -> None:
         raise GateError(f"{GATE_LOGIC_TESTS} failed: the comparison logic itself is broken")
 
 
-def read_baseline(path: str) -> dict:
-    try:
-        with open(path) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise GateError(f"no baseline at {path}; create one with `ci/perf_gate --update-baseline`") from None
+# ---------------------------------------------------------------------------
+# Making the baseline from several runs
+# ---------------------------------------------------------------------------
 
 
-def reduce_runs(documents: list[dict], command: list[str]) -> dict:
-    """A baseline from several runs: per benchmark, the median over runs of its normalised median."""
+def aggregate_runs(documents: list[dict]) -> tuple[dict, str]:
+    """({fullname: aggregate}, calibration): per benchmark, the median over the runs of each statistic.
+
+    aggregate: runs, median_s, median_normalised, paired_normalised (None unless every run has it),
+    and the per-run values they are the median of (the spread a reviewer checks).
+    """
     per_run = [load_results(doc, label=f"run {index + 1}") for index, doc in enumerate(documents)]
     calibrations = {calibration for _, calibration in per_run}
     if len(calibrations) != 1:
@@ -421,42 +538,83 @@ def reduce_runs(documents: list[dict], command: list[str]) -> dict:
         if set(results) != names:
             raise GateError("runs disagree on the set of benchmarks (a skip that comes and goes?): "
                             f"{sorted(names ^ set(results))}")
-    benchmarks = {}
+    aggregates = {}
     for name in sorted(names):
         medians = [results[name]["median"] for results, _ in per_run]
         median_normalised = [results[name]["median_normalised"] for results, _ in per_run]
         paired = [results[name]["paired_normalised"] for results, _ in per_run]
-        benchmarks[name] = {
+        aggregates[name] = {
+            "runs": len(documents),
             "median_s": statistics.median(medians),
             "median_normalised": statistics.median(median_normalised),
             "paired_normalised": statistics.median(paired) if all(paired) else None,
             "per_run_median_s": medians,
             "per_run_median_normalised": median_normalised,
             "per_run_paired_normalised": paired if all(paired) else None,
-            "extra_info": per_run[-1][0][name]["extra_info"],
         }
-    last = documents[-1]
-    return {
+    return aggregates, calibration
+
+
+def typical_run(documents: list[dict], aggregates: dict, calibration: str) -> int:
+    """Index of the run closest to the aggregates (sum over benchmarks of |log(run value / median)|).
+
+    Its stats become the baseline's saved stats, the figures the compare report shows: the run least
+    touched by a slow spell, rather than whichever came last.
+    """
+    def gated(aggregate):
+        return "paired_normalised" if aggregate["paired_normalised"] else "median_normalised"
+
+    distances = []
+    for doc in documents:
+        results, _ = load_results(doc, label="run")
+        distances.append(sum(abs(math.log(results[name][gated(a)] / a[gated(a)]))
+                             for name, a in aggregates.items() if name != calibration))
+    return min(range(len(documents)), key=lambda index: (distances[index], index))
+
+
+def make_baseline(documents: list[dict], command: list[str]) -> tuple[dict, int]:
+    """(baseline document, index of the saved run): the typical run, plus the aggregates in extra_info."""
+    aggregates, calibration = aggregate_runs(documents)
+    index = typical_run(documents, aggregates, calibration)
+    baseline = copy.deepcopy(documents[index])
+    for bench in baseline["benchmarks"]:
+        bench.setdefault("extra_info", {})[GATE_KEY] = aggregates[bench.get("fullname") or bench["name"]]
+    baseline[GATE_KEY] = {
         "schema": BASELINE_SCHEMA,
+        "note": ("written by ci/perf_gate --update-baseline: pytest-benchmark's saved run number "
+                 f"{index + 1} of {len(documents)} (the one closest to the medians below; its stats are what "
+                 "pytest-benchmark compare shows), with extra_info['perf_gate'] per benchmark: the median over "
+                 "the runs of the pytest-benchmark median (median_s), of median / calibration median "
+                 "(median_normalised) and of extra_info['paired']['normalised'] (paired_normalised; "
+                 "perf/calibration.py), and the per-run values. The gate decides on the normalised medians."),
         "suite": SUITE,
-        "note": ("reduced from pytest-benchmark --benchmark-json runs by ci/perf_gate --update-baseline; "
-                 "median_normalised = median / calibration median of the same run; paired_normalised = "
-                 "extra_info['paired']['normalised'] (see perf/calibration.py); each the median over runs"),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(command),
         "runs": len(documents),
+        "saved_run": index + 1,
         "calibration": calibration,
-        "machine": {
-            "node": platform.node(),
-            "cpu": (last.get("machine_info") or {}).get("cpu", {}).get("brand_raw"),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.release()}",
-        },
-        "commit": (last.get("commit_info") or {}).get("id"),
-        "pytest_benchmark_version": last.get("version"),
-        "benchmarks": benchmarks,
+        "command": " ".join(command),
     }
+    return baseline, index
+
+
+def store_baseline(baseline: dict, storage: str, machine_id: str) -> tuple[str, list[str]]:
+    """Write <storage>/<machine_id>/0001_dispatcher.json and remove every other saved baseline.
+
+    Always 0001 and in pytest-benchmark's own layout (indent 4, ASCII): a refresh on a machine of
+    the same id rewrites the same file, so its git diff shows each old figure beside the new one.
+    Returns (the path written, the old paths removed).
+    """
+    old = baseline_files(storage)
+    target = os.path.join(storage, machine_id, f"0001_{BASELINE_NAME}.json")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target + ".tmp", "w") as handle:
+        handle.write(json.dumps(baseline, indent=4, ensure_ascii=True))
+    os.replace(target + ".tmp", target)
+    removed = [path for path in old if os.path.abspath(path) != os.path.abspath(target)]
+    for path in removed:
+        os.remove(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))  # only when empty
+    return target, removed
 
 
 # ---------------------------------------------------------------------------
@@ -464,17 +622,24 @@ def reduce_runs(documents: list[dict], command: list[str]) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def read_baseline(path: str) -> dict:
+    baseline = read_json(path, what="baseline")
+    note = "" if GATE_KEY in baseline else " (one run as saved: no medians over runs from --update-baseline)"
+    print(f"baseline: {_shown(path)}{note}", flush=True)
+    return baseline
+
+
 def mode_gate(args, workdir: str) -> int:
     baseline = read_baseline(args.baseline)
     if args.compare:
-        with open(args.compare) as handle:
-            comparison = compare(baseline, json.load(handle), args.threshold)
+        run_path = os.path.abspath(args.compare)
+        comparison = compare(baseline, read_json(run_path, what="run to compare"), args.threshold)
     else:
         run_gate_logic_tests()
-        _, comparison = run_and_compare(baseline, workdir, tag="run", plant=os.environ.get(PLANT_ENV) or None,
-                                        threshold=args.threshold, confirmations=0 if args.no_confirm else CONFIRMATIONS)
-    print()
-    print(render(comparison))
+        _, run_path, comparison = run_and_compare(
+            baseline, workdir, tag="run", plant=os.environ.get(PLANT_ENV) or None, threshold=args.threshold,
+            confirmations=0 if args.no_confirm else CONFIRMATIONS)
+    report(args, run_path, comparison, title="perf gate")
     return 0 if comparison["passed"] else 1
 
 
@@ -487,18 +652,17 @@ def mode_self_test(args, workdir: str) -> int:
         print("\n== gate run, also self-test 1/2: unplanted run (must PASS) ==", flush=True)
     else:
         print("\n== self-test 1/2: unplanted run (must PASS) ==", flush=True)
-    _, clean = run_and_compare(baseline, workdir, tag="clean", plant=None, threshold=args.threshold,
-                               confirmations=0 if args.no_confirm else CONFIRMATIONS)
-    print()
-    print(render(clean, title="unplanted run"))
+    _, clean_path, clean = run_and_compare(baseline, workdir, tag="clean", plant=None, threshold=args.threshold,
+                                           confirmations=0 if args.no_confirm else CONFIRMATIONS)
+    report(args, clean_path, clean, title="unplanted run")
     if args.gate_and_self_test and not clean["passed"]:
         print("GATE FAILED: a regression against the baseline (the self-test's planted run is skipped)")
         return 1
     print(f"\n== self-test 2/2: {PLANT_ENV}={args.plant} (must FAIL naming it) ==", flush=True)
-    new_doc, planted = run_and_compare(baseline, workdir, tag="planted", plant=args.plant,
-                                       threshold=args.threshold, confirmations=0 if args.no_confirm else CONFIRMATIONS)
-    print()
-    print(render(planted, title="planted run"))
+    new_doc, planted_path, planted = run_and_compare(
+        baseline, workdir, tag="planted", plant=args.plant, threshold=args.threshold,
+        confirmations=0 if args.no_confirm else CONFIRMATIONS)
+    report(args, planted_path, planted, title="planted run")
     planted_names = (new_doc.get("rapid_llm_perf") or {}).get("planted") or []
     caught = [name for name in failing_names(planted) if name in planted_names]
     bystanders = [name for name in failing_names(planted) if name not in planted_names]
@@ -527,30 +691,40 @@ def mode_self_test(args, workdir: str) -> int:
 def mode_update_baseline(args, workdir: str) -> int:
     if os.environ.get(PLANT_ENV):
         raise GateError(f"{PLANT_ENV} is set: refusing to store a planted run as the baseline")
-    documents = []
+    if args.runs < 1:
+        raise GateError(f"--runs must be at least 1, got {args.runs}")
+    scratch = os.path.join(workdir, "baseline-runs")  # a pytest-benchmark storage of its own
+    documents, saved = [], []
     for index in range(args.runs):
         print(f"\n== baseline run {index + 1}/{args.runs} ==", flush=True)
-        documents.append(run_suite(os.path.join(workdir, f"baseline-{index}.json")))
+        doc, path = run_suite(save_storage=scratch)
+        documents.append(doc)
+        saved.append(path)
     for doc in documents:
         if (doc.get("rapid_llm_perf") or {}).get("planted"):
             raise GateError("a baseline run contains planted benchmarks; refusing to store it")
-    command = ["python", "-m", "pytest", SUITE, "--benchmark-json=...", *BENCHMARK_OPTIONS]
-    baseline = reduce_runs(documents, command)
-    path = os.path.join(REPO_ROOT, args.baseline) if not os.path.isabs(args.baseline) else args.baseline
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump(baseline, handle, indent=2, sort_keys=False)
-        handle.write("\n")
-    print(f"\nwrote {os.path.relpath(path, REPO_ROOT)} ({args.runs} runs, {len(baseline['benchmarks'])} benchmarks)")
-    width = max(len(name.split("::")[-1]) for name in baseline["benchmarks"])
-    for name, entry in baseline["benchmarks"].items():
-        median_spread = max(entry["per_run_median_normalised"]) / min(entry["per_run_median_normalised"])
-        line = (f"  {name.split('::')[-1]:<{width}}  median {format_seconds(entry['median_s']):>10}  "
-                f"run-to-run spread: median/cal {median_spread:.2f}x")
-        if entry["per_run_paired_normalised"]:
-            paired = entry["per_run_paired_normalised"]
-            line += f", paired {max(paired) / min(paired):.2f}x"
-        print(line)
+    command = ["python", "-m", "pytest", SUITE, f"--benchmark-save={BASELINE_NAME}",
+               "--benchmark-storage=file://...", *BENCHMARK_OPTIONS]
+    baseline, index = make_baseline(documents, command)
+    machine_id = os.path.basename(os.path.dirname(saved[index]))  # pytest-benchmark's, from where it saved
+    path, removed = store_baseline(baseline, args.storage, machine_id)
+    print(f"\nwrote {_shown(path)}: pytest-benchmark's saved run {index + 1} of {args.runs} (the closest to the "
+          f"per-benchmark medians), with the medians over the {args.runs} runs in extra_info['{GATE_KEY}']")
+    for old in removed:
+        print(f"removed the previous baseline {_shown(old)}")
+    print("run-to-run spread (max / min over the runs) of each statistic; the gate decides on the last column "
+          "(paired), raw medians are what pytest-benchmark compare shows:")
+    rows = [(name.split("::")[-1], bench["extra_info"][GATE_KEY]) for name, bench in
+            ((b.get("fullname") or b["name"], b) for b in baseline["benchmarks"])]
+    width = max(len(name) for name, _ in rows)
+    for name, aggregate in rows:
+        def spread(values):
+            return f"{max(values) / min(values):.2f}x" if values and min(values) > 0 else "-"
+        print(f"  {name:<{width}}  median {format_seconds(aggregate['median_s']):>10}  "
+              f"raw median {spread(aggregate['per_run_median_s']):>6}  "
+              f"median/cal {spread(aggregate['per_run_median_normalised']):>6}  "
+              f"paired {spread(aggregate['per_run_paired_normalised']):>6}")
+    print(f"review with `git diff -- {_shown(args.storage)}` and commit the file with the change that needs it")
     return 0
 
 
@@ -562,9 +736,14 @@ def main(argv=None) -> int:
                        help="an unplanted run must pass and a planted 2x slowdown must fail")
     modes.add_argument("--gate-and-self-test", action="store_true",
                        help="the gate, then the self-test's planted run (the gate's run is the unplanted one)")
-    modes.add_argument("--update-baseline", action="store_true", help="rewrite the baseline from fresh runs")
+    modes.add_argument("--update-baseline", action="store_true",
+                       help="store a new baseline from fresh runs (replaces the saved one)")
     modes.add_argument("--compare", metavar="NEW_JSON", help="compare an existing pytest-benchmark JSON only")
-    parser.add_argument("--baseline", default=BASELINE, help=f"baseline path (default {BASELINE})")
+    parser.add_argument("--storage", default=STORAGE,
+                        help=f"pytest-benchmark storage of the baseline (default {STORAGE}); the baseline is "
+                             f"the newest <storage>/*/{BASELINE_PATTERN}")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="compare against this pytest-benchmark JSON instead of the saved baseline")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"fail when a normalised median exceeds this multiple of the baseline's "
                              f"(default {DEFAULT_THRESHOLD})")
@@ -574,9 +753,12 @@ def main(argv=None) -> int:
     parser.add_argument("--no-confirm", action="store_true", help="do not re-measure suspected regressions")
     parser.add_argument("--keep", metavar="DIR", help="keep the raw pytest-benchmark JSON files in DIR")
     args = parser.parse_args(argv)
-    if not os.path.isabs(args.baseline):
-        args.baseline = os.path.join(REPO_ROOT, args.baseline)
+    if args.update_baseline and args.baseline:
+        parser.error("--update-baseline writes into --storage; --baseline names a file to compare against")
+    args.storage = os.path.join(REPO_ROOT, args.storage) if not os.path.isabs(args.storage) else args.storage
     try:
+        if not args.update_baseline:
+            args.baseline = os.path.abspath(args.baseline) if args.baseline else locate_baseline(args.storage)
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
             workdir_context = _Existing(os.path.abspath(args.keep))

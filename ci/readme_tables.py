@@ -7,12 +7,14 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
   support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0)
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
-  dispatcher-table from perf/baselines/cpu/dispatcher.json (the CPU dispatcher baseline)
+  dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
+                   (pytest-benchmark's saved format; found as ci/perf_gate finds it)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -22,7 +24,7 @@ from contextlib import redirect_stdout
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
-DISPATCHER_BASELINE = os.path.join(ROOT, "perf", "baselines", "cpu", "dispatcher.json")
+DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
 #: still gets a line (its test name and the requirement text it records).
@@ -41,14 +43,25 @@ DISPATCHER_LABELS = {
 SUITE_PREFIX = "perf/test_dispatcher_bench.py::"
 
 
-def dispatcher_rows(baseline: dict) -> list[tuple[str, str, str]]:
-    """(test name, label, requirement) for every benchmark in the baseline but the calibration."""
-    names = [name.removeprefix(SUITE_PREFIX) for name in baseline["benchmarks"] if name != baseline["calibration"]]
+def _perf_gate():
+    """ci/perf_gate.py as a module: one rule for where the baseline is and what it holds."""
+    spec = importlib.util.spec_from_file_location("perf_gate", os.path.join(ROOT, "ci", "perf_gate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dispatcher_rows(benchmarks: dict, calibration: str) -> list[tuple[str, str, str]]:
+    """(test name, label, requirement) for every benchmark of the baseline but the calibration.
+
+    benchmarks: {fullname: pytest-benchmark benchmark entry} of the saved baseline.
+    """
+    names = [name.removeprefix(SUITE_PREFIX) for name in benchmarks if name != calibration]
     ordered = [name for name in DISPATCHER_LABELS if name in names]
     ordered += sorted(name for name in names if name not in DISPATCHER_LABELS)
     rows = []
     for name in ordered:
-        info = baseline["benchmarks"][SUITE_PREFIX + name].get("extra_info", {})
+        info = benchmarks[SUITE_PREFIX + name].get("extra_info", {})
         label, requirement = DISPATCHER_LABELS.get(
             name, (f"`{name}`", (info.get("requirement") or {}).get("text", "-")))
         rows.append((name, label, requirement))
@@ -124,21 +137,26 @@ def _signed_time(seconds: float) -> str:
 
 
 def dispatcher_table() -> str:
-    with open(DISPATCHER_BASELINE) as handle:
+    gate = _perf_gate()
+    path = gate.locate_baseline(DISPATCHER_STORAGE)
+    with open(path) as handle:
         baseline = json.load(handle)
+    made = baseline.get(gate.GATE_KEY)
+    if made is None:
+        raise SystemExit(f"{path} was not written by ci/perf_gate --update-baseline (no '{gate.GATE_KEY}' key)")
+    benchmarks = {bench["fullname"]: bench for bench in baseline["benchmarks"]}
     lines = [
-        f"CPU dispatcher costs from the stored baseline (`perf/baselines/cpu/dispatcher.json`, "
-        f"{baseline['created'][:10]}, {baseline['runs']} runs, this project's 2-core VM, Python "
-        f"{baseline['machine'].get('python', '?')}). Median: pytest-benchmark's median of the run whose "
-        "normalised value is the baseline; best: the fastest batch seen while interleaved with the "
-        "calibration workload (the machine at full speed).",
+        f"CPU dispatcher costs from the stored baseline (`{os.path.relpath(path, ROOT)}`, "
+        f"{baseline['datetime'][:10]}, {made['runs']} runs, this project's 2-core VM, Python "
+        f"{baseline['machine_info'].get('python_version', '?')}). Median: the median over the runs of "
+        "pytest-benchmark's median; best: the fastest batch seen while interleaved with the calibration "
+        "workload (the machine at full speed), in the run the file keeps.",
         "",
         "| what | median | best | requirement | note |",
         "|---|---|---|---|---|",
     ]
-    for name, label, requirement in dispatcher_rows(baseline):
-        entry = baseline["benchmarks"][SUITE_PREFIX + name]
-        info = entry.get("extra_info", {})
+    for name, label, requirement in dispatcher_rows(benchmarks, made["calibration"]):
+        info = benchmarks[SUITE_PREFIX + name].get("extra_info", {})
         best = (info.get("paired") or {}).get("work_min_s")
         note = ""
         if "plan_overhead_s" in info:
@@ -152,7 +170,7 @@ def dispatcher_table() -> str:
             note = (f"bare interpreter {_time(info['bare_interpreter_median_s'])}, interpreter + attrs "
                     f"{_time(info['attrs_only_median_s']) if 'attrs_only_median_s' in info else '-'}; "
                     f"torch imported: {info['torch_imported']}, triton imported: {info['triton_imported']}")
-        lines.append(f"| {label} | {_time(entry['median_s'])} | {_time(best) if best else '-'} | "
+        lines.append(f"| {label} | {_time(info[gate.GATE_KEY]['median_s'])} | {_time(best) if best else '-'} | "
                      f"{requirement} | {note} |")
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
-"""Unit tests of ci/perf_gate's comparison (synthetic documents, no timing).
+"""Unit tests of ci/perf_gate's comparison and baseline storage (synthetic documents, no timing).
 
 Each test names the failure it catches: a gate that passes a real 2x
-regression, fails a uniformly slower machine, or lets a benchmark vanish.
+regression, fails a uniformly slower machine, lets a benchmark vanish, or
+cannot find the baseline that another machine saved.
 """
 
 from __future__ import annotations
@@ -149,19 +150,81 @@ def test_missing_calibration_is_an_error_not_a_pass(gate):
         gate.compare(document(), broken)
 
 
-def test_reduced_baseline_compares_like_the_raw_runs(gate):
+def test_baseline_is_a_pytest_benchmark_document_deciding_on_the_medians_of_its_runs(gate):
+    # The stored baseline stays pytest-benchmark's own format (pytest-benchmark compare reads it);
+    # the gate decides on the per-benchmark medians over the runs kept in extra_info["perf_gate"].
     runs = [document(scale=scale) for scale in (1.0, 1.2, 0.9)]
-    baseline = gate.reduce_runs(runs, ["python", "-m", "pytest"])
-    assert baseline["schema"] == gate.BASELINE_SCHEMA and baseline["calibration"] == CAL
+    baseline, saved = gate.make_baseline(runs, ["python", "-m", "pytest"])
+    assert isinstance(baseline["benchmarks"], list) and all("stats" in b for b in baseline["benchmarks"])
+    assert baseline[gate.GATE_KEY]["schema"] == gate.BASELINE_SCHEMA
+    assert baseline[gate.GATE_KEY]["calibration"] == CAL and baseline[gate.GATE_KEY]["saved_run"] == saved + 1
     assert gate.compare(baseline, document(scale=1.7))["passed"]
     result = gate.compare(baseline, document(slower={IMPORT: 2.0}))
     assert gate.regressed_names(result) == [IMPORT]
 
 
-def test_reduced_baseline_refuses_runs_with_different_benchmarks(gate):
+def test_baseline_decides_on_the_median_run_not_the_saved_one(gate):
+    # One run caught memoised dispatch in a slow spell (paired ratio 1.5x): the median of the three
+    # readings is the baseline, so a later unchanged run passes and a real 2x still fails.
+    noisy = document(slower={MEMO: 1.5})
+    baseline, _ = gate.make_baseline([document(), noisy, document()], ["python"])
+    aggregate = next(b for b in baseline["benchmarks"] if b["fullname"] == MEMO)["extra_info"][gate.GATE_KEY]
+    assert aggregate["paired_normalised"] == pytest.approx(MEDIANS[MEMO] / MEDIANS[CAL])
+    assert aggregate["per_run_paired_normalised"][1] == pytest.approx(1.5 * MEDIANS[MEMO] / MEDIANS[CAL])
+    assert gate.compare(baseline, document())["passed"]
+    assert gate.regressed_names(gate.compare(baseline, document(slower={MEMO: 2.0}))) == [MEMO]
+
+
+def test_saved_stats_are_the_run_closest_to_the_medians(gate):
+    runs = [document(slower={MEMO: 1.5, COLD: 1.3}), document(slower={MEMO: 1.05}), document(slower={COLD: 0.8})]
+    baseline, saved = gate.make_baseline(runs, ["python"])
+    assert saved == 1
+    memo = next(b for b in baseline["benchmarks"] if b["fullname"] == MEMO)
+    assert memo["stats"]["median"] == pytest.approx(MEDIANS[MEMO] * 1.05)
+
+
+def test_baseline_refuses_runs_with_different_benchmarks(gate):
     fewer = {name: value for name, value in MEDIANS.items() if name != COLD}
     with pytest.raises(gate.GateError, match="disagree"):
-        gate.reduce_runs([document(), document(fewer)], ["python"])
+        gate.make_baseline([document(), document(fewer)], ["python"])
+
+
+def test_stored_baseline_is_found_whatever_the_machine_id(gate, tmp_path):
+    # CI's fresh machine may have another pytest-benchmark machine id than the one that saved it.
+    baseline, _ = gate.make_baseline([document()], ["python"])
+    path, removed = gate.store_baseline(baseline, str(tmp_path), "Linux-CPython-3.11-64bit")
+    assert path == str(tmp_path / "Linux-CPython-3.11-64bit" / "0001_dispatcher.json") and removed == []
+    assert gate.locate_baseline(str(tmp_path)) == path
+    assert gate.compare(gate.read_json(path, what="baseline"), document())["passed"]
+
+
+def test_newest_saved_baseline_wins_deterministically(gate, tmp_path):
+    for machine, number in (("Linux-CPython-3.12-64bit", "0001"), ("Linux-CPython-3.11-64bit", "0002"),
+                            ("Darwin-CPython-3.11-64bit", "0002")):
+        (tmp_path / machine).mkdir(exist_ok=True)
+        (tmp_path / machine / f"{number}_dispatcher.json").write_text("{}")
+    (tmp_path / "Linux-CPython-3.11-64bit" / "0009_other.json").write_text("{}")  # another save name
+    assert gate.locate_baseline(str(tmp_path)) == str(tmp_path / "Linux-CPython-3.11-64bit" / "0002_dispatcher.json")
+
+
+def test_refreshing_rewrites_in_place_and_removes_older_baselines(gate, tmp_path):
+    # Same path, same layout: the git diff of a refresh shows old and new figures line by line.
+    old, _ = gate.make_baseline([document()], ["python"])
+    first, _ = gate.store_baseline(old, str(tmp_path), "Linux-CPython-3.11-64bit")
+    stray = tmp_path / "Linux-CPython-3.12-64bit" / "0003_dispatcher.json"
+    stray.parent.mkdir()
+    stray.write_text("{}")
+    new, _ = gate.make_baseline([document(scale=1.3)], ["python"])
+    second, removed = gate.store_baseline(new, str(tmp_path), "Linux-CPython-3.11-64bit")
+    assert second == first and removed == [str(stray)] and not stray.parent.exists()
+    assert gate.baseline_files(str(tmp_path)) == [second]
+    text = (tmp_path / "Linux-CPython-3.11-64bit" / "0001_dispatcher.json").read_text()
+    assert text.startswith("{\n    ") and gate.read_json(second, what="baseline") == new
+
+
+def test_no_baseline_is_a_clear_error(gate, tmp_path):
+    with pytest.raises(gate.GateError, match="--update-baseline"):
+        gate.locate_baseline(str(tmp_path))
 
 
 def _remeasure(gate, comparison, factor):
@@ -221,8 +284,8 @@ def test_planted_baseline_is_never_stored(gate, monkeypatch, tmp_path):
     # --update-baseline must refuse while a plant is active: a planted baseline
     # would hide the next real 2x regression.
     monkeypatch.setenv(gate.PLANT_ENV, "test_memoised_dispatch")
-    status = gate.main(["--update-baseline", "--baseline", str(tmp_path / "b.json")])
-    assert status == 2 and not (tmp_path / "b.json").exists()
+    status = gate.main(["--update-baseline", "--storage", str(tmp_path)])
+    assert status == 2 and list(tmp_path.iterdir()) == []
 
 
 def test_threshold_must_exceed_one(gate):
