@@ -253,6 +253,29 @@ def _print_json(document) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _library_probes(installed: dict, hidden) -> dict:
+    """{library: {tested, ok, reason}} from each external library's probe (rapid_llm/kernels/backends/).
+
+    A probe imports its library only when it is installed and not hidden, so doctor shows a broken
+    install's loader message (an import that fails is a reason, never a crash)."""
+    import importlib
+
+    from .kernels.backends import LIBRARY_PROBES
+
+    probes = {}
+    for name, module_name in LIBRARY_PROBES.items():
+        backend = importlib.import_module(module_name)
+        tested = backend.REQUIREMENT.describe()
+        if name in hidden:
+            probes[name] = {"tested": tested, "ok": False, "reason": "hidden by RAPID_LLM_HIDE_LIBS"}
+        elif name not in installed:
+            probes[name] = {"tested": tested, "ok": False, "reason": "not installed"}
+        else:
+            ok, reason = backend.available()
+            probes[name] = {"tested": tested, "ok": ok, "reason": reason}
+    return probes
+
+
 def cmd_doctor(args) -> int:
     """The report, then any problems; exit 1 when there are problems (the report is still useful to read)."""
     import importlib.util
@@ -277,6 +300,7 @@ def cmd_doctor(args) -> int:
         else:
             status = "not installed"
         libraries[name] = status
+    probes = _library_probes(installed, env.hidden_libs)
     extension = importlib.util.find_spec("rapid_llm._C") is not None
     document = {
         "schema": SCHEMA_VERSION,
@@ -288,6 +312,7 @@ def cmd_doctor(args) -> int:
         "cuda_devices": list(env.cuda_devices),
         "triton_interpreter": env.triton_interpret,
         "libraries": libraries,
+        "library_probes": probes,
         "extension_built": extension,
         "hidden_libs": sorted(env.hidden_libs),
         "deny": sorted(env.deny),
@@ -310,8 +335,15 @@ def cmd_doctor(args) -> int:
         print(f"cuda devices     {', '.join(env.cuda_devices)}")
     print(f"triton interp.   {'on (RAPID_LLM_TRITON_INTERPRET=1)' if env.triton_interpret else 'off'}")
     print("libraries")
+    width = max(len(status) for status in libraries.values())
     for name, status in libraries.items():
-        print(f"  {name:<12} {status}")
+        probe = probes.get(name)
+        detail = ""
+        if probe is not None:
+            verdict = ("ok: " + probe["reason"]) if probe["ok"] else \
+                ("" if probe["reason"] in ("not installed", "hidden by RAPID_LLM_HIDE_LIBS") else "✗ " + probe["reason"])
+            detail = f"  tested: {probe['tested']}" + (f"; {verdict}" if verdict else "")
+        print(f"  {name:<12} {status:<{width}}{detail}".rstrip())
     print(f"extension        {'rapid_llm._C built' if extension else 'not built (RAPID_LLM_BUILD_EXT=1 to build)'}")
     print(f"hidden libs      {', '.join(document['hidden_libs']) or '-'}")
     deny = [name + ("" if name in deniable else " ✗ unknown") for name in document["deny"]]

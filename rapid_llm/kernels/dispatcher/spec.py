@@ -81,9 +81,9 @@ KNOWN_LIBRARIES = {
             ("flash-attn", "flash_attn_3", "fa3-fwd"),
             ("flash_attn", "flash_attn_interface", "fa3_fwd_interface"),
         ),
-        LibraryInfo("flash_mla", ("flash-mla", "flash_mla"), ("flash_mla",)),
-        LibraryInfo("deep_gemm", ("deep-gemm", "deep_gemm"), ("deep_gemm",)),
-        LibraryInfo("deep_ep", ("deep-ep", "deep_ep"), ("deep_ep",)),
+        LibraryInfo("flash_mla", ("flash-mla", "flash_mla", "sgl-flash-mla"), ("flash_mla",)),
+        LibraryInfo("deep_gemm", ("deep-gemm", "deep_gemm", "tokenspeed-deepgemm", "sgl-deep-gemm"), ("deep_gemm",)),
+        LibraryInfo("deep_ep", ("deep-ep", "deep_ep", "tokenspeed-deepep"), ("deep_ep",)),
     )
 }
 

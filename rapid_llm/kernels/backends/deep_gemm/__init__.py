@@ -1,0 +1,13 @@
+"""DeepGEMM: availability probe. Tested with tokenspeed-deepgemm 2.5.0.post20260424 (module deep_gemm:
+fp8_gemm_nt, the m-grouped GEMMs) with torch 2.11; later builds need torch 2.14 and fail to load there,
+which this probe reports with the loader's message."""
+
+from ...dispatcher.spec import LibraryRequirement
+from ..probe import probe
+
+REQUIREMENT = LibraryRequirement("deep_gemm", min_version="2.5", below_version="2.6")
+MODULE = "deep_gemm"
+
+
+def available() -> tuple[bool, str]:
+    return probe(REQUIREMENT, MODULE)

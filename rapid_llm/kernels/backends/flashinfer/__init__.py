@@ -1,0 +1,21 @@
+"""FlashInfer: availability probe. Tested with flashinfer-python 0.6.0 (+ apache-tvm-ffi 0.1.15) on the H200.
+
+FlashInfer JIT-compiles each kernel module on its first call (25-90 s per module); its 0.6.0 JIT reads
+`tvm_ffi.libinfo` without importing that submodule, so the probe imports it first.
+"""
+
+from ...dispatcher.spec import LibraryRequirement
+from ..probe import probe
+
+REQUIREMENT = LibraryRequirement("flashinfer", min_version="0.6", below_version="0.7")
+MODULE = "flashinfer"
+
+
+def _import_tvm_ffi_libinfo():
+    import importlib
+
+    importlib.import_module("tvm_ffi.libinfo")
+
+
+def available() -> tuple[bool, str]:
+    return probe(REQUIREMENT, MODULE, before_import=_import_tvm_ffi_libinfo)
