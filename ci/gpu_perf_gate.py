@@ -19,8 +19,8 @@ human-readable output is pytest-benchmark's own compare report
 (`pytest-benchmark compare BASELINE RUN`), followed by the gate's verdict table.
 
 The statistic (why not pytest-benchmark's --benchmark-compare-fail): pytest-benchmark
-times the host's wall clock around a call plus a synchronize, which moved 2-3x between
-unchanged runs on the H200 (the compare report in every gate_*.txt shows it); the gate
+times the host's wall clock around a call plus a synchronize, whose medians ranged 0.34-2.55x
+case by case between unchanged runs on the H200 (the compare report in every gate_*.txt shows it); the gate
 decides on device time instead, the number the README's table shows: graph-replay
 time per call for decode sizes, CUDA-event median with L2 flushed for prefill sizes
 (extra_info). A shared machine drifts by several percent between runs, uniformly:
@@ -32,14 +32,15 @@ move that median, as the CPU gate's calibration workload cannot. Then, per (row,
                      or any one case > THRESHOLDS[phase]["case"]
     prefill: 1.10 / 1.25        decode: 1.20 / 1.40
 
-Why these numbers: over four H200 runs of one tree on 2026-11-30 (the baseline, two
-unchanged runs, the planted run; six pairs), our rows' prefill geometric means stayed
-within 1.016 and single prefill cases within 1.049; decode times (1-2 µs per call, where
-0.1 µs is 5-10%) reached 1.113 (native/scale) and single decode cases 1.16. The planted
-slowdown measured 1.16-1.17 (geometric mean) on native/rotary's prefill cases. Only our
-kernels are gated (native/, aot/, jit/): the torch/ reference rows are host-bound (several
-launches, syncs) and moved up to 2.3x on single cases between unchanged runs; they, and the
-peers (torch eager, FlashInfer), are timed by the suites but not gated. A baseline case
+Why these numbers: six H200 runs of one tree on 2026-11-30 compared with the baseline
+(the two self-tests' unchanged and planted runs, native/rotary left out of the planted
+ones): our rows' prefill geometric means stayed within 1.018 and single prefill cases
+within 1.09; decode times (1-2 µs per call, where 0.1 µs is 5-10%) reached 1.111
+(native/scale) and single decode cases 1.20. The planted slowdown measured 1.17
+(geometric mean) on native/rotary's prefill cases. Only our kernels are gated (native/,
+aot/, jit/): the torch/ reference rows are host-bound (several launches, syncs) and moved
+up to 2.27x on single cases in runs where their code had not changed; they, and the peers
+(torch eager, FlashInfer), are timed by the suites but not gated. A baseline case
 missing from the run fails (a deleted or skipped case must not pass silently); a case
 without baseline is listed as new.
 """

@@ -14,7 +14,7 @@ _TAGS = {(True, True): frozenset({"kv:rows", "buffer:rows"}), (True, False): fro
 
 def check_update_kv_buffer(kv, loc, buffer):
     """update_kv_buffer's check: (kv, kv:rows/buffer:rows tags, (num_tokens, num_kv_heads, head_dim))."""
-    return _check_scatter(UPDATE_KV_BUFFER, kv, loc, buffer, kv.dtype if isinstance(kv, torch.Tensor) else None)
+    return _check_scatter(UPDATE_KV_BUFFER, kv, loc, buffer, buffer_dtype=None)
 
 
 def check_update_kv_buffer_fp8(kv, loc, buffer, k_scale, v_scale):
@@ -41,6 +41,7 @@ def _packed_token_rows(t) -> bool:
 
 
 def _check_scatter(op, kv, loc, buffer, buffer_dtype):
+    """The checks both KV writes share; buffer_dtype None means kv's dtype."""
     expect_float_tensor(op, "kv", kv)
     if kv.dim() != 3 or kv.shape[1] == 0 or kv.shape[1] % 2 or kv.shape[2] == 0:
         raise OpInputError(op, "kv", "shape [T, 2*Hk, D] (K heads then V heads)", f"shape {list(kv.shape)}")
@@ -53,8 +54,8 @@ def _check_scatter(op, kv, loc, buffer, buffer_dtype):
     if buffer.dim() != 3 or tuple(buffer.shape[1:]) != tuple(kv.shape[1:]):
         raise OpInputError(op, "buffer", f"shape [rows, {kv.shape[1]}, {kv.shape[2]}] (kv's per-token shape)",
                            f"shape {list(buffer.shape)}")
-    if buffer.dtype != buffer_dtype:
-        expected = f"dtype {buffer_dtype}" if buffer_dtype != kv.dtype else f"kv's dtype {kv.dtype}"
+    if buffer.dtype != (buffer_dtype or kv.dtype):
+        expected = f"dtype {buffer_dtype}" if buffer_dtype else f"kv's dtype {kv.dtype}"
         raise OpInputError(op, "buffer", expected, str(buffer.dtype))
     expect_same_device(op, "loc", loc, "kv", kv)
     expect_same_device(op, "buffer", buffer, "kv", kv)
