@@ -4,7 +4,8 @@
     python ci/readme_tables.py --check  # exit 1 if README.md is stale (CI)
 
 Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
-  support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0)
+  support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0 and the external
+                   libraries at the versions the H200 image loads)
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
   dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
@@ -77,10 +78,18 @@ def _cli(*argv) -> str:
     return buffer.getvalue().rstrip()
 
 
+#: The H200 image with every external library this project tests (../shared/tools/fetch_gpu_wheels.sh all).
+H200_LIBS = ("triton=3.6.0", "flashinfer=0.6.0", "flash_attn=0.0.3", "flash_mla=1.0.0", "deep_gemm=2.5.0",
+             "deep_ep=1.2.1")
+
+
 def support_matrix() -> str:
-    gpu = _cli("matrix", "--device", "cuda:sm90", "--no-local-libs", "--lib", "triton=3.6.0")
+    lib_args = [arg for lib in H200_LIBS for arg in ("--lib", lib)]
+    gpu = _cli("matrix", "--device", "cuda:sm90", "--no-local-libs", *lib_args)
     cpu = _cli("matrix", "--device", "cpu+triton-interpreter", "--no-local-libs", "--lib", "triton=3.6.0")
-    return ("On the H200 (`rapid-llm matrix --device cuda:sm90 --no-local-libs --lib triton=3.6.0`):\n\n"
+    return ("On the H200 with the external libraries installed (`rapid-llm matrix --device cuda:sm90 "
+            f"--no-local-libs {' '.join(lib_args)}`; a library row marked `✗ golden` is not yet verified "
+            "on the GPU and serves only when forced):\n\n"
             f"```\n{gpu}\n```\n\nOn a CPU machine with `RAPID_LLM_TRITON_INTERPRET=1` "
             "(`--device cpu+triton-interpreter`):\n\n"
             f"```\n{cpu}\n```")

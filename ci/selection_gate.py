@@ -38,7 +38,7 @@ sys.path.insert(0, REPO_ROOT)
 SNAPSHOT = os.path.join(REPO_ROOT, "ci", "selection_snapshot.json")
 DEVICES = ("cuda:sm80", "cuda:sm89", "cuda:sm90", "cuda:sm100", "cpu", "cpu+triton-interpreter")
 #: The version a "present" library is described at: the versions the H200 image carries.
-LIBRARY_VERSIONS = {"triton": "3.6.0", "flashinfer": "0.6.0", "flash_attn": "3.0.0", "flash_mla": "1.0.0",
+LIBRARY_VERSIONS = {"triton": "3.6.0", "flashinfer": "0.6.0", "flash_attn": "0.0.3", "flash_mla": "1.0.0",
                     "deep_gemm": "2.5.0", "deep_ep": "1.2.1"}
 MAX_TOKENS = 32768
 SCHEMA = 1
@@ -51,10 +51,12 @@ def library_sets() -> dict[str, dict[str, str]]:
     """label -> {library: version}: bare, each library alone, all."""
     from rapid_llm.kernels.dispatcher.spec import KNOWN_LIBRARIES
 
+    # cuda_extension has no distribution and no version: its rows' probes decide, not library sets
+    names = [name for name, info in KNOWN_LIBRARIES.items() if info.distributions]
     sets = {"bare": {}}
-    for name in KNOWN_LIBRARIES:
+    for name in names:
         sets[name] = {name: LIBRARY_VERSIONS[name]}
-    sets["all"] = {name: LIBRARY_VERSIONS[name] for name in KNOWN_LIBRARIES}
+    sets["all"] = {name: LIBRARY_VERSIONS[name] for name in names}
     return sets
 
 

@@ -145,7 +145,7 @@ _FLOATS = "dtypes: bf16, fp16, fp32"
 
 @pytest.mark.parametrize("argv, expected", [
     # Each was accepted with exit 0 (or reported as something else) before it was checked.
-    (["plan", "--dtype", "bfloat16"], f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS} "
+    (["plan", "--dtype", "bfloat16"], f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS}, fp8_e4m3 "
                                       "(did you mean bf16?)"),
     (["plan", "--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
     (["plan", "--model", "gpt-5"], "unknown model preset 'gpt-5'; presets: ['deepseek-v3', 'llama-3-8b'"),
@@ -163,7 +163,7 @@ _FLOATS = "dtypes: bf16, fp16, fp32"
      "--shape hidden=0: every dim must be >= 1"),
     (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=8,hidden=16"], "--shape gives 'hidden' twice"),
     (["explain", "norm.rms_norm", "--dtype", "bf16", "--layout", "x:cols"],
-     "--layout: norm.rms_norm has no layout tag 'x:cols'; tags: x:rows, or 'none'"),
+     "--layout: norm.rms_norm has no layout tag 'x:cols'; tags: weight:vector, x:rows, x:rows_vector, or 'none'"),
     (["explain", "norm.rms_norm", "--dtype", "bf16", "--deny", "flashinfr"],
      "--deny 'flashinfr' is neither a backend nor a row; backends: aot, deep_ep"),
     (["matrix", "--lib", "triton=abc"], "--lib triton=abc: the version must start with a number"),

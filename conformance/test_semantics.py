@@ -16,8 +16,10 @@ import pytest
 import torch
 
 import rapid_llm.kernels as kernels
-from conformance.rows_here import TABLE, loadable_rows, torch_device
-from rapid_llm.kernels.dispatcher import Planner, probe_environment
+from conformance.cases import TORCH_DTYPES
+from conformance.rows_here import TABLE, loadable_rows, planner_forcing, torch_device
+from conformance.tolerances import tolerance
+from rapid_llm.kernels.dispatcher import NoEligibleKernel, Planner, probe_environment
 from rapid_llm.kernels.ops.checks import OpInputError, value_checks
 
 DEVICE = torch_device()
@@ -120,41 +122,68 @@ def test_fp8_kv_write_rejects_non_positive_or_non_finite_scales_when_checked(pla
 # ---------------------------------------------------------------------------
 
 
-def _rotary_inputs(tokens=3):
+_ROTARY_HEAD_DIM = 64  # a head_dim every rotary row serves (FlashInfer's: 64/128/256)
+
+
+def _rotary_rows():
+    """(PlannedOp, dtype) for every rotary row that runs here: in fp32 where it serves fp32, else in the first
+    16-bit dtype it serves (FlashInfer's row is fp16/bf16 only), planned for the inputs below."""
+    op = "embedding.rotary"
+    shape = {"num_tokens": 3, "num_q_heads": 2, "num_kv_heads": 1, "head_dim": _ROTARY_HEAD_DIM}
+    params = []
+    for row in TABLE.rows(op):
+        dtype = "fp32" if "fp32" in row.dtypes else sorted(row.dtypes)[0]
+        try:
+            planned = planner_forcing(op, row.name).plan(op, dtype=dtype, shape=shape,
+                                                          layout=TABLE.contracts[op].layouts)
+        except NoEligibleKernel:
+            continue
+        params.append(pytest.param(planned, dtype, id=f"{row.name}-{dtype}"))
+    return params
+
+
+def _rotary_inputs(dtype, tokens=3):
     generator = torch.Generator().manual_seed(3)
-    q = torch.randn(tokens, 2 * 16, generator=generator).to(DEVICE)
-    k = torch.randn(tokens, 16, generator=generator).to(DEVICE)
-    cache = torch.randn(16, 16, generator=generator).to(DEVICE)
+    torch_dtype = TORCH_DTYPES[dtype]
+    q = torch.randn(tokens, 2 * _ROTARY_HEAD_DIM, generator=generator).to(torch_dtype).to(DEVICE)
+    k = torch.randn(tokens, _ROTARY_HEAD_DIM, generator=generator).to(torch_dtype).to(DEVICE)
+    # fp32, rows of random values (no row is an identity rotation), storage past the last row (GPT-J rows)
+    cache = torch.randn(17, _ROTARY_HEAD_DIM, generator=generator).to(DEVICE)[:16]
     return q, k, cache
 
 
-@pytest.mark.parametrize("planned", _rows("embedding.rotary"))
-def test_rotary_positions_past_the_cache_raise_when_checked(planned):
-    q, k, cache = _rotary_inputs()
+@pytest.mark.parametrize("planned, dtype", _rotary_rows())
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_rotary_positions_past_the_cache_raise_when_checked(planned, dtype, is_neox):
+    q, k, cache = _rotary_inputs(dtype)
     before = q.clone(), k.clone()
     with value_checks(True), pytest.raises(OpInputError) as info:
-        planned(torch.tensor([0, 16, 2], device=DEVICE), q, k, 16, cache, True)
+        planned(torch.tensor([0, 16, 2], device=DEVICE), q, k, _ROTARY_HEAD_DIM, cache, is_neox)
     assert info.value.argument == "positions" and "16" in str(info.value)
     assert torch.equal(q, before[0]) and torch.equal(k, before[1])
 
 
-@pytest.mark.parametrize("planned", _rows("embedding.rotary"))
-def test_rotary_padding_and_unchecked_positions_leave_tokens_unrotated_in_every_row(planned):
+@pytest.mark.parametrize("planned, dtype", _rotary_rows())
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+def test_rotary_padding_and_unchecked_positions_leave_tokens_unrotated_in_every_row(planned, dtype, is_neox):
     """Catches rows disagreeing: token 0 (position -1, padding) and token 2 (position 99, unchecked) stay as
-    they were; token 1 is rotated like the reference rotates it."""
-    q, k, cache = _rotary_inputs()
+    they were; token 1 is rotated like the reference rotates it. (FlashInfer's kernel indexes the cache
+    unchecked: its adapter must route both to its identity row.)"""
+    q, k, cache = _rotary_inputs(dtype)
     q_ref, k_ref = q.clone(), k.clone()
     reference = TABLE.reference("embedding.rotary")
     from rapid_llm.kernels.dispatcher import resolve_target
 
-    resolve_target(reference.target, None)[0](torch.tensor([-1, 5, 99], device=DEVICE), q_ref, k_ref, 16, cache,
-                                               True)
+    positions = torch.tensor([-1, 5, 99], device=DEVICE)
+    resolve_target(reference.target, None)[0](positions, q_ref, k_ref, _ROTARY_HEAD_DIM, cache, is_neox)
     original = q.clone(), k.clone()
     with value_checks(False):
-        planned(torch.tensor([-1, 5, 99], device=DEVICE), q, k, 16, cache, True)
+        planned(positions, q, k, _ROTARY_HEAD_DIM, cache, is_neox)
     for token in (0, 2):
         assert torch.equal(q[token], original[0][token]) and torch.equal(k[token], original[1][token])
-    torch.testing.assert_close(q[1], q_ref[1], atol=1e-5, rtol=1e-5)
+    atol, rtol = tolerance("embedding.rotary", dtype, 0)
+    torch.testing.assert_close(q[1].float(), q_ref[1].float(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(k[1].float(), k_ref[1].float(), atol=atol, rtol=rtol)
     assert not torch.equal(q[1], original[0][1]), "token 1 must be rotated"
 
 

@@ -3,6 +3,12 @@
     peer/flashinfer   FlashInfer's kernel for the op (norm, activation, rotary), when FlashInfer
                       imports here; otherwise the case is skipped with the import error as reason.
 
+The peer calls the library directly, outside our contract (an fp32 weight, a strided input or a padding
+position reach FlashInfer as they are). The table's own FlashInfer rows (flashinfer/rmsnorm,
+flashinfer/fused_add_rmsnorm, flashinfer/silu_and_mul, flashinfer/gelu_tanh_and_mul,
+flashinfer/rope_cos_sin_cache: backends/flashinfer/) are timed as table arms under their row names,
+so a suite shows both: the adapter's cost is the difference (for rotary, its position remap).
+
 FlashInfer JIT-compiles a module on its first call (25-90 s per module); the suites call every arm
 once for the correctness check before timing, so compilation never lands in a timed region.
 """

@@ -3,6 +3,8 @@ activation.gelu_tanh_and_mul, plus torch eager (F.silu / F.gelu on the gate half
 and FlashInfer (perf/peers.py, when installed) as peers.
 
     test_gated[native/silu_and_mul-tokens=32768-d=14336-bf16]
+    test_gated[flashinfer/silu_and_mul-tokens=32768-d=14336-bf16]   (the table row: our adapter)
+    test_gated[peer/flashinfer-tokens=32768-d=14336-bf16]           (FlashInfer called directly)
 
 x: [tokens, 2*d] with d the model preset's MLP intermediate size (Llama-3-8B / Mixtral 14336,
 Qwen2.5-7B 18944, DeepSeek-V3 18432, Qwen3-30B-A3B expert 768). Bytes = x read once + out
@@ -58,6 +60,11 @@ def _peer(op):
 def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
     import torch
 
+    from rapid_llm.kernels.ops.activation.checks import check_silu_and_mul
+
+    generator = torch.Generator(device="cuda").manual_seed(tokens * 7 + d)
+    x = torch.randn((tokens, 2 * d), device="cuda", dtype=torch.float32, generator=generator).to(torch_dtype(dtype))
+    out = torch.empty((tokens, d), device="cuda", dtype=x.dtype)
     if arm == PEER:
         checked = fn = _peer(op)
         graph_safe = True
@@ -65,12 +72,11 @@ def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
         checked = fn = flashinfer_peer(op, dtype)
         graph_safe = True
     else:
+        # The layout tags the op's check gives these inputs (both gated ops share the check; FlashInfer's
+        # rows need x:contiguous16 and out:contiguous16).
         checked, row = load_row(op, arm, dtype=dtype, shape={"num_tokens": tokens, "intermediate": d},
-                                layout=frozenset({"x:rows", "out:rows"}))
+                                layout=check_silu_and_mul(x, out)[1])
         fn, graph_safe = checked.impl, row.graph_safe
-    generator = torch.Generator(device="cuda").manual_seed(tokens * 7 + d)
-    x = torch.randn((tokens, 2 * d), device="cuda", dtype=torch.float32, generator=generator).to(torch_dtype(dtype))
-    out = torch.empty((tokens, d), device="cuda", dtype=x.dtype)
 
     reference_name, reference = reference_row(op)
     expected = reference(x)

@@ -4,6 +4,8 @@ FlashInfer (perf/peers.py, when installed) as peers.
     test_rms_norm[native/rms_norm-tokens=32768-hidden=4096-bf16]
     test_rms_norm[torch/rms_norm-tokens=64-heads=32-hidden=128-bf16]
     test_rms_norm[peer/torch.rms_norm-tokens=1-hidden=7168-bf16]
+    test_rms_norm[flashinfer/rmsnorm-tokens=4096-hidden=4096-bf16]    (the table row: our adapter)
+    test_rms_norm[peer/flashinfer-tokens=4096-hidden=4096-bf16]       (FlashInfer called directly)
 
 Each case is checked against the reference row before it is timed (the row called through its
 PlannedOp, so the op's argument check accepts the inputs; conformance's tolerance), then
@@ -63,7 +65,10 @@ def _inputs(case):
 def test_rms_norm(benchmark, gpu_session, arm, case):
     import torch
 
+    from rapid_llm.kernels.ops.norm.checks import check_rms_norm
+
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
+    x, weight = _inputs(case)
     if arm == PEER:
         checked = fn = _peer_callable()
         graph_safe = True
@@ -71,9 +76,9 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
         checked = fn = flashinfer_peer(OP, case.dtype)
         graph_safe = True
     else:
-        checked, row = load_row(OP, arm, dtype=case.dtype, shape=shape, layout=frozenset({"x:rows"}))
+        # The layout tags the op's check gives these inputs (FlashInfer's row needs x:rows_vector, weight:vector).
+        checked, row = load_row(OP, arm, dtype=case.dtype, shape=shape, layout=check_rms_norm(x, weight, EPS)[1])
         fn, graph_safe = checked.impl, row.graph_safe
-    x, weight = _inputs(case)
 
     reference_name, reference = reference_row(OP)
     expected = reference(x, weight, EPS)
@@ -124,7 +129,11 @@ def _fused_peer_callable():
 def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
     import torch
 
+    from rapid_llm.kernels.ops.norm.checks import check_fused_add_rms_norm
+
     shape = {"num_tokens": case.rows, "hidden": case.hidden}
+    x, weight = _inputs(case)
+    residual = torch.randn_like(x, dtype=torch.float32).to(x.dtype)
     if arm == FUSED_PEER:
         checked = fn = _fused_peer_callable()
         graph_safe = True
@@ -133,10 +142,8 @@ def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
         graph_safe = True
     else:
         checked, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
-                                layout=frozenset({"x:rows", "residual:rows"}))
+                                layout=check_fused_add_rms_norm(x, residual, weight, EPS)[1])
         fn, graph_safe = checked.impl, row.graph_safe
-    x, weight = _inputs(case)
-    residual = torch.randn_like(x, dtype=torch.float32).to(x.dtype)
 
     reference_name, reference = reference_row(FUSED_OP)
     expected = reference(x.clone(), residual.clone(), weight, EPS)

@@ -1,6 +1,9 @@
 """GPU benchmarks of embedding.rotary (NeoX, in place): every row, plus a torch eager peer.
 
     test_rotary[native/rotary-tokens=32768-q_heads=32-kv_heads=8-head_dim=128-bf16]
+    test_rotary[flashinfer/rope_cos_sin_cache-tokens=16-...]   (the table row: our adapter, which also remaps
+                                                               padding/out-of-range positions: 3 small ops)
+    test_rotary[peer/flashinfer-tokens=16-...]                 (FlashInfer called directly, no remap)
 
 q [T, Hq*128] and k [T, Hk*128] bf16 (Llama-3-8B 32/8, Qwen2.5-7B 28/4), an fp32 cos/sin cache of
 8192 positions. Bytes = q and k read and written once + the cos/sin rows read. Checked against the
@@ -45,16 +48,9 @@ def _peer(positions, q, k, head_dim, cache, is_neox):
 def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     import torch
 
+    from rapid_llm.kernels.ops.embedding.checks import check_rotary
+
     shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": HEAD_DIM}
-    if arm == PEER:
-        checked = fn = _peer
-        graph_safe = True
-    elif arm == FLASHINFER:
-        checked = fn = flashinfer_peer(OP, "bf16")
-        graph_safe = True
-    else:
-        checked, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=frozenset({"qk:rows"}))
-        fn, graph_safe = checked.impl, row.graph_safe
     generator = torch.Generator(device="cuda").manual_seed(tokens + q_heads)
     q = torch.randn((tokens, q_heads * HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
     k = torch.randn((tokens, k_heads * HEAD_DIM), device="cuda", generator=generator).to(torch.bfloat16)
@@ -62,6 +58,17 @@ def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     angles = torch.arange(8192, device="cuda", dtype=torch.float32)[:, None] * inverse[None, :]
     cache = torch.cat((angles.cos(), angles.sin()), dim=-1)
     positions = torch.randint(0, 8192, (tokens,), device="cuda", generator=generator)
+    if arm == PEER:
+        checked = fn = _peer
+        graph_safe = True
+    elif arm == FLASHINFER:
+        checked = fn = flashinfer_peer(OP, "bf16")
+        graph_safe = True
+    else:
+        # The layout tags the op's check gives these inputs (FlashInfer's row: qk:rows16, cos_sin_cache:vector16).
+        layout = check_rotary(positions, q, k, HEAD_DIM, cache, True)[1]
+        checked, row = load_row(OP, arm, dtype="bf16", shape=shape, layout=layout)
+        fn, graph_safe = checked.impl, row.graph_safe
 
     reference_name, reference = reference_row(OP)
     case = f"tokens={tokens}-q_heads={q_heads}-kv_heads={k_heads}-head_dim={HEAD_DIM}-bf16"

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import attrs
 
+#: The KV page size the plans assume (an engine setting, not a model property): 16 tokens for the GQA
+#: KV buffer (vLLM's and SGLang's FlashInfer default), 64 for the MLA latent cache (FlashMLA's block size).
+PAGE_SIZE = 16
+MLA_PAGE_SIZE = 64
+
 
 @attrs.frozen
 class OpUse:
@@ -69,12 +74,13 @@ class ModelPreset:
                       {"head_dim": self.qk_rope_head_dim, "num_q_heads": self.num_q_heads, "num_kv_heads": 1}),
                 OpUse("kvcache.update_mla_buffer", "latent KV cache write",
                       {"kv_lora_rank": self.kv_lora_rank, "rope_dim": self.qk_rope_head_dim}),
+                # absorbed q and latent rows: kv_lora_rank + rope dims wide; page 64 (FlashMLA's block size)
                 OpUse("attention.mla_decode", "MLA decode",
-                      {"num_q_heads": self.num_q_heads, "kv_lora_rank": self.kv_lora_rank,
-                       "rope_dim": self.qk_rope_head_dim}),
+                      {"num_q_heads": self.num_q_heads, "head_dim": self.kv_lora_rank + self.qk_rope_head_dim,
+                       "page_size": MLA_PAGE_SIZE}),
                 OpUse("attention.mla_prefill", "MLA prefill",
-                      {"num_q_heads": self.num_q_heads, "head_dim": self.head_dim + self.qk_rope_head_dim,
-                       "v_head_dim": self.v_head_dim}),
+                      {"num_q_heads": self.num_q_heads, "num_kv_heads": self.num_q_heads,
+                       "head_dim": self.head_dim + self.qk_rope_head_dim, "head_dim_v": self.v_head_dim}),
             ]
         else:
             heads = {"num_q_heads": self.num_q_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
@@ -82,8 +88,8 @@ class ModelPreset:
                 OpUse("embedding.rotary", "rotary on q/k", heads),
                 OpUse("kvcache.update_kv_buffer", "KV cache write",
                       {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}),
-                OpUse("attention.prefill", "varlen causal prefill", heads),
-                OpUse("attention.decode", "paged decode", heads),
+                OpUse("attention.prefill", "varlen causal prefill", {**heads, "head_dim_v": self.head_dim}),
+                OpUse("attention.decode", "paged decode", {**heads, "page_size": PAGE_SIZE}),
             ]
         q_width = self.num_q_heads * self.head_dim
         kv_width = 2 * self.num_kv_heads * self.head_dim

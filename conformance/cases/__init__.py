@@ -5,7 +5,11 @@ are compared with the op's reference row; the reference row itself is
 compared with a float64 oracle (so a broken reference cannot hide).
 
 Each family module defines CASES {op: (Case, ...)}, ORACLES {op: oracle}
-and TOLERANCES {(op, dtype): (atol, rtol) or one pair per output}. The
+and TOLERANCES {(op, dtype): (atol, rtol) or one pair per output}, and may
+define OUTPUT_MASKS {op: fn(*args) -> bool mask, or a tuple with one mask (or
+None: all specified) per output}: the output elements the op's contract
+specifies for those arguments (padding rows an op may leave unwritten are
+not); parity compares only those. The
 registry below is derived from the table's family list: a new family's
 module is picked up without editing this file, and a family without a case
 module fails loudly.
@@ -25,5 +29,6 @@ _MODULES = [importlib.import_module(f"{__name__}.{family}") for family in FAMILI
 CASES = {op: cases for module in _MODULES for op, cases in module.CASES.items()}
 ORACLES = {op: oracle for module in _MODULES for op, oracle in module.ORACLES.items()}
 TOLERANCES = {key: value for module in _MODULES for key, value in module.TOLERANCES.items()}
+OUTPUT_MASKS = {op: mask for module in _MODULES for op, mask in getattr(module, "OUTPUT_MASKS", {}).items()}
 
-__all__ = ["CASES", "Case", "ORACLES", "TOLERANCES", "TORCH_DTYPES"]
+__all__ = ["CASES", "Case", "ORACLES", "OUTPUT_MASKS", "TOLERANCES", "TORCH_DTYPES"]

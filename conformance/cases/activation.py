@@ -8,26 +8,34 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, randn as _randn
-from rapid_llm.kernels.ops.checks import rows_view_ok
+from rapid_llm.kernels.ops.activation.checks import check_silu_and_mul
 
 # ---------------------------------------------------------------------------
 # activation.silu_and_mul / activation.gelu_tanh_and_mul (x: [..., 2d] -> [..., d])
 # ---------------------------------------------------------------------------
 
 
-def _gated_case(shape, *, scale=1.0, row_pad=0, with_out=False):
+def _gated_case(shape, *, scale=1.0, row_pad=0, with_out=False, out_row_pad=8, start_offset=0):
     def make(dtype, device, generator):
         width = shape[-1]
         if row_pad:
             x = _randn((*shape[:-1], width + row_pad), dtype, device, generator, scale)[..., :width]
+        elif start_offset:
+            # contiguous, but starting `start_offset` elements into its buffer (off the 16-byte alignment)
+            count = width
+            for size in shape[:-1]:
+                count *= size
+            x = _randn((count + start_offset,), dtype, device, generator, scale)[start_offset:].view(shape)
         else:
             x = _randn(shape, dtype, device, generator, scale)
         out = None
         if with_out:
-            # a caller's buffer with a row stride of its own (rows of a wider tensor)
-            out = torch.full((*shape[:-1], width // 2 + 8), float("nan"), dtype=dtype, device=device)[..., : width // 2]
-        layout = frozenset(tag for tag, ok in (("x:rows", rows_view_ok(x)),
-                                               ("out:rows", out is None or rows_view_ok(out))) if ok)
+            # a caller's buffer: rows of a wider tensor (a row stride of its own), or contiguous (out_row_pad 0)
+            out = torch.full((*shape[:-1], width // 2 + out_row_pad), float("nan"), dtype=dtype,
+                             device=device)[..., : width // 2]
+        # The layout tags are the op's check's (both gated ops share it): x:rows, out:rows, and FlashInfer's
+        # x:contiguous16 / out:contiguous16.
+        layout = check_silu_and_mul(x, out)[1]
         return (x, out), {"num_tokens": x.numel() // width, "intermediate": width // 2}, layout
     return make
 
@@ -38,7 +46,7 @@ def _gated_large_offsets(dtype, device, generator):
     rows = (1 << 31) // width + 5
     x = torch.empty((rows, width), dtype=dtype, device=device)
     x.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
-    return (x, None), {"num_tokens": rows, "intermediate": width // 2}, frozenset({"x:rows", "out:rows"})
+    return (x, None), {"num_tokens": rows, "intermediate": width // 2}, check_silu_and_mul(x, None)[1]
 
 
 def _gated_oracle(activation):
@@ -65,6 +73,12 @@ GATED_CASES = (
     Case("saturating_gates", _gated_case((4, 2 * 768), scale=30.0)),
     Case("strided_rows", _gated_case((5, 2 * 512), row_pad=32)),
     Case("caller_out_strided", _gated_case((6, 2 * 384), with_out=True)),
+    Case("caller_out_contiguous", _gated_case((6, 2 * 384), with_out=True, out_row_pad=0)),
+    # FlashInfer's boundaries: d = 12 passes FlashInfer's own check (2d * 2 bytes % 16 == 0) but its up-half
+    # vectors would be misaligned (the row needs d % 8 == 0); x starting 1 element off the 16-byte alignment
+    # (x:contiguous16). Its row must be skipped on both, as on strided_rows and caller_out_strided.
+    Case("d_12_up_half_off_vector", _gated_case((3, 2 * 12))),
+    Case("x_start_off_vector", _gated_case((4, 2 * 256), start_offset=1)),
     Case("int64_offsets_2pow31", _gated_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, index_view, randn as _randn, with_padding
-from rapid_llm.kernels.ops.checks import rows_view_ok
+from rapid_llm.kernels.ops.embedding.checks import check_rotary
 
 # ---------------------------------------------------------------------------
 # embedding.vocab_embedding
@@ -83,11 +83,12 @@ def _cos_sin_cache(max_position, rotary_dim, dtype, device, base=10000.0):
 
 def _rotary_case(tokens, q_heads, k_heads, head_dim, *, rotary_dim=None, is_neox=True, fused_qkv=False,
                  cache_in_q_dtype=False, positions_dtype=torch.int64, max_position=4096, positions_view=None,
-                 padding=False, cache_row_pad=0):
+                 padding=False, cache_row_pad=0, qkv_pad=0, cache_tail_rows=0):
     def make(dtype, device, generator):
         width_q, width_k = q_heads * head_dim, k_heads * head_dim
         if fused_qkv:
-            qkv = _randn((tokens, width_q + 2 * width_k), dtype, device, generator)
+            # qkv_pad extra columns per token: a token stride off the 16-byte alignment when odd
+            qkv = _randn((tokens, width_q + 2 * width_k + qkv_pad), dtype, device, generator)
             q, k = qkv[:, :width_q], qkv[:, width_q:width_q + width_k]
         else:
             q, k = _randn((tokens, width_q), dtype, device, generator), _randn((tokens, width_k), dtype, device, generator)
@@ -98,12 +99,19 @@ def _rotary_case(tokens, q_heads, k_heads, head_dim, *, rotary_dim=None, is_neox
             wide = torch.zeros((cache.shape[0], cache.shape[1] + cache_row_pad), dtype=cache.dtype, device=device)
             wide[:, :cache.shape[1]] = cache
             cache = wide[:, :cache.shape[1]]
+        if cache_tail_rows:
+            # the cache as the first rows of a longer buffer (storage past its last row)
+            longer = torch.zeros((cache.shape[0] + cache_tail_rows, cache.shape[1]), dtype=cache.dtype, device=device)
+            longer[:cache.shape[0]] = cache
+            cache = longer[:cache.shape[0]]
         positions = torch.randint(0, max_position, (tokens,), generator=generator).to(positions_dtype).to(device)
         if padding:
             positions = with_padding(positions)
         positions = index_view(positions, positions_view)
         shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": head_dim}
-        return (positions, q, k, head_dim, cache, is_neox), shape, frozenset({"qk:rows"})
+        args = (positions, q, k, head_dim, cache, is_neox)
+        # The layout tags are the op's check's: qk:rows, and FlashInfer's qk:rows16 / cos_sin_cache:vector16.
+        return args, shape, check_rotary(*args)[1]
     return make
 
 
@@ -116,8 +124,8 @@ def _rotary_large_offsets(dtype, device, generator):
     k = torch.empty((tokens, k_heads * head_dim), dtype=dtype, device=device).normal_(generator=seeded)
     positions = torch.randint(0, 8192, (tokens,), device=device, generator=seeded)
     shape = {"num_tokens": tokens, "num_q_heads": q_heads, "num_kv_heads": k_heads, "head_dim": head_dim}
-    return (positions, q, k, head_dim, _cos_sin_cache(8192, head_dim, torch.float32, device), True), shape, \
-        frozenset({"qk:rows"})
+    args = (positions, q, k, head_dim, _cos_sin_cache(8192, head_dim, torch.float32, device), True)
+    return args, shape, check_rotary(*args)[1]
 
 
 def rotary_oracle(positions, q, k, head_dim, cache, is_neox):
@@ -158,6 +166,17 @@ ROTARY_CASES = (
     Case("padding_positions", _rotary_case(7, 4, 2, 64, padding=True)),
     Case("cache_rows_strided", _rotary_case(5, 4, 2, 64, cache_row_pad=16)),
     Case("empty", _rotary_case(0, 4, 2, 64)),
+    # GPT-J with a cache that has storage past its last row: the case FlashInfer's GPT-J path may serve (it
+    # reads up to 4 floats past a cache row; cos_sin_cache:vector16), full and partial rotary.
+    Case("gptj_cache_with_tail", _rotary_case(6, 4, 2, 64, is_neox=False, cache_tail_rows=1)),
+    Case("gptj_partial_rotary_cache_with_tail", _rotary_case(6, 3, 1, 128, rotary_dim=32, is_neox=False,
+                                                             cache_tail_rows=1, padding=True)),
+    Case("head_dim_256_padding_int32", _rotary_case(5, 2, 1, 256, padding=True, positions_dtype=torch.int32)),
+    # FlashInfer's boundaries: rotary_dim 24 (its 8-pair vectors would mix cos and sin), a token stride of
+    # q and k off the 16-byte alignment (qk:rows16), head_dim 96 (not one of its 64/128/256 kernels).
+    Case("rotary_dim_24_off_vector", _rotary_case(4, 2, 1, 64, rotary_dim=24)),
+    Case("qkv_token_stride_off_vector", _rotary_case(5, 4, 2, 64, fused_qkv=True, qkv_pad=3)),
+    Case("head_dim_96", _rotary_case(4, 2, 1, 96)),
     Case("int64_offsets_2pow31", _rotary_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
 )
 

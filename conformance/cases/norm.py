@@ -8,30 +8,39 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, randn as _randn
-from rapid_llm.kernels.ops.checks import rows_view_ok
+from rapid_llm.kernels.ops.norm.checks import check_fused_add_rms_norm, check_rms_norm
 
 # ---------------------------------------------------------------------------
 # norm.rms_norm
 # ---------------------------------------------------------------------------
 
 
-def _strided_weight(hidden, dtype, device, generator, step):
-    """weight [hidden] as every `step`-th element of a longer tensor (stride `step`)."""
-    return _randn((hidden * step,), dtype, device, generator)[::step]
+def _strided_weight(hidden, dtype, device, generator, step, offset=0):
+    """weight [hidden] as every `step`-th element of a longer tensor (stride `step`), starting `offset`
+    elements into it (offset 1: a unit-stride weight whose start is not vector-aligned)."""
+    return _randn((hidden * step + offset,), dtype, device, generator)[offset::step][:hidden]
 
 
-def _rms_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, weight_step=1):
+def _rows(shape, dtype, device, generator, scale, row_pad, column_offset=0):
+    """x of `shape`: contiguous, or (row_pad / column_offset) columns [column_offset, column_offset + hidden) of
+    rows of a wider buffer, so rows have a stride of their own and may start off the vector alignment."""
+    hidden = shape[-1]
+    if not row_pad and not column_offset:
+        return _randn(shape, dtype, device, generator, scale)
+    wide = _randn((*shape[:-1], hidden + row_pad + column_offset), dtype, device, generator, scale)
+    return wide[..., column_offset:column_offset + hidden]
+
+
+def _rms_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, column_offset=0, weight_step=1,
+              weight_offset=0):
     def make(dtype, device, generator):
         hidden = shape[-1]
-        if row_pad:
-            # rows of a wider buffer: row stride hidden + row_pad (layout x:rows still holds)
-            wide = _randn((*shape[:-1], hidden + row_pad), dtype, device, generator, scale)
-            x = wide[..., :hidden]
-        else:
-            x = _randn(shape, dtype, device, generator, scale)
-        weight = _strided_weight(hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step)
+        x = _rows(shape, dtype, device, generator, scale, row_pad, column_offset)
+        weight = _strided_weight(hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step,
+                                 weight_offset)
         num_tokens = x.numel() // hidden
-        layout = frozenset({"x:rows"}) if rows_view_ok(x) else frozenset()
+        # The layout tags are the op's check's (x:rows, and FlashInfer's x:rows_vector / weight:vector).
+        layout = check_rms_norm(x, weight, eps)[1]
         return (x, weight, eps), {"num_tokens": num_tokens, "hidden": hidden}, layout
     return make
 
@@ -43,7 +52,7 @@ def _rms_large_offsets(dtype, device, generator):
     x = torch.empty((rows, hidden), dtype=dtype, device=device)
     x.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
     weight = _randn((hidden,), dtype, device, generator)
-    return (x, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, frozenset({"x:rows"})
+    return (x, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, check_rms_norm(x, weight, 1e-6)[1]
 
 
 def _rms_transposed(dtype, device, generator):
@@ -75,6 +84,12 @@ RMS_NORM_CASES = (
     Case("strided_weight", _rms_case((5, 384), weight_step=2)),
     Case("strided_weight_two_pass", _rms_case((2, 20000), weight_step=3)),
     Case("hidden_not_contiguous", _rms_transposed),
+    # FlashInfer's boundaries (x:rows_vector, weight:vector): rows of a stride that is not a multiple of the
+    # 16-byte vector, rows starting 1 element off it, a unit-stride weight starting 1 element off it. Its row
+    # must be skipped on these (a misaligned vector load faults), as on weight_fp32 and strided_weight.
+    Case("row_stride_off_vector", _rms_case((6, 1024), row_pad=3)),
+    Case("rows_start_off_vector", _rms_case((6, 1024), row_pad=7, column_offset=1)),
+    Case("weight_start_off_vector", _rms_case((4, 512), weight_offset=1)),
     Case("int64_offsets_2pow31", _rms_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
 )
 
@@ -84,19 +99,14 @@ RMS_NORM_CASES = (
 # ---------------------------------------------------------------------------
 
 
-def _fused_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, weight_step=1):
+def _fused_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, residual_row_pad=None, weight_step=1):
     def make(dtype, device, generator):
         hidden = shape[-1]
-
-        def tensor():
-            if row_pad:
-                wide = _randn((*shape[:-1], hidden + row_pad), dtype, device, generator, scale)
-                return wide[..., :hidden]
-            return _randn(shape, dtype, device, generator, scale)
-
-        x, residual = tensor(), tensor()
+        x = _rows(shape, dtype, device, generator, scale, row_pad)
+        residual = _rows(shape, dtype, device, generator, scale, row_pad if residual_row_pad is None
+                         else residual_row_pad)
         weight = _strided_weight(hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step)
-        layout = frozenset(tag for tag, t in (("x:rows", x), ("residual:rows", residual)) if rows_view_ok(t))
+        layout = check_fused_add_rms_norm(x, residual, weight, eps)[1]
         return (x, residual, weight, eps), {"num_tokens": x.numel() // hidden, "hidden": hidden}, layout
     return make
 
@@ -109,7 +119,8 @@ def _fused_large_offsets(dtype, device, generator):
     x = torch.empty((rows, hidden), dtype=dtype, device=device).normal_(generator=seeded)
     residual = torch.empty((rows, hidden), dtype=dtype, device=device).normal_(generator=seeded)
     weight = _randn((hidden,), dtype, device, generator)
-    return (x, residual, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, frozenset({"x:rows", "residual:rows"})
+    layout = check_fused_add_rms_norm(x, residual, weight, 1e-6)[1]
+    return (x, residual, weight, 1e-6), {"num_tokens": rows, "hidden": hidden}, layout
 
 
 def fused_add_rms_norm_oracle(x, residual, weight, eps):
@@ -130,6 +141,10 @@ FUSED_ADD_RMS_NORM_CASES = (
     Case("strided_rows", _fused_case((11, 1024), row_pad=64)),
     Case("strided_weight", _fused_case((5, 384), weight_step=2)),
     Case("strided_weight_two_pass", _fused_case((2, 20000), weight_step=3, weight_fp32=True)),
+    # FlashInfer's boundaries: a residual whose row stride is off the 16-byte vector (residual:rows_vector),
+    # and a row wider than the shared memory FlashInfer's kernel keeps it in on sm86/89 (hidden <= 25312).
+    Case("residual_row_stride_off_vector", _fused_case((6, 1024), residual_row_pad=3)),
+    Case("hidden_past_flashinfer_shared_memory", _fused_case((2, 25600))),
     Case("int64_offsets_2pow31", _fused_large_offsets, gpu_only=True, dtypes=frozenset({"bf16"})),
 )
 

@@ -73,6 +73,9 @@ def op(name: str):
 
 @functools.lru_cache(maxsize=None)
 def _probe() -> tuple[bool, str]:
+    hidden = extension_hidden()
+    if hidden:
+        return False, hidden
     # torch first: it loads libc10/libtorch into the process, which the extension links against
     # without an rpath ("libc10.so: cannot open shared object file" otherwise).
     import torch  # noqa: F401
@@ -88,6 +91,16 @@ def _probe() -> tuple[bool, str]:
         return False, (f"{MODULE} failed to load: {type(error).__name__}: {error} "
                        f"(built against another torch/CUDA? rebuild with: {BUILD_HINT})")
     return registered_ops(NAMESPACE, extension_ops(), built_by=f"{MODULE} ({_module_file()})")
+
+
+def extension_hidden() -> str:
+    """The rejection reason when the probed environment hides the CUDA extension (RAPID_LLM_HIDE_LIBS=
+    cuda_extension: its absence cell), else ""."""
+    from .dispatcher.environment import probe_environment
+
+    if "cuda_extension" in probe_environment().hidden_libs:
+        return "the CUDA extension is hidden (RAPID_LLM_HIDE_LIBS=cuda_extension)"
+    return ""
 
 
 def registered_ops(namespace: str, ops, *, built_by: str) -> tuple[bool, str]:

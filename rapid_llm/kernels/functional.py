@@ -14,14 +14,18 @@ from __future__ import annotations
 
 from .dispatcher import plan as _plan
 from .ops.activation import GELU_TANH_AND_MUL, SILU_AND_MUL
+from .ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED
 from .ops.elementwise import SCALE
 from .ops.embedding import ROTARY, VOCAB_EMBEDDING
+from .ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
 from .ops.kvcache import UPDATE_KV_BUFFER, UPDATE_KV_BUFFER_FP8
 from .ops.norm import FUSED_ADD_RMS_NORM, RMS_NORM
 from .ops.quantization import PER_TOKEN_FP8, PER_TOKEN_GROUP_FP8
 
 __all__ = ["scale", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "vocab_embedding",
-           "rotary", "update_kv_buffer", "update_kv_buffer_fp8", "per_token_fp8", "per_token_group_fp8"]
+           "rotary", "update_kv_buffer", "update_kv_buffer_fp8", "per_token_fp8", "per_token_group_fp8",
+           "prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill",
+           "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
 
 
 def _call(op, args):
@@ -82,3 +86,48 @@ def per_token_fp8(x):
 def per_token_group_fp8(x, group_size: int = 128, column_major_scales: bool = False):
     """(q e4m3 [T, H], scale fp32 [T, H/g]). Contract: quantization.per_token_group_fp8."""
     return _call(PER_TOKEN_GROUP_FP8, (x, group_size, column_major_scales))
+
+
+def prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True, return_lse: bool = False):
+    """Ragged self-attention of packed sequences; out [T, Hq, Dv] (and lse [T, Hq]). Contract: attention.prefill."""
+    return _call(PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
+
+
+def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q: int, page_size: int,
+                  sm_scale: float, causal: bool = True, return_lse: bool = False):
+    """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
+    return _call(PREFILL_PAGED, (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
+                                 causal, return_lse))
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float):
+    """One query token per sequence against its paged KV; out [B, Hq, D]. Contract: attention.decode."""
+    return _call(DECODE, (q, kv_buffer, page_table, seq_lens, page_size, sm_scale))
+
+
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size: int, sm_scale: float):
+    """Absorbed MLA decode over the paged latent cache; out [B, Hq, 512]. Contract: attention.mla_decode."""
+    return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale))
+
+
+def mla_prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True,
+                return_lse: bool = False):
+    """Non-absorbed MLA prefill (q/k 192, v 128); out [T, H, 128]. Contract: attention.mla_prefill."""
+    return _call(MLA_PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
+
+
+def fp8_block_mm(a, a_scale, b, b_scale, out=None):
+    """(a * a_scale) @ (b * b_scale).T in bf16, fp8 e4m3 a [M, K] and b [N, K], 1x128 / 128x128 scales.
+    Contract: gemm.fp8_block_mm."""
+    return _call(FP8_BLOCK_MM, (a, a_scale, b, b_scale, out))
+
+
+def fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None):
+    """Row m of a times the weights of group m_indices[m] (negative: padding), bf16 [M, N].
+    Contract: gemm.fp8_grouped_mm_contiguous."""
+    return _call(FP8_GROUPED_MM_CONTIGUOUS, (a, a_scale, b, b_scale, m_indices, out))
+
+
+def fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m: int, out=None):
+    """a[g, :masked_m[g]] times the weights of group g, bf16 [G, M_max, N]. Contract: gemm.fp8_grouped_mm_masked."""
+    return _call(FP8_GROUPED_MM_MASKED, (a, a_scale, b, b_scale, masked_m, expected_m, out))

@@ -270,6 +270,11 @@ def available() -> tuple[bool, str]:
     """
     if os.environ.get(ENABLE_VARIABLE) != "1":
         return False, f"{ENABLE_VARIABLE}=1 is not set (JIT builds of the CUDA extension are opt-in)"
+    from .aot import extension_hidden
+
+    hidden = extension_hidden()
+    if hidden:
+        return False, hidden
     try:
         import torch
         from torch.utils import cpp_extension

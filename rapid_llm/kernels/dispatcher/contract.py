@@ -96,6 +96,41 @@ LAYOUT_TAGS = {
                "(any token stride)",
     "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
     "buffer:rows": "the KV buffer [rows, 2*Hk, D] views as [rows, 2*Hk*D] without a copy (as kv:rows)",
+    # attention family
+    "q:heads": "q [N, Hq, D] has unit stride along D, its other strides and its data pointer 16-byte aligned "
+               "(what TMA-based library kernels load without a copy)",
+    "kv:heads": "k and v of a ragged prefill [T, Hk, D] each as q:heads",
+    "v:same_head_dim": "v's head_dim equals q's and k's (libraries compile a fixed set of (D, Dv) pairs)",
+    "kv:paged": "the KV buffer [rows, 2*Hk, D] as q:heads (any 16-byte-aligned row stride)",
+    "latent:rows": "the MLA latent cache [rows, 576] as q:heads",
+    "index:contiguous": "the index tensors (cu_seqlens, seq_lens, page_table) are contiguous",
+    # gemm family
+    "a:tma": "the fp8 operand a has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
+             "overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA loads read",
+    "b:tma": "the fp8 weight b has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
+             "overlap, and (3-D) groups packed without gaps (as a:tma)",
+    "out:tma": "the caller's out= (if any) has unit stride along N, a 16-byte-aligned start and row stride, rows that "
+               "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
+    "a_scale:aligned": "the activation scales start at a 16-byte-aligned address (DeepGEMM hands scales already in "
+                       "its TMA-aligned layout to TMA as they are)",
+    "b_scale:dense": "the weight scales are row-major or column-major without gaps (3-D: groups packed without gaps)",
+    "m_indices:contiguous": "the per-row group ids m_indices are contiguous",
+    "masked_m:contiguous": "the per-group row counts masked_m are contiguous",
+    # FlashInfer rows of the norm, activation and embedding families
+    "x:rows_vector": "x:rows, and x's data pointer and row stride are multiples of gcd(16, n * element size) "
+                     "bytes (FlashInfer's norm vector width), with (rows - 1) * row stride + n <= 2**32 and "
+                     "rows * n <= 2**32 (its element offsets are 32-bit)",
+    "residual:rows_vector": "the residual meets x:rows_vector's conditions (as x)",
+    "weight:vector": "the norm weight [n] has x's dtype, unit stride and a data pointer that is a multiple of "
+                     "gcd(16, n * element size) bytes",
+    "x:contiguous16": "x is contiguous (row-major, no gaps) with a data pointer that is a multiple of 16 bytes",
+    "out:contiguous16": "the caller's out= tensor, if any, is contiguous with a data pointer that is a multiple "
+                        "of 16 bytes (always provided when out is None)",
+    "qk:rows16": "q and k have unit stride along their last dim and data pointers and token strides that are "
+                 "multiples of 16 bytes",
+    "cos_sin_cache:vector16": "cos_sin_cache [P, R] is fp32, contiguous, 16-byte aligned, R (rotary_dim) a multiple "
+                              "of 16, and for GPT-J (is_neox=False) its storage extends >= 16 bytes past its last "
+                              "row (FlashInfer's rope reads cos/sin as 8-float vectors, up to 4 floats past a row)",
 }
 
 

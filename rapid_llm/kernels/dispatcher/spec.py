@@ -84,6 +84,9 @@ KNOWN_LIBRARIES = {
         LibraryInfo("flash_mla", ("flash-mla", "flash_mla", "sgl-flash-mla"), ("flash_mla",)),
         LibraryInfo("deep_gemm", ("deep-gemm", "deep_gemm", "tokenspeed-deepgemm", "sgl-deep-gemm"), ("deep_gemm",)),
         LibraryInfo("deep_ep", ("deep-ep", "deep_ep", "tokenspeed-deepep"), ("deep_ep",)),
+        # Not a distribution: this package's own optional CUDA extension (rapid_llm._C and its JIT
+        # build), listed so that RAPID_LLM_HIDE_LIBS=cuda_extension makes its absence cell.
+        LibraryInfo("cuda_extension", (), ("rapid_llm._C",)),
     )
 }
 

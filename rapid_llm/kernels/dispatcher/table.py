@@ -24,7 +24,7 @@ from .contract import LAYOUT_TAGS, ExactBucket
 from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
-FAMILIES = ("elementwise", "norm", "activation", "embedding", "kvcache", "quantization")
+FAMILIES = ("elementwise", "norm", "activation", "embedding", "kvcache", "quantization", "attention", "gemm")
 
 
 class TableError(ValueError):

@@ -1,6 +1,6 @@
 """DeepGEMM: availability probe. Tested with tokenspeed-deepgemm 2.5.0.post20260424 (module deep_gemm:
 fp8_gemm_nt, the m-grouped GEMMs) with torch 2.11; later builds need torch 2.14 and fail to load there,
-which this probe reports with the loader's message."""
+which this probe reports with the loader's message. The gemm family's adapters are in gemm.py."""
 
 from ...dispatcher.spec import LibraryRequirement
 from ..probe import probe

@@ -1,11 +1,13 @@
 """activation family: op contracts and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
-gated.py (the one native Triton kernel behind both gated activations).
+gated.py (the one native Triton kernel behind both gated activations);
+FlashInfer's rows adapt in backends/flashinfer/activation.py.
 """
 
+from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint, UNMEASURED
 from ..common_rows import H200_PARITY, TRITON, TRITON_DEVICES
 
 SILU_AND_MUL = "activation.silu_and_mul"
@@ -24,7 +26,7 @@ CONTRACTS = tuple(
         parameters=("x", "out"),
         dtypes=FLOAT_DTYPE_LABELS,
         dims=(("num_tokens", TOKEN_BUCKETS), ("intermediate", EXACT)),
-        layouts=("x:rows", "out:rows"),
+        layouts=("x:rows", "out:rows", "x:contiguous16", "out:contiguous16"),
         check=f"{_HERE}.checks:check_{op.partition('.')[2]}",
         doc=f"{formula}\n\n{_GATED_LAYOUT}",
     )
@@ -91,5 +93,37 @@ ROWS = (
         # Same kernel as native/silu_and_mul, same numbers (perf/results/h200/bench_h200.json).
         priority=10,
         description="Triton: one program per (row, column block), fp32 math",
+    ),
+    *(
+        # FlashInfer 0.6.0 (backends/flashinfer/activation.py). act_and_mul_kernel
+        # (include/flashinfer/activation.cuh, instantiated by flashinfer/jit/activation.py) takes fp16/bf16,
+        # ignores strides (row r of x at r * 2d, of out at r * d) and moves 16-byte vectors, including the up
+        # half at x + r * 2d + d: x and out must be contiguous and 16-byte aligned (x:contiguous16,
+        # out:contiguous16) and d * 2 bytes a multiple of 16, i.e. intermediate a multiple of 8 (FlashInfer's
+        # own check, 2d * 2 % 16 == 0, admits d = 4 (mod 8), whose up-half loads are misaligned, and d < 8,
+        # for which it launches 0-thread blocks). Math in fp32, one rounding: silu is g / (1 + __expf(-g))
+        # (a few fp32 ulp from ours); gelu_tanh is the same formula as ours but through tanh.approx.f32
+        # (MUFU.TANH, relative error ~1.1e-5 measured by NVIDIA's forums), so for gates below about -2
+        # (fp16) / -3 (bf16) the cancellation in 1 + tanh makes it several output ulps from ours while the
+        # absolute difference stays below ~1e-5 * |gate * up| (well inside the parity tolerance).
+        KernelSpec(
+            name=f"flashinfer/{impl}",
+            op=op,
+            backend="flashinfer",
+            target=f"rapid_llm.kernels.backends.flashinfer.activation:{impl}",
+            available="rapid_llm.kernels.backends.flashinfer:available",
+            libraries=(flashinfer_backend.REQUIREMENT,),
+            # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py); tanh.approx.f32 needs sm75.
+            capability=(CapabilityRequirement("cuda", min_sm=75),),
+            dtypes=("fp16", "bf16"),
+            shape=(ShapeConstraint("intermediate", multiple_of=8),),
+            layout=("x:contiguous16", "out:contiguous16"),
+            golden=GoldenRecord.unverified(),
+            priority=UNMEASURED,
+            # One launch, no host sync, no per-call host data.
+            graph_safe=True,
+            description=f"FlashInfer {impl}: one CTA per row, 16-byte vectors, fp32 math",
+        )
+        for op, impl in ((SILU_AND_MUL, "silu_and_mul"), (GELU_TANH_AND_MUL, "gelu_tanh_and_mul"))
     ),
 )

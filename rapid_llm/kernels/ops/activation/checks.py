@@ -1,4 +1,10 @@
-"""Argument checks of the activation family: each op's one validation site (see ops/checks.py)."""
+"""Argument checks of the activation family: each op's one validation site (see ops/checks.py).
+
+Layout tags: x:rows / out:rows (the native rows), and x:contiguous16 /
+out:contiguous16 for FlashInfer's act_and_mul_kernel
+(include/flashinfer/activation.cuh), which ignores strides (row r of x at
+r * 2d, of out at r * d) and loads/stores 16-byte vectors.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,13 @@ from . import GELU_TANH_AND_MUL, SILU_AND_MUL
 
 _TAGS = {(True, True): frozenset({"x:rows", "out:rows"}), (True, False): frozenset({"x:rows"}),
          (False, True): frozenset({"out:rows"}), (False, False): frozenset()}
+_X_CONTIGUOUS16 = frozenset({"x:contiguous16"})
+_OUT_CONTIGUOUS16 = frozenset({"out:contiguous16"})
+
+
+def contiguous16(tensor) -> bool:
+    """Contiguous (row-major, no gaps) with a 16-byte aligned data pointer."""
+    return tensor.is_contiguous() and tensor.data_ptr() % 16 == 0
 
 
 def check_silu_and_mul(x, out=None):
@@ -34,4 +47,8 @@ def _check_gated(op: str, x, out):
         expect_same_device(op, "out", out, "x", x)
         expect_disjoint(op, "out", out, "x", x)
     tags = _TAGS[(rows_view_ok(x), out is None or rows_view_ok(out))]
+    if contiguous16(x):
+        tags = tags | _X_CONTIGUOUS16
+    if out is None or contiguous16(out):
+        tags = tags | _OUT_CONTIGUOUS16
     return x, tags, (("num_tokens", x.numel() // x.shape[-1]), ("intermediate", intermediate))

@@ -2,11 +2,13 @@
 
 Token embeddings and the rotary position embedding (a positional embedding
 applied to q and k) live here. Files: checks.py (the ops' argument checks),
-reference.py (torch rows), vocab_embedding.py and rotary.py (native Triton rows).
+reference.py (torch rows), vocab_embedding.py and rotary.py (native Triton rows);
+FlashInfer's rotary row adapts in backends/flashinfer/rotary.py.
 """
 
+from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint, UNMEASURED
 from ..common_rows import H200_PARITY, TRITON, TRITON_DEVICES
 
 VOCAB_EMBEDDING = "embedding.vocab_embedding"
@@ -39,7 +41,7 @@ zero rows; no id is an error. Row offsets are int64 (vocab x hidden exceeds
         dtypes=FLOAT_DTYPE_LABELS,
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
               ("head_dim", EXACT)),
-        layouts=("qk:rows",),
+        layouts=("qk:rows", "qk:rows16", "cos_sin_cache:vector16"),
         check=f"{_HERE}.checks:check_rotary",
         doc="""rotary(positions, q, k, head_dim, cos_sin_cache, is_neox) -> (q, k), rotated in place
 
@@ -112,5 +114,34 @@ ROWS = (
         # sizes in graph replay (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, bench_h200.json).
         priority=10,
         description="Triton: one program per (token, block of q or k heads), no host sync",
+    ),
+    # FlashInfer 0.6.0's apply_rope_with_cos_sin_cache_inplace (backends/flashinfer/rotary.py). Its kernels
+    # (include/flashinfer/pos_enc.cuh, BatchQKApplyRotaryPosIdsCosSinCache*Kernel for head_dim 64/128/256/512;
+    # other head dims go to the RopeQuantize path, not adapted here) take fp16/bf16 q/k with unit-stride
+    # heads, an fp32 contiguous cache (csrc/rope.cu CHECK_INPUT; rope.py raises for other dtypes) read as
+    # 8-float vectors, and index it with pos * rotary_dim unchecked: every token is rotated, padding and
+    # out-of-range positions included. The adapter maps those positions to an identity row (cos 1, sin 0)
+    # it keeps outside the cache, so they are left as they are, as in every row (adapter docstring).
+    # A thread rotates 8 consecutive dims with 8-float cos/sin vectors, so rotary_dim/2 must be a multiple of 8
+    # (NeoX halves; cos_sin_cache:vector16).
+    KernelSpec(
+        name="flashinfer/rope_cos_sin_cache",
+        op=ROTARY,
+        backend="flashinfer",
+        target="rapid_llm.kernels.backends.flashinfer.rotary:rotary",
+        available="rapid_llm.kernels.backends.flashinfer:available",
+        libraries=(flashinfer_backend.REQUIREMENT,),
+        # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
+        capability=(CapabilityRequirement("cuda", min_sm=75),),
+        dtypes=("fp16", "bf16"),
+        # 512 would need rotary_dim a multiple of 32 (16-float vectors): left to the other rows.
+        shape=(ShapeConstraint("head_dim", one_of=(64, 128, 256)),),
+        layout=("qk:rows16", "cos_sin_cache:vector16"),
+        golden=GoldenRecord.unverified(),
+        priority=UNMEASURED,
+        # No host sync, no per-call host data: the position remap is 2-3 small device ops, the identity
+        # row a buffer built once per (device, rotary_dim, cache address mod row size).
+        graph_safe=True,
+        description="FlashInfer rope with cos/sin cache: in place, padding/out-of-range positions to an identity row",
     ),
 )

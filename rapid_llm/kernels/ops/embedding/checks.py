@@ -1,4 +1,10 @@
-"""Argument checks of the embedding family: each op's one validation site (see ops/checks.py)."""
+"""Argument checks of the embedding family: each op's one validation site (see ops/checks.py).
+
+Rotary layout tags: qk:rows (the native row), and for FlashInfer's rope
+kernels (include/flashinfer/pos_enc.cuh: 16-byte vector loads of q/k rows,
+cos/sin read from the fp32 cache as 8-float vectors) qk:rows16 and
+cos_sin_cache:vector16.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,11 @@ from . import ROTARY, VOCAB_EMBEDDING
 
 _TABLE_ROWS = frozenset({"table:rows"})
 _QK_ROWS = frozenset({"qk:rows"})
+_QK_ROWS16 = frozenset({"qk:rows16"})
+_CACHE_VECTOR16 = frozenset({"cos_sin_cache:vector16"})
+#: FlashInfer's GPT-J path reads the sin vector of a row's last pairs up to 4 floats past the row's end
+#: (pos_enc.cuh, BatchQKApplyRotaryPosIdsCosSinCache*Kernel: vec_idx = tx * 8 / 2, 8-float loads).
+_GPTJ_OVERREAD_BYTES = 16
 _NO_TAGS = frozenset()
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -81,5 +92,27 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
             raise OpInputError(op, "positions", f"positions < {cos_sin_cache.shape[0]} (the cache's rows; "
                                "negative positions are padding)", f"a position of {high}")
     unit = all(t.shape[1] == 1 or t.stride(1) == 1 for t in (q, k, cos_sin_cache))
+    tags = _QK_ROWS if unit else _NO_TAGS
+    if rows16(q) and rows16(k):
+        tags = tags | _QK_ROWS16
+    if cache_vector16(cos_sin_cache, is_neox):
+        tags = tags | _CACHE_VECTOR16
     dims = (("num_tokens", tokens), ("num_q_heads", heads[0]), ("num_kv_heads", heads[1]), ("head_dim", head_dim))
-    return q, (_QK_ROWS if unit else _NO_TAGS), dims
+    return q, tags, dims
+
+
+def cache_vector16(cache, is_neox: bool) -> bool:
+    """Whether cos_sin_cache has layout cos_sin_cache:vector16 (dispatcher/contract.py LAYOUT_TAGS)."""
+    if cache.dtype != torch.float32 or cache.shape[1] % 16 or not cache.is_contiguous() or cache.data_ptr() % 16:
+        return False
+    if is_neox:
+        return True
+    end = (cache.storage_offset() + cache.numel()) * cache.element_size()
+    return end + _GPTJ_OVERREAD_BYTES <= cache.untyped_storage().nbytes()
+
+
+def rows16(tensor) -> bool:
+    """[T, width] with unit stride along width, a 16-byte aligned data pointer and (T > 1) token stride."""
+    size = tensor.element_size()
+    return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
+            and (tensor.shape[0] <= 1 or tensor.stride(0) * size % 16 == 0))

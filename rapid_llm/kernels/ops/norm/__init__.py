@@ -1,11 +1,13 @@
 """norm family: op contracts and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
-rms_norm.py and fused_add_rms_norm.py (native Triton rows).
+rms_norm.py and fused_add_rms_norm.py (native Triton rows); FlashInfer's rows
+adapt in backends/flashinfer/norm.py.
 """
 
+from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint, UNMEASURED
 from ..common_rows import H200_PARITY, TRITON, TRITON_DEVICES
 
 RMS_NORM = "norm.rms_norm"
@@ -18,7 +20,7 @@ CONTRACTS = (
         parameters=("x", "weight", "eps"),
         dtypes=FLOAT_DTYPE_LABELS,
         dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
-        layouts=("x:rows",),
+        layouts=("x:rows", "x:rows_vector", "weight:vector"),
         check=f"{_HERE}.checks:check_rms_norm",
         doc="""rms_norm(x, weight, eps) -> out = x / sqrt(mean(x**2, -1) + eps) * weight
 
@@ -32,7 +34,7 @@ Accumulation and the weight product are in fp32, rounded once to x's dtype
         parameters=("x", "residual", "weight", "eps"),
         dtypes=FLOAT_DTYPE_LABELS,
         dims=(("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT)),
-        layouts=("x:rows", "residual:rows"),
+        layouts=("x:rows", "residual:rows", "x:rows_vector", "residual:rows_vector", "weight:vector"),
         check=f"{_HERE}.checks:check_fused_add_rms_norm",
         doc="""fused_add_rms_norm(x, residual, weight, eps) -> (x, residual), both updated in place:
 
@@ -44,7 +46,12 @@ FlashInfer's fused_add_rmsnorm): the result equals the unfused pair
 `residual += x; x = rms_norm(residual)`. x, residual: [..., hidden], same
 shape, dtype and device, not sharing memory (both are written); weight:
 [hidden], x's dtype or fp32, any stride, not sharing memory with either.
-Returns the same two tensor objects.""",
+Returns the same two tensor objects.
+
+One row differs by rounding: flashinfer/fused_add_rmsnorm normalises the
+fp32 sum, not the rounded stored residual (about one step of x's dtype per
+element at most; its row gives the bound). The stored residual is the same
+in every row.""",
     ),
 )
 
@@ -104,5 +111,55 @@ ROWS = (
         # replay (perf/results/h200/bench_h200.json).
         priority=10,
         description="Triton: add, store residual, normalise, one pass per row tile",
+    ),
+    # FlashInfer 0.6.0 (backends/flashinfer/norm.py). Its kernels (include/flashinfer/norm.cuh) take fp16/bf16
+    # (csrc/norm.cu dispatches FP16 types only), read the weight with unit stride in x's dtype, load rows as
+    # aligned vectors of gcd(16, hidden * element size) bytes and index them with 32-bit offsets: the tags
+    # x:rows_vector / residual:rows_vector / weight:vector say exactly that (norm/checks.py). An fp32 or
+    # strided weight goes to another row rather than being converted (converting would round the weight to
+    # x's dtype before the product: a second rounding the contract does not have).
+    KernelSpec(
+        name="flashinfer/rmsnorm",
+        op=RMS_NORM,
+        backend="flashinfer",
+        target="rapid_llm.kernels.backends.flashinfer.norm:rms_norm",
+        available="rapid_llm.kernels.backends.flashinfer:available",
+        libraries=(flashinfer_backend.REQUIREMENT,),
+        # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
+        capability=(CapabilityRequirement("cuda", min_sm=75),),
+        dtypes=("fp16", "bf16"),
+        layout=("x:rows_vector", "weight:vector"),
+        golden=GoldenRecord.unverified(),
+        priority=UNMEASURED,
+        # One launch, no host sync, no per-call host data (the output is allocated like the native row's).
+        graph_safe=True,
+        description="FlashInfer rmsnorm: one CTA per row, fp32 sum of squares, one rounding",
+    ),
+    KernelSpec(
+        name="flashinfer/fused_add_rmsnorm",
+        op=FUSED_ADD_RMS_NORM,
+        backend="flashinfer",
+        target="rapid_llm.kernels.backends.flashinfer.norm:fused_add_rms_norm",
+        available="rapid_llm.kernels.backends.flashinfer:available",
+        libraries=(flashinfer_backend.REQUIREMENT,),
+        # The kernel keeps the row's fp32 sums in dynamic shared memory, (32 + hidden) * 4 bytes: hidden <=
+        # 25312 fits the smallest opt-in limit of sm80+ GPUs (99 KiB on sm86/sm89/sm120; 163 KiB on sm80,
+        # 227 KiB on sm90). sm75's 64 KiB would cap hidden at 16352, so sm75 is left to the other rows.
+        capability=(CapabilityRequirement("cuda", min_sm=80),),
+        dtypes=("fp16", "bf16"),
+        shape=(ShapeConstraint("hidden", max=25312),),
+        layout=("x:rows_vector", "residual:rows_vector", "weight:vector"),
+        # FusedAddRMSNormKernel stores residual = (T)(x + residual) but normalises the unrounded fp32 sum
+        # (norm.cuh: x_vec keeps the float), where the contract normalises the stored residual. Per element,
+        # round(s_i) = s_i (1 + d_i) with |d_i| <= 2**-(p+1) (p = 7 bf16, 10 fp16 mantissa bits): the
+        # element's own term moves the unrounded output by less than one ulp of it, and the rms moves by
+        # the square-weighted mean of the d_i, which is ~0 for real rows (independent signs; equal d_i for a
+        # constant row cancel exactly) and at most another 2**-(p+1) for contrived ones. So the outputs
+        # are one step of x's dtype apart at most for real data, two in the contrived worst case; the
+        # stored residual is the same one rounding in every row. The parity cases measure it.
+        golden=GoldenRecord.unverified(),
+        priority=UNMEASURED,
+        graph_safe=True,
+        description="FlashInfer fused_add_rmsnorm: add, store residual, normalise the fp32 sum; one CTA per row",
     ),
 )

@@ -1,6 +1,16 @@
-"""Argument checks of the norm family: each op's one validation site (see ops/checks.py)."""
+"""Argument checks of the norm family: each op's one validation site (see ops/checks.py).
+
+Layout tags: x:rows / residual:rows (the native rows), and for FlashInfer's
+kernels x:rows_vector / residual:rows_vector / weight:vector
+(dispatcher/contract.py LAYOUT_TAGS): FlashInfer 0.6.0's RMSNorm and
+FusedAddRMSNorm (include/flashinfer/norm.cuh) read rows with aligned vector
+loads of gcd(16, hidden * element size) bytes, index with 32-bit unsigned
+offsets (row * stride), and read the weight with unit stride in x's dtype.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -8,10 +18,8 @@ from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_
     rows_view_ok
 from . import FUSED_ADD_RMS_NORM, RMS_NORM
 
-_X_ROWS = frozenset({"x:rows"})
-_NO_TAGS = frozenset()
-_RESIDUAL_TAGS = {(True, True): frozenset({"x:rows", "residual:rows"}), (True, False): _X_ROWS,
-                  (False, True): frozenset({"residual:rows"}), (False, False): _NO_TAGS}
+#: FlashInfer's norm kernels compute row * stride + column in uint32 (norm.cuh).
+_OFFSET_LIMIT = 1 << 32
 
 
 def _check_x_weight_eps(op, x, weight, eps) -> tuple[int, int]:
@@ -32,10 +40,55 @@ def _check_x_weight_eps(op, x, weight, eps) -> tuple[int, int]:
     return x.numel() // hidden, hidden
 
 
+def _vector_bytes(x, hidden: int) -> int:
+    """FlashInfer's norm vector width in bytes: gcd(16 / element size, hidden) elements."""
+    return math.gcd(16, hidden * x.element_size())
+
+
+def _row_step(x) -> int:
+    """Elements between consecutive rows of x viewed as [rows, hidden] (x:rows holds): the stride of the
+    innermost leading dim of size > 1 (size-1 dims may carry any stride)."""
+    for dim in range(x.dim() - 2, -1, -1):
+        if x.shape[dim] > 1:
+            return x.stride(dim)
+    return x.shape[-1]
+
+
+def rows_vector_ok(x, num_rows: int, hidden: int) -> bool:
+    """Whether x (x:rows already holds) also has layout x:rows_vector (see the module docstring)."""
+    if x.stride(-1) != 1:  # FlashInfer checks stride(-1) == 1 even for hidden == 1
+        return False
+    vector, size = _vector_bytes(x, hidden), x.element_size()
+    step = _row_step(x) if num_rows > 1 else 0
+    if x.data_ptr() % vector or (step * size) % vector:
+        return False
+    return max(num_rows - 1, 0) * step + hidden <= _OFFSET_LIMIT and num_rows * hidden <= _OFFSET_LIMIT
+
+
+def weight_vector_ok(weight, x, hidden: int) -> bool:
+    """Whether the weight has layout weight:vector: x's dtype, unit stride, aligned like x's vectors."""
+    return weight.dtype == x.dtype and weight.stride(0) == 1 and weight.data_ptr() % _vector_bytes(x, hidden) == 0
+
+
+def _tag_table(names):
+    """{tuple of bools, one per name: frozenset of the names that hold}: the checks look their tags up
+    rather than build sets per call (the check runs on every public call)."""
+    import itertools
+
+    return {flags: frozenset(name for name, flag in zip(names, flags) if flag)
+            for flags in itertools.product((False, True), repeat=len(names))}
+
+
+_RMS_NORM_TAGS = _tag_table(("x:rows", "x:rows_vector", "weight:vector"))
+_FUSED_TAGS = _tag_table(("x:rows", "residual:rows", "x:rows_vector", "residual:rows_vector", "weight:vector"))
+
+
 def check_rms_norm(x, weight, eps=1e-6):
-    """rms_norm's check: (x, {x:rows if x views as rows}, (num_tokens, hidden))."""
+    """rms_norm's check: (x, {x:rows, x:rows_vector, weight:vector as they hold}, (num_tokens, hidden))."""
     num_tokens, hidden = _check_x_weight_eps(RMS_NORM, x, weight, eps)
-    return x, (_X_ROWS if rows_view_ok(x) else _NO_TAGS), (("num_tokens", num_tokens), ("hidden", hidden))
+    rows = rows_view_ok(x)
+    tags = _RMS_NORM_TAGS[(rows, rows and rows_vector_ok(x, num_tokens, hidden), weight_vector_ok(weight, x, hidden))]
+    return x, tags, (("num_tokens", num_tokens), ("hidden", hidden))
 
 
 def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
@@ -51,5 +104,8 @@ def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
     expect_disjoint(op, "residual", residual, "x", x)
     expect_disjoint(op, "weight", weight, "x", x)
     expect_disjoint(op, "weight", weight, "residual", residual)
-    tags = _RESIDUAL_TAGS[(rows_view_ok(x), rows_view_ok(residual))]
+    x_rows, residual_rows = rows_view_ok(x), rows_view_ok(residual)
+    tags = _FUSED_TAGS[(x_rows, residual_rows, x_rows and rows_vector_ok(x, num_tokens, hidden),
+                        residual_rows and rows_vector_ok(residual, num_tokens, hidden),
+                        weight_vector_ok(weight, x, hidden))]
     return x, tags, (("num_tokens", num_tokens), ("hidden", hidden))

@@ -1,0 +1,348 @@
+"""Parity cases of the attention family: ragged and paged inputs, a float64 oracle, tolerances.
+
+See conformance/cases/__init__.py for what a case is; test_parity.py runs every row on every case.
+Inputs are seeded random; the paged cases shuffle page order and share pages between sequences
+(prefix sharing), so a row that assumes monotonic or private pages fails. Layout tags and dims come
+from the op's own check (the tags are what a call site of those tensors provides).
+
+The oracle is written independently of the reference row: host loops over sequences and keys, float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.cases.case import Case, randn as _randn
+from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
+
+_HALF_AND_FP32 = frozenset({"fp32", "fp16", "bf16"})
+
+# ---------------------------------------------------------------------------
+# Builders
+# ---------------------------------------------------------------------------
+
+
+def _cu_seqlens(lengths, device, strided=False):
+    offsets = [0]
+    for length in lengths:
+        offsets.append(offsets[-1] + length)
+    values = torch.tensor(offsets, dtype=torch.int32)
+    if strided:
+        wide = torch.full((2 * len(offsets),), -7, dtype=torch.int32)
+        wide[::2] = values
+        values = wide[::2]
+    return values.to(device)
+
+
+def _heads(tokens, heads, dim, dtype, device, generator, scale=1.0, fused_with=0):
+    """[T, heads, dim]; with fused_with > 0, a view into a wider [T, (heads + fused_with) * dim] tensor (the
+    way q, k, v come out of one fused qkv projection: token stride > heads * dim, still aligned)."""
+    if not fused_with:
+        return _randn((tokens, heads, dim), dtype, device, generator, scale)
+    wide = _randn((tokens, (heads + fused_with) * dim), dtype, device, generator, scale)
+    return wide[:, fused_with * dim:].view(tokens, heads, dim)
+
+
+def _ragged_case(lengths, num_q_heads, num_kv_heads, head_dim, *, head_dim_v=None, causal=True, return_lse=False,
+                 scale=1.0, fused=False, strided_index=False, transposed_q=False, op=PREFILL):
+    def make(dtype, device, generator):
+        tokens = sum(lengths)
+        fused_heads = num_kv_heads if fused else 0
+        q = _heads(tokens, num_q_heads, head_dim, dtype, device, generator, scale, fused_with=2 * fused_heads)
+        k = _heads(tokens, num_kv_heads, head_dim, dtype, device, generator, fused_with=fused_heads)
+        v = _heads(tokens, num_kv_heads, head_dim_v or head_dim, dtype, device, generator, fused_with=fused_heads)
+        if transposed_q:
+            # head_dim not contiguous: no library row may claim q:heads (the reference serves it)
+            q = _randn((tokens, head_dim, num_q_heads), dtype, device, generator, scale).transpose(1, 2)
+        cu = _cu_seqlens(lengths, device, strided_index)
+        max_seqlen = max(lengths, default=0)
+        args = (q, k, v, cu, max_seqlen, head_dim ** -0.5, causal, return_lse)
+        check = checks.check_mla_prefill if op == MLA_PREFILL else checks.check_prefill
+        _, layout, dims = check(*args)
+        return args, dict(dims), layout
+    return make
+
+
+def _pages_for(seq_lens, page_size, generator, *, share_prefix=False, extra_pages=3):
+    """A shuffled page table [B, max_pages] covering seq_lens; entries past a sequence's pages are -1
+    (never read). With share_prefix, sequence 1 reuses sequence 0's first page (prefix caching)."""
+    needed = [(length + page_size - 1) // page_size for length in seq_lens]
+    total = sum(needed) + extra_pages
+    order = torch.randperm(total, generator=generator).tolist()
+    width = max(max(needed, default=1), 1) + 1
+    table = torch.full((len(seq_lens), width), -1, dtype=torch.int32)
+    cursor = 0
+    for b, count in enumerate(needed):
+        for p in range(count):
+            table[b, p] = order[cursor]
+            cursor += 1
+    if share_prefix and len(seq_lens) > 1 and needed[0] and needed[1] > 1:
+        table[1, 0] = table[0, 0]
+    return table, total
+
+
+def _index_views(table, seq_lens, device, strided):
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    if strided:
+        wide_table = torch.full((table.shape[0], 2 * table.shape[1]), -7, dtype=torch.int32)
+        wide_table[:, ::2] = table
+        table = wide_table[:, ::2]
+        wide_lens = torch.full((2 * len(seq_lens),), -7, dtype=torch.int32)
+        wide_lens[::2] = lens
+        lens = wide_lens[::2]
+    return table.to(device), lens.to(device)
+
+
+def _cache(rows, width_shape, dtype, device, generator, row_pad=0):
+    """[rows, *width_shape]; with row_pad, rows of a wider buffer (row stride larger than the row)."""
+    if not row_pad:
+        return _randn((rows, *width_shape), dtype, device, generator)
+    flat = 1
+    for size in width_shape:
+        flat *= size
+    wide = _randn((rows, flat + row_pad), dtype, device, generator)
+    return wide[:, :flat].view(rows, *width_shape)
+
+
+def _decode_case(seq_lens, num_q_heads, num_kv_heads, head_dim, page_size, *, scale=1.0, share_prefix=True,
+                 strided_q=False, strided_index=False, row_pad=0):
+    def make(dtype, device, generator):
+        table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
+        buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
+        if strided_q:
+            q = _randn((len(seq_lens), num_q_heads, 2 * head_dim), dtype, device, generator, scale)[..., head_dim:]
+        else:
+            q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
+        table, lens = _index_views(table, seq_lens, device, strided_index)
+        args = (q, buffer, table, lens, page_size, head_dim ** -0.5)
+        _, layout, dims = checks.check_decode(*args)
+        return args, dict(dims), layout
+    return make
+
+
+def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False,
+                     row_pad=0):
+    def make(dtype, device, generator):
+        table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
+        cache = _cache(pages * page_size, (576,), dtype, device, generator, row_pad)
+        if strided_q:
+            q = _randn((len(seq_lens), 2 * num_q_heads, 576), dtype, device, generator, scale)[:, ::2]
+        else:
+            q = _randn((len(seq_lens), num_q_heads, 576), dtype, device, generator, scale)
+        table, lens = _index_views(table, seq_lens, device, strided_index)
+        # sm_scale of DeepSeek-V3 (1 / sqrt(192), the un-absorbed q/k head dim)
+        args = (q, cache, table, lens, page_size, 192 ** -0.5)
+        _, layout, dims = checks.check_mla_decode(*args)
+        return args, dict(dims), layout
+    return make
+
+
+def _paged_prefill_case(seq_lens, new_tokens, num_q_heads, num_kv_heads, head_dim, page_size, *, causal=True,
+                        return_lse=False, strided_index=False, fused=False, row_pad=0):
+    def make(dtype, device, generator):
+        table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
+        buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
+        tokens = sum(new_tokens)
+        q = _heads(tokens, num_q_heads, head_dim, dtype, device, generator, fused_with=2 * num_kv_heads if fused else 0)
+        table, lens = _index_views(table, seq_lens, device, strided_index)
+        cu = _cu_seqlens(new_tokens, device, strided_index)
+        args = (q, buffer, table, cu, lens, max(new_tokens, default=0), page_size, head_dim ** -0.5, causal,
+                return_lse)
+        _, layout, dims = checks.check_prefill_paged(*args)
+        return args, dict(dims), layout
+    return make
+
+
+# ---------------------------------------------------------------------------
+# float64 oracles (host loops, independent of the reference row)
+# ---------------------------------------------------------------------------
+
+
+def _attend64(q, k, v, scale, visible):
+    """q [Sq, H, D], k [Sk, H, D], v [Sk, H, Dv] (heads already matched), visible [Sq, Sk] -> out, lse."""
+    logits = torch.einsum("qhd,khd->hqk", q.double(), k.double()) * scale
+    logits = logits.masked_fill(~visible.unsqueeze(0), float("-inf"))
+    lse = torch.logsumexp(logits, dim=-1)
+    weights = torch.softmax(logits, dim=-1)
+    return torch.einsum("hqk,khd->qhd", weights, v.double()), lse.t()
+
+
+def _expand(t, group):
+    return t.repeat_interleave(group, dim=1)
+
+
+def prefill_oracle(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=torch.float64, device=q.device)
+    lse = torch.zeros((q.shape[0], q.shape[1]), dtype=torch.float64, device=q.device)
+    offsets = cu_seqlens.tolist()
+    for start, end in zip(offsets[:-1], offsets[1:]):
+        if end == start:
+            continue
+        n = end - start
+        visible = torch.ones(n, n, dtype=torch.bool, device=q.device)
+        if causal:
+            visible = visible.tril()
+        out[start:end], lse[start:end] = _attend64(q[start:end], _expand(k[start:end], group),
+                                                   _expand(v[start:end], group), sm_scale, visible)
+    return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+
+
+def _gather_positions(table_row, length, page_size):
+    return [int(table_row[p // page_size]) * page_size + p % page_size for p in range(length)]
+
+
+def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+    heads = kv_buffer.shape[1] // 2
+    group = q.shape[1] // heads
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    for b, length in enumerate(seq_lens.tolist()):
+        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
+        kv = kv_buffer[rows]
+        visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
+        out[b:b + 1], _ = _attend64(q[b:b + 1], _expand(kv[:, :heads], group), _expand(kv[:, heads:], group),
+                                    sm_scale, visible)
+    return out.to(q.dtype)
+
+
+def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+    out = torch.empty((q.shape[0], q.shape[1], 512), dtype=torch.float64, device=q.device)
+    for b, length in enumerate(seq_lens.tolist()):
+        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
+        latent = latent_cache[rows].unsqueeze(1).expand(length, q.shape[1], 576)
+        visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
+        out[b:b + 1], _ = _attend64(q[b:b + 1], latent, latent[..., :512], sm_scale, visible)
+    return out.to(q.dtype)
+
+
+def prefill_paged_oracle(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
+                         causal=True, return_lse=False):
+    heads = kv_buffer.shape[1] // 2
+    group = q.shape[1] // heads
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.zeros(q.shape[:2], dtype=torch.float64, device=q.device)
+    offsets = cu_seqlens_q.tolist()
+    for b, length in enumerate(seq_lens.tolist()):
+        start, end = offsets[b], offsets[b + 1]
+        if end == start:
+            continue
+        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
+        kv = kv_buffer[rows]
+        query_pos = torch.arange(length - (end - start), length, device=q.device)
+        visible = torch.arange(length, device=q.device).unsqueeze(0) <= query_pos.unsqueeze(1)
+        if not causal:
+            visible = torch.ones_like(visible)
+        out[start:end], lse[start:end] = _attend64(q[start:end], _expand(kv[:, :heads], group),
+                                                   _expand(kv[:, heads:], group), sm_scale, visible)
+    return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------
+
+_RAGGED = (17, 1, 100, 33)
+
+PREFILL_CASES = (
+    Case("one_token", _ragged_case((1,), 4, 1, 64)),
+    Case("ragged_gqa4_d64", _ragged_case(_RAGGED, 4, 1, 64)),
+    Case("ragged_non_causal", _ragged_case(_RAGGED, 4, 2, 64, causal=False)),
+    Case("ragged_with_lse", _ragged_case(_RAGGED, 4, 2, 64, return_lse=True)),
+    Case("mha_d128_lse_non_causal", _ragged_case((40, 9), 2, 2, 128, causal=False, return_lse=True)),
+    Case("gqa8_d128", _ragged_case((5, 64, 1), 8, 1, 128)),
+    Case("head_dim_256", _ragged_case((3, 20), 2, 1, 256)),
+    Case("empty_sequences", _ragged_case((0, 7, 0, 12), 4, 2, 64)),
+    Case("empty_batch", _ragged_case((), 4, 2, 64)),
+    # logits of magnitude ~1e3: a kernel that exponentiates without subtracting the max overflows
+    Case("large_logits", _ragged_case((30, 5), 4, 2, 64, scale=40.0, return_lse=True)),
+    # q, k, v as views into one fused qkv projection (token stride > heads * head_dim)
+    Case("fused_qkv_views", _ragged_case((12, 31), 4, 2, 64, fused=True)),
+    Case("strided_cu_seqlens", _ragged_case((12, 31), 4, 2, 64, strided_index=True)),
+    Case("q_head_dim_not_contiguous", _ragged_case((9, 4), 4, 2, 64, transposed_q=True)),
+    Case("value_dim_differs", _ragged_case((9, 14), 4, 2, 128, head_dim_v=64)),
+    Case("lengths_1_17_1000_4097", _ragged_case((1, 17, 1000, 4097), 8, 2, 128, return_lse=True), gpu_only=True),
+    # 4096 sequences x 32 heads: more than 65,535 (sequence, head) programs
+    Case("many_short_sequences", _ragged_case(tuple(1 + (i * 7) % 13 for i in range(4096)), 32, 8, 128),
+         gpu_only=True),
+)
+
+MLA_PREFILL_CASES = (
+    Case("ragged", _ragged_case((17, 1, 60), 4, 4, 192, head_dim_v=128, op=MLA_PREFILL)),
+    Case("ragged_lse_non_causal", _ragged_case((9, 33), 2, 2, 192, head_dim_v=128, causal=False, return_lse=True,
+                                               op=MLA_PREFILL)),
+    Case("fused_views_strided_index", _ragged_case((12, 5), 2, 2, 192, head_dim_v=128, fused=True, strided_index=True,
+                                                   op=MLA_PREFILL)),
+    Case("long_16_heads", _ragged_case((1000, 3000), 16, 16, 192, head_dim_v=128, return_lse=True, op=MLA_PREFILL),
+         gpu_only=True),
+)
+
+DECODE_CASES = (
+    Case("ragged_page16", _decode_case((1, 17, 100, 33), 4, 1, 64, 16)),
+    Case("page_size_1", _decode_case((1, 17, 40), 4, 2, 64, 1)),
+    Case("page_size_64", _decode_case((70, 3, 128), 8, 1, 128, 64)),
+    Case("mha_d128", _decode_case((5, 30), 2, 2, 128, 16)),
+    Case("head_dim_256", _decode_case((5, 30), 4, 2, 256, 16)),
+    Case("large_logits", _decode_case((50, 9), 4, 2, 64, 16, scale=40.0)),
+    Case("strided_q_and_index", _decode_case((9, 33, 2), 4, 2, 64, 16, strided_q=True, strided_index=True)),
+    # the buffer's rows inside a wider allocation (row stride > 2 * Hk * D), still 16-byte aligned
+    Case("padded_buffer_rows", _decode_case((9, 33), 4, 2, 64, 16, row_pad=64)),
+    Case("long_context_32k", _decode_case((32768,), 32, 8, 128, 16), gpu_only=True),
+    Case("batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16), gpu_only=True),
+    Case("many_sequences", _decode_case(tuple(1 + (i * 37) % 300 for i in range(3000)), 32, 8, 128, 16),
+         gpu_only=True),
+)
+
+MLA_DECODE_CASES = (
+    Case("ragged_page64", _mla_decode_case((1, 65, 200), 16, 64)),
+    Case("page_size_1", _mla_decode_case((1, 20, 9), 16, 1)),
+    Case("page_size_16", _mla_decode_case((33, 4), 8, 16)),
+    Case("large_logits", _mla_decode_case((40, 70), 16, 64, scale=5.0)),
+    Case("strided_q_and_index", _mla_decode_case((30, 70), 16, 64, strided_q=True, strided_index=True)),
+    Case("padded_cache_rows", _mla_decode_case((30, 70), 16, 64, row_pad=64)),
+    Case("heads_128", _mla_decode_case((100, 300), 128, 64), gpu_only=True),
+    Case("batch_64_len_4096_heads_16", _mla_decode_case((4096,) * 64, 16, 64), gpu_only=True),
+    Case("long_context_32k", _mla_decode_case((32768,), 16, 64), gpu_only=True),
+)
+
+PREFILL_PAGED_CASES = (
+    Case("chunk_after_history", _paged_prefill_case((40, 17, 100), (8, 17, 1), 4, 2, 64, 16)),
+    Case("page_size_1", _paged_prefill_case((20, 9), (5, 9), 4, 1, 64, 1)),
+    Case("page_size_64_d128", _paged_prefill_case((130, 64), (30, 2), 8, 2, 128, 64)),
+    Case("non_causal_with_lse", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, causal=False, return_lse=True)),
+    Case("with_lse", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, return_lse=True)),
+    Case("empty_chunk", _paged_prefill_case((40, 0, 17), (8, 0, 3), 4, 2, 64, 16)),
+    Case("fused_q_strided_index", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, fused=True,
+                                                      strided_index=True)),
+    Case("padded_buffer_rows", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, row_pad=64)),
+    Case("long_prefix_4096_chunk_512", _paged_prefill_case((4608, 1024), (512, 1024), 32, 8, 128, 16,
+                                                           return_lse=True), gpu_only=True),
+)
+
+CASES = {
+    PREFILL: PREFILL_CASES,
+    MLA_PREFILL: MLA_PREFILL_CASES,
+    DECODE: DECODE_CASES,
+    MLA_DECODE: MLA_DECODE_CASES,
+    PREFILL_PAGED: PREFILL_PAGED_CASES,
+}
+
+ORACLES = {
+    PREFILL: prefill_oracle,
+    MLA_PREFILL: prefill_oracle,
+    DECODE: decode_oracle,
+    MLA_DECODE: mla_decode_oracle,
+    PREFILL_PAGED: prefill_paged_oracle,
+}
+
+# Outputs are convex combinations of values of magnitude ~1-4. Library kernels round the softmax
+# weights to the input dtype before the PV product (FA3, FlashInfer): about one input ulp of the
+# output's magnitude, so bf16 gets 2 bf16 ulps at 4, fp16 likewise; fp32 (reference vs float64) only
+# accumulation-order error. lse (second output) is compared with a relative bound: it reaches ~1e3
+# in the large-logit cases.
+_OUT = {"fp32": (2e-4, 2e-4), "fp16": (4e-3, 4e-3), "bf16": (3e-2, 2e-2)}
+_LSE = {"fp32": (1e-4, 1e-5), "fp16": (2e-3, 1e-3), "bf16": (1e-2, 2e-3)}
+
+TOLERANCES = {}
+for _op in CASES:
+    for _dtype in _HALF_AND_FP32:
+        TOLERANCES[(_op, _dtype)] = (_OUT[_dtype], _LSE[_dtype])

@@ -1,0 +1,154 @@
+"""Bad input to the attention ops: a clear OpInputError naming the op and the argument, before any kernel.
+
+Runs through the public functions on the CPU (where index values are always checked). Each test builds
+one valid call, breaks one thing, and expects the error to name what broke. Failures caught: a row
+reading past the page table or the buffer because a length or page id was not checked, GQA with
+heads that do not divide, a layout the contract does not describe accepted silently, and an
+unchecked bad value crashing the reference row instead of giving an unspecified result.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rapid_llm.kernels as rk
+from rapid_llm.kernels.dispatcher.contract import OpInputError
+from rapid_llm.kernels.ops.checks import value_checks
+
+
+def _decode_args(batch=2, heads=4, kv_heads=2, dim=16, page=4, lens=(5, 9), pages=8):
+    q = torch.randn(batch, heads, dim)
+    buffer = torch.randn(pages * page, 2 * kv_heads, dim)
+    table = torch.arange(batch * 3, dtype=torch.int32).view(batch, 3)
+    seq_lens = torch.tensor(lens, dtype=torch.int32)
+    return [q, buffer, table, seq_lens, page, dim ** -0.5]
+
+
+def _prefill_args(lengths=(3, 5), heads=4, kv_heads=2, dim=16):
+    tokens = sum(lengths)
+    q, k, v = torch.randn(tokens, heads, dim), torch.randn(tokens, kv_heads, dim), torch.randn(tokens, kv_heads, dim)
+    cu = torch.tensor([0, lengths[0], tokens], dtype=torch.int32)
+    return [q, k, v, cu, max(lengths), dim ** -0.5, True, False]
+
+
+def _expect(fn, args, op, argument, fragment=""):
+    with pytest.raises(OpInputError) as info:
+        fn(*args)
+    assert info.value.op == op and info.value.argument == argument, str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_valid_calls_pass():
+    assert rk.decode(*_decode_args()).shape == (2, 4, 16)
+    assert rk.prefill(*_prefill_args()).shape == (8, 4, 16)
+
+
+def test_decode_seq_len_past_the_page_table():
+    args = _decode_args(lens=(5, 13))  # 3 pages of 4 = 12 positions
+    _expect(rk.decode, args, "attention.decode", "seq_lens", "max_pages * page_size = 12")
+
+
+def test_decode_page_id_past_the_buffer():
+    args = _decode_args()
+    args[2] = args[2].clone()
+    args[2][1, 2] = 8  # the buffer has 8 pages; sequence 1 (9 tokens) uses its third page
+    _expect(rk.decode, args, "attention.decode", "page_table", "page ids in [0, 8)")
+
+
+def test_decode_unused_page_table_entries_are_not_read():
+    args = _decode_args()
+    args[2] = args[2].clone()
+    args[2][0, 2] = 10_000  # sequence 0 has 5 tokens: 2 pages; its third entry is never read
+    assert torch.isfinite(rk.decode(*args)).all()
+
+
+def test_decode_zero_length_sequence():
+    _expect(rk.decode, _decode_args(lens=(0, 9)), "attention.decode", "seq_lens", "lengths >= 1")
+
+
+def test_decode_heads_that_do_not_divide():
+    args = _decode_args(heads=3)
+    _expect(rk.decode, args, "attention.decode", "kv_buffer", "dividing q's 3")
+
+
+def test_decode_buffer_rows_not_a_multiple_of_page_size():
+    args = _decode_args()
+    args[1] = args[1][:-1]
+    _expect(rk.decode, args, "attention.decode", "kv_buffer", "divisible by page_size")
+
+
+def test_decode_int64_page_table():
+    args = _decode_args()
+    args[2] = args[2].long()
+    _expect(rk.decode, args, "attention.decode", "page_table", "torch.int32")
+
+
+def test_decode_buffer_dtype_differs_from_q():
+    args = _decode_args()
+    args[1] = args[1].half()
+    _expect(rk.decode, args, "attention.decode", "kv_buffer", "dtype")
+
+
+def test_prefill_cu_seqlens_not_ending_at_the_token_count():
+    args = _prefill_args()
+    args[3] = torch.tensor([0, 3, 7], dtype=torch.int32)
+    _expect(rk.prefill, args, "attention.prefill", "cu_seqlens", "last offset == 8")
+
+
+def test_prefill_decreasing_offsets():
+    args = _prefill_args()
+    args[3] = torch.tensor([0, 6, 5], dtype=torch.int32)
+    args[0], args[1], args[2] = args[0][:5], args[1][:5], args[2][:5]
+    _expect(rk.prefill, args, "attention.prefill", "cu_seqlens", "non-decreasing")
+
+
+def test_prefill_max_seqlen_too_small():
+    args = _prefill_args()
+    args[4] = 4
+    _expect(rk.prefill, args, "attention.prefill", "cu_seqlens", "max_seqlen")
+
+
+def test_prefill_k_with_other_token_count():
+    args = _prefill_args()
+    args[1] = args[1][:-1]
+    _expect(rk.prefill, args, "attention.prefill", "k", "8 tokens")
+
+
+def test_prefill_causal_must_be_a_bool():
+    args = _prefill_args()
+    args[6] = 1
+    _expect(rk.prefill, args, "attention.prefill", "causal", "a bool")
+
+
+def test_mla_prefill_head_dims():
+    args = _prefill_args(dim=128, heads=2, kv_heads=2)
+    _expect(rk.mla_prefill, args, "attention.mla_prefill", "q", "192")
+
+
+def test_mla_decode_needs_576_wide_rows():
+    q = torch.randn(2, 4, 512)
+    cache = torch.randn(16, 512)
+    table = torch.zeros(2, 2, dtype=torch.int32)
+    args = [q, cache, table, torch.tensor([3, 4], dtype=torch.int32), 8, 0.1]
+    _expect(rk.mla_decode, args, "attention.mla_decode", "q", "576")
+
+
+def test_prefill_paged_fewer_kv_positions_than_new_tokens():
+    q = torch.randn(6, 4, 16)
+    buffer = torch.randn(32, 4, 16)
+    table = torch.arange(4, dtype=torch.int32).view(2, 2)
+    cu = torch.tensor([0, 4, 6], dtype=torch.int32)
+    seq_lens = torch.tensor([3, 6], dtype=torch.int32)  # sequence 0 has 4 new tokens but 3 positions
+    args = [q, buffer, table, cu, seq_lens, 4, 8, 0.25, True, False]
+    _expect(rk.prefill_paged, args, "attention.prefill_paged", "seq_lens", "new tokens")
+
+
+def test_unchecked_bad_page_ids_give_a_result_not_a_crash():
+    """With value checks off (as on CUDA without RAPID_LLM_CHECK_BOUNDS), the contract promises an
+    unspecified result, never an out-of-bounds read: the reference row clamps before it gathers."""
+    args = _decode_args()
+    args[2] = torch.full_like(args[2], 1 << 20)
+    with value_checks(False):
+        out = rk.decode(*args)
+    assert out.shape == (2, 4, 16)

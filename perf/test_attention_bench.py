@@ -1,0 +1,265 @@
+"""GPU benchmarks of the attention ops: every non-reference row of the table, side by side in one run,
+at the shapes of ../shared/ANCHORS.md (Llama-3-8B GQA 32/8 d128; DeepSeek-V3 MLA), plus torch SDPA as
+the prefill peer.
+
+    test_decode[flashinfer/paged_decode-B64-L4096-gqa32/8-d128-page16-bf16]
+    test_prefill[flash_attn/varlen_fwd-4x4096-gqa32/8-d128-causal-bf16]
+    test_mla_decode[flash_mla/dense_decode-B64-L4096-h128-page64-bf16]
+
+Each arm is checked against the reference row (conformance's tolerance) before it is timed with CUDA
+events (L2 flushed); rows with graph_safe=True are also timed in CUDA-graph replay at decode sizes. The
+reference rows are the correctness floor, not a contender: they are checked against, not timed (they
+would spend most of the GPU session at these shapes). Decode bytes = the KV (or latent) bytes the
+sequences read; prefill and MLA FLOPs count the causal half: 4*B*H*S^2*D/2 (Q.K and P.V).
+
+Paged layouts: pages of a random permutation (no two consecutive), as an engine's allocator leaves them.
+On a machine without CUDA every case is skipped with "needs a CUDA device".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from perf import gpu_timing
+from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
+
+pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
+
+SDPA = "peer/torch.sdpa"
+
+
+def _contenders(op):
+    from rapid_llm.kernels.dispatcher import default_table
+
+    reference = default_table().reference(op).name
+    return [arm for arm in table_arms(op) if arm != reference]
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    batch: int
+    length: int          # KV length per sequence (decode), sequence length (prefill)
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int = 16
+    new_tokens: int = 0  # prefill_paged: the chunk per sequence (history = length - new_tokens)
+    dtype: str = "bf16"
+
+    @property
+    def id(self) -> str:
+        chunk = f"-chunk{self.new_tokens}" if self.new_tokens else ""
+        return (f"B{self.batch}-L{self.length}{chunk}-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}"
+                f"-page{self.page_size}-{self.dtype}")
+
+
+def _page_table(batch, length, page_size, device):
+    import torch
+
+    pages_per_seq = (length + page_size - 1) // page_size
+    generator = torch.Generator().manual_seed(batch * 7919 + length)
+    order = torch.randperm(batch * pages_per_seq, generator=generator).to(torch.int32)
+    return order.view(batch, pages_per_seq).to(device), batch * pages_per_seq
+
+
+def _randn(shape, dtype, generator):
+    import torch
+
+    return torch.randn(shape, device="cuda", dtype=torch.float32, generator=generator).to(dtype)
+
+
+def _run_arm(op, arm, case_id, dtype, args, shape, layout):
+    """(timed fn, graph_safe, correctness extra_info) for a table row, checked against the reference first."""
+    import torch
+
+    checked, row = load_row(op, arm, dtype=dtype, shape=shape, layout=layout)
+    reference_name, reference = reference_row(op)
+    expected = reference(*args)
+    got = checked(*args)
+    torch.cuda.synchronize()
+    check = check_against_reference(op, dtype, got, expected, arm=arm, reference=reference_name, case=case_id)
+    del got, expected
+    torch.cuda.empty_cache()
+    info = {"correctness": describe_check(check, reference_name), "max_abs_diff": check["max_abs_diff"]}
+    return (lambda: checked.impl(*args)), row.graph_safe, info
+
+
+# ---------------------------------------------------------------------------
+# attention.decode: Llama-3-8B GQA 32/8, d128, page 16
+# ---------------------------------------------------------------------------
+
+DECODE = "attention.decode"
+DECODE_SHAPES = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
+                 AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(DECODE)
+                                      for c in DECODE_SHAPES])
+def test_decode(benchmark, gpu_session, arm, case):
+    import torch
+
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES[case.dtype]
+    generator = torch.Generator(device="cuda").manual_seed(case.batch + case.length)
+    table, pages = _page_table(case.batch, case.length, case.page_size, "cuda")
+    buffer = _randn((pages * case.page_size, 2 * case.num_kv_heads, case.head_dim), dtype, generator)
+    q = _randn((case.batch, case.num_q_heads, case.head_dim), dtype, generator)
+    seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
+    args = (q, buffer, table, seq_lens, case.page_size, case.head_dim ** -0.5)
+    shape = {"num_tokens": case.batch, "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
+             "head_dim": case.head_dim, "page_size": case.page_size}
+    fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args, shape,
+                                    frozenset({"q:heads", "kv:paged", "index:contiguous"}))
+    kv_bytes = case.batch * case.length * 2 * case.num_kv_heads * case.head_dim * dtype.itemsize
+    benchmark.extra_info.update(op=DECODE, row=arm, case=case.id, **info,
+                                bytes_formula="K and V of every sequence read once (q and out are < 1%)")
+    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=kv_bytes, graph=case.batch == 1,
+                           graph_safe=graph_safe)
+
+
+# ---------------------------------------------------------------------------
+# attention.prefill / mla_prefill: ragged causal prefill, equal lengths (so SDPA can be the peer)
+# ---------------------------------------------------------------------------
+
+PREFILL = "attention.prefill"
+MLA_PREFILL = "attention.mla_prefill"
+PREFILL_SHAPES = [AttentionShape(4, 4096, 32, 8, 128), AttentionShape(16, 1024, 32, 8, 128)]
+MLA_PREFILL_SHAPES = [AttentionShape(4, 4096, 16, 16, 192)]
+
+
+def _ragged_inputs(case, head_dim_v):
+    import torch
+
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES[case.dtype]
+    generator = torch.Generator(device="cuda").manual_seed(case.batch * case.length)
+    tokens = case.batch * case.length
+    q = _randn((tokens, case.num_q_heads, case.head_dim), dtype, generator)
+    k = _randn((tokens, case.num_kv_heads, case.head_dim), dtype, generator)
+    v = _randn((tokens, case.num_kv_heads, head_dim_v), dtype, generator)
+    cu = torch.arange(0, tokens + 1, case.length, dtype=torch.int32, device="cuda")
+    return q, k, v, cu
+
+
+def _sdpa_peer(q, k, v, case):
+    import torch.nn.functional as F
+
+    def shaped(t):
+        return t.view(case.batch, case.length, t.shape[1], t.shape[2]).transpose(1, 2)
+
+    qb, kb, vb = shaped(q), shaped(k), shaped(v)
+    scale = case.head_dim ** -0.5
+
+    def peer():
+        return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale,
+                                              enable_gqa=case.num_q_heads != case.num_kv_heads)
+    return peer
+
+
+def _prefill_case(benchmark, gpu_session, op, arm, case, head_dim_v):
+    q, k, v, cu = _ragged_inputs(case, head_dim_v)
+    args = (q, k, v, cu, case.length, case.head_dim ** -0.5, True, False)
+    if arm == SDPA:
+        fn, graph_safe, info = _sdpa_peer(q, k, v, case), True, {"correctness": "peer: not checked"}
+    else:
+        shape = {"num_tokens": q.shape[0], "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
+                 "head_dim": case.head_dim, "head_dim_v": head_dim_v}
+        layout = {"q:heads", "kv:heads", "index:contiguous"} | ({"v:same_head_dim"} if head_dim_v == case.head_dim
+                                                                else set())
+        fn, graph_safe, info = _run_arm(op, arm, case.id, case.dtype, args, shape, frozenset(layout))
+    flops = 4 * case.batch * case.num_q_heads * case.length ** 2 * (case.head_dim + head_dim_v) / 2 / 2
+    benchmark.extra_info.update(op=op, row=arm, case=case.id, **info, flops=flops,
+                                flops_formula="2*B*H*S^2*(D + Dv)/2: Q.K and P.V over the causal half")
+    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=q.numel() * q.element_size() * 3, graph=False,
+                           graph_safe=graph_safe)
+    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(PREFILL) + [SDPA]
+                                      for c in PREFILL_SHAPES])
+def test_prefill(benchmark, gpu_session, arm, case):
+    _prefill_case(benchmark, gpu_session, PREFILL, arm, case, case.head_dim)
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(MLA_PREFILL)
+                                      for c in MLA_PREFILL_SHAPES])
+def test_mla_prefill(benchmark, gpu_session, arm, case):
+    _prefill_case(benchmark, gpu_session, MLA_PREFILL, arm, case, 128)
+
+
+# ---------------------------------------------------------------------------
+# attention.prefill_paged: a 512-token chunk after a 4096-token history, 4 sequences
+# ---------------------------------------------------------------------------
+
+PREFILL_PAGED = "attention.prefill_paged"
+PREFILL_PAGED_SHAPES = [AttentionShape(4, 4608, 32, 8, 128, new_tokens=512)]
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(PREFILL_PAGED)
+                                      for c in PREFILL_PAGED_SHAPES])
+def test_prefill_paged(benchmark, gpu_session, arm, case):
+    import torch
+
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES[case.dtype]
+    generator = torch.Generator(device="cuda").manual_seed(case.length)
+    table, pages = _page_table(case.batch, case.length, case.page_size, "cuda")
+    buffer = _randn((pages * case.page_size, 2 * case.num_kv_heads, case.head_dim), dtype, generator)
+    tokens = case.batch * case.new_tokens
+    q = _randn((tokens, case.num_q_heads, case.head_dim), dtype, generator)
+    cu = torch.arange(0, tokens + 1, case.new_tokens, dtype=torch.int32, device="cuda")
+    seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
+    args = (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, case.head_dim ** -0.5, True, False)
+    shape = {"num_tokens": tokens, "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
+             "head_dim": case.head_dim, "page_size": case.page_size}
+    fn, graph_safe, info = _run_arm(PREFILL_PAGED, arm, case.id, case.dtype, args, shape,
+                                    frozenset({"q:heads", "kv:paged", "index:contiguous"}))
+    history = case.length - case.new_tokens
+    pairs = case.new_tokens * history + case.new_tokens * (case.new_tokens + 1) / 2
+    flops = 4 * case.batch * case.num_q_heads * pairs * case.head_dim
+    benchmark.extra_info.update(op=PREFILL_PAGED, row=arm, case=case.id, **info, flops=flops,
+                                flops_formula="4*B*H*D*(chunk*history + chunk*(chunk+1)/2)")
+    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=buffer.numel() * buffer.element_size(),
+                           graph=False, graph_safe=graph_safe)
+    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
+
+
+# ---------------------------------------------------------------------------
+# attention.mla_decode: DeepSeek-V3 absorbed MLA, latent 512 + rope 64, page 64
+# ---------------------------------------------------------------------------
+
+MLA_DECODE = "attention.mla_decode"
+MLA_DECODE_SHAPES = [AttentionShape(64, 4096, 128, 1, 576, 64), AttentionShape(64, 4096, 16, 1, 576, 64),
+                     AttentionShape(1, 32768, 16, 1, 576, 64), AttentionShape(1, 32768, 128, 1, 576, 64)]
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(MLA_DECODE)
+                                      for c in MLA_DECODE_SHAPES])
+def test_mla_decode(benchmark, gpu_session, arm, case):
+    import torch
+
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES[case.dtype]
+    generator = torch.Generator(device="cuda").manual_seed(case.batch * 3 + case.num_q_heads)
+    table, pages = _page_table(case.batch, case.length, case.page_size, "cuda")
+    cache = _randn((pages * case.page_size, 576), dtype, generator)
+    q = _randn((case.batch, case.num_q_heads, 576), dtype, generator)
+    seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
+    args = (q, cache, table, seq_lens, case.page_size, 192 ** -0.5)
+    shape = {"num_tokens": case.batch, "num_q_heads": case.num_q_heads, "head_dim": 576, "page_size": case.page_size}
+    fn, graph_safe, info = _run_arm(MLA_DECODE, arm, case.id, case.dtype, args, shape,
+                                    frozenset({"q:heads", "latent:rows", "index:contiguous"}))
+    latent_bytes = case.batch * case.length * 576 * dtype.itemsize
+    flops = 2 * case.batch * case.num_q_heads * case.length * (576 + 512)
+    benchmark.extra_info.update(op=MLA_DECODE, row=arm, case=case.id, **info, flops=flops,
+                                bytes_formula="the latent cache rows of every sequence read once",
+                                flops_formula="2*B*Hq*L*(576 + 512)")
+    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=latent_bytes, graph=case.batch == 1,
+                           graph_safe=graph_safe)
+    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12

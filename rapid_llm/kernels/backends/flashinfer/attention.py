@@ -1,0 +1,144 @@
+"""FlashInfer adapters of the attention ops (flashinfer-python 0.6.0, imported only through the rows' targets).
+
+Our contracts hand over a page table [B, max_pages] + seq_lens [B] and the KV
+buffer kvcache.update_kv_buffer writes, [rows, 2*Hk, D]. FlashInfer wants:
+  - the paged KV as (k_cache, v_cache), each [pages, page_size, Hk, D] ("NHD"):
+    two strided views of our buffer (K heads, then V heads, of each row), no copy
+    (FlashInfer reads the page/token/head strides: csrc/batch_decode.cu);
+  - the pages in CSR form: indptr [B + 1], indices (the used page ids, packed),
+    last_page_len [B]: built on the device from page_table and seq_lens;
+  - a plan() per batch, which copies indptr to the host (a device sync) and
+    sizes the split-KV schedule. We plan inside every call, so these rows are
+    not CUDA-graph capturable (graph_safe=False); a plan made with
+    graph_safe_only=True picks another row.
+FlashInfer's lse is base 2; ours is natural log (lse * ln 2).
+
+Buffers reused across calls (not per-step state): one 128 MiB float workspace
+and one wrapper object (with its pinned host staging buffer) per (device,
+kind); every call re-plans before it runs, so nothing of a previous batch is
+read. Calls on one device are assumed to come from one stream at a time
+(the workspace is shared), as in an engine's step loop.
+
+FlashInfer JIT-compiles each kernel module on its first call (25-90 s on the
+H200): jit_log.first_call_logged() logs what compiled and how long it took.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import tvm_ffi.libinfo  # noqa: F401  (FlashInfer 0.6.0's JIT reads this submodule without importing it)
+import flashinfer
+
+from .jit_log import first_call_logged
+
+_WORKSPACE_BYTES = 128 << 20
+_LN2 = math.log(2.0)
+_STATE: dict = {}
+
+
+def _workspace(device) -> torch.Tensor:
+    key = ("workspace", device)
+    if key not in _STATE:
+        _STATE[key] = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    return _STATE[key]
+
+
+def _wrapper(kind: str, device, factory):
+    key = (kind, device)
+    if key not in _STATE:
+        _STATE[key] = factory(_workspace(device))
+    return _STATE[key]
+
+
+def _paged_views(kv_buffer, page_size: int):
+    """(k_cache, v_cache) [pages, page_size, Hk, D] views of the [rows, 2*Hk, D] buffer, no copy."""
+    rows, two_heads, head_dim = kv_buffer.shape
+    heads = two_heads // 2
+    row_stride, head_stride, _ = kv_buffer.stride()
+    paged = kv_buffer.as_strided((rows // page_size, page_size, two_heads, head_dim),
+                                 (page_size * row_stride, row_stride, head_stride, 1))
+    return paged[:, :, :heads], paged[:, :, heads:]
+
+
+def _csr_pages(page_table, seq_lens, page_size: int):
+    """indptr [B + 1], indices (used page ids, packed), last_page_len [B], all int32 on the device."""
+    pages = (seq_lens + (page_size - 1)) // page_size
+    indptr = torch.zeros(seq_lens.shape[0] + 1, dtype=torch.int32, device=seq_lens.device)
+    torch.cumsum(pages, 0, out=indptr[1:])
+    used = torch.arange(page_table.shape[1], device=page_table.device).unsqueeze(0) < pages.unsqueeze(1)
+    indices = page_table[used]  # boolean gather: a device sync, like plan() itself
+    last_page_len = torch.where(pages > 0, seq_lens - (pages - 1) * page_size, torch.zeros_like(seq_lens))
+    return indptr, indices.to(torch.int32), last_page_len.to(torch.int32)
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+    """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
+    variant at GQA 4 on the H200, ../shared/ANCHORS.md)."""
+    wrapper = _wrapper("decode", q.device, lambda ws: flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD"))
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    num_kv_heads = kv_buffer.shape[1] // 2
+    # plan() builds (JIT-compiles on first use) the module: it sits inside the logged first call
+    with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
+        wrapper.plan(indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2], page_size,
+                     q_data_type=q.dtype, kv_data_type=kv_buffer.dtype, sm_scale=float(sm_scale))
+        return wrapper.run(q, _paged_views(kv_buffer, page_size))
+
+
+def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
+    wrapper = _wrapper(kind, q.device, lambda ws: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD"))
+    with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
+        wrapper.plan(cu_seqlens, cu_seqlens, q.shape[1], k.shape[1], q.shape[2], head_dim_vo=v.shape[2],
+                     causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype, kv_data_type=k.dtype)
+        if not return_lse:
+            return wrapper.run(q, k, v)
+        out, lse = wrapper.run(q, k, v, return_lse=True)
+    return out, lse * _LN2
+
+
+def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+    """attention.prefill through BatchPrefillWithRaggedKVCacheWrapper (q and kv share cu_seqlens)."""
+    return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged")
+
+
+def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+    """attention.mla_prefill: the ragged wrapper with head_dim_qk 192 and head_dim_vo 128 (SGLang's MLA prefill)."""
+    return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged_mla")
+
+
+def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
+                  causal=True, return_lse=False):
+    """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
+    the new tokens are the last of each sequence, as our contract says)."""
+    wrapper = _wrapper("paged_prefill", q.device, lambda ws: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"))
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    num_kv_heads = kv_buffer.shape[1] // 2
+    with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
+        wrapper.plan(cu_seqlens_q, indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2],
+                     page_size, causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype,
+                     kv_data_type=kv_buffer.dtype)
+        if not return_lse:
+            return wrapper.run(q, _paged_views(kv_buffer, page_size))
+        out, lse = wrapper.run(q, _paged_views(kv_buffer, page_size), return_lse=True)
+    return out, lse * _LN2
+
+
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+    """attention.mla_decode through BatchMLAPagedAttentionWrapper: q split into its 512 latent and 64 rope
+    dims, the latent cache into ckv [pages, page_size, 512] and kpe [pages, page_size, 64] views (no copies:
+    FlashInfer reads their page and token strides, csrc/batch_mla_sm90_run.cu)."""
+    from ...ops.attention import MLA_VALUE_DIM
+
+    wrapper = _wrapper("mla", q.device, lambda ws: flashinfer.mla.BatchMLAPagedAttentionWrapper(ws))
+    batch = q.shape[0]
+    indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
+    qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    rows, width = latent_cache.shape
+    row_stride = latent_cache.stride(0)
+    paged = latent_cache.as_strided((rows // page_size, page_size, width), (page_size * row_stride, row_stride, 1))
+    with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
+        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], MLA_VALUE_DIM, width - MLA_VALUE_DIM,
+                     page_size, False, float(sm_scale), q.dtype, latent_cache.dtype)
+        return wrapper.run(q[..., :MLA_VALUE_DIM], q[..., MLA_VALUE_DIM:], paged[..., :MLA_VALUE_DIM],
+                           paged[..., MLA_VALUE_DIM:])

@@ -1,0 +1,233 @@
+"""attention family: op contracts and rows (data only, torch-free).
+
+Files: checks.py (the ops' argument checks), reference.py (torch rows). The
+external libraries' adapters live in rapid_llm/kernels/backends/<library>/attention.py;
+the native Triton kernels arrive with their own issue.
+
+Shared conventions of every attention op:
+  - softmax(q . k * sm_scale) over the keys a query may see, fp32 accumulation,
+    output rounded once to q's dtype; lse (when returned) is the natural-log
+    log-sum-exp of the scaled logits, fp32;
+  - GQA: query head h reads KV head h // (Hq / Hk);
+  - the KV cache is the buffer kvcache.update_kv_buffer writes: [rows, 2*Hk, D]
+    (K heads, then V heads, of each token slot); a paged view of it has pages of
+    `page_size` consecutive rows: the token at position p of sequence b lives in
+    row page_table[b, p // page_size] * page_size + p % page_size;
+  - index tensors (cu_seqlens, seq_lens, page_table) are int32, on q's device.
+    Their values are checked (OpInputError) for CPU tensors always and on CUDA
+    under RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a
+    value outside the contract gives an unspecified result (a library row may
+    read out of bounds).
+"""
+
+from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
+from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
+from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
+from ...backends.flashinfer import REQUIREMENT as FLASHINFER
+
+PREFILL = "attention.prefill"
+PREFILL_PAGED = "attention.prefill_paged"
+DECODE = "attention.decode"
+MLA_DECODE = "attention.mla_decode"
+MLA_PREFILL = "attention.mla_prefill"
+_HERE = __name__
+_BACKENDS = "rapid_llm.kernels.backends"
+
+ATTENTION_DTYPES = frozenset({"fp32", "fp16", "bf16"})
+#: The width of one MLA latent cache row: kv_lora_rank 512 (also the value) + 64 rope dims (DeepSeek-V2/V3).
+MLA_LATENT_DIM = 576
+MLA_VALUE_DIM = 512
+
+_VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
+unspecified output otherwise)"""
+
+CONTRACTS = (
+    OpContract(
+        op=PREFILL,
+        parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
+        dtypes=ATTENTION_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
+              ("head_dim", EXACT), ("head_dim_v", EXACT)),
+        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous"),
+        check=f"{_HERE}.checks:check_prefill",
+        doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
+    -> out, or (out, lse) with return_lse
+
+Ragged (packed, unpadded) self-attention of a batch of B sequences:
+q: [T, Hq, D]; k: [T, Hk, D]; v: [T, Hk, Dv]; one dtype (fp32/fp16/bf16), one
+device; Hq % Hk == 0; any strides. cu_seqlens: int32 [B + 1], sequence b owns
+tokens cu_seqlens[b] .. cu_seqlens[b+1]-1. max_seqlen: int >= the longest
+sequence (a host-side bound for the launch). sm_scale: finite float. Query i
+of a sequence attends key j of the same sequence when j <= i (causal) or
+always (causal=False):
+    out[t, h] = sum_j softmax_j(q[t, h] . k[j, h // (Hq/Hk)] * sm_scale) v[j, h // (Hq/Hk)]
+out: new [T, Hq, Dv] tensor of q's dtype; lse: [T, Hq] fp32, natural log.
+{_VALUES}: cu_seqlens[0] == 0, non-decreasing, cu_seqlens[B] == T, every
+length <= max_seqlen.""",
+    ),
+    OpContract(
+        op=MLA_PREFILL,
+        parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
+        dtypes=ATTENTION_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
+              ("head_dim", EXACT), ("head_dim_v", EXACT)),
+        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous"),
+        check=f"{_HERE}.checks:check_mla_prefill",
+        doc="""mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
+
+DeepSeek MLA prefill in its non-absorbed form (the latent expanded to per-head
+K and V): exactly attention.prefill's semantics with q, k: [T, H, 192]
+(128 nope + 64 rope dims) and v: [T, H, 128], Hq == Hk. out: [T, H, 128];
+lse: [T, H] fp32, natural log.""",
+    ),
+    OpContract(
+        op=PREFILL_PAGED,
+        parameters=("q", "kv_buffer", "page_table", "cu_seqlens_q", "seq_lens", "max_seqlen_q", "page_size",
+                    "sm_scale", "causal", "return_lse"),
+        dtypes=ATTENTION_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
+              ("head_dim", EXACT), ("page_size", EXACT)),
+        layouts=("q:heads", "kv:paged", "index:contiguous"),
+        check=f"{_HERE}.checks:check_prefill_paged",
+        doc=f"""prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size,
+              sm_scale, causal=True, return_lse=False) -> out, or (out, lse)
+
+Chunked prefill / prefix caching: the new tokens' queries against each
+sequence's whole paged KV (its history and the new tokens themselves, whose
+K/V the caller has already written with kvcache.update_kv_buffer).
+q: [T, Hq, D], any strides; sequence b owns queries cu_seqlens_q[b] ..
+cu_seqlens_q[b+1]-1 (int32 [B + 1]). kv_buffer: [rows, 2*Hk, D], q's dtype
+(K heads then V heads), rows a multiple of page_size. page_table: int32
+[B, max_pages]; seq_lens: int32 [B], the KV length of sequence b including
+its new tokens. The n_b = q-length new tokens are the last n_b positions: query
+i sits at position seq_lens[b] - n_b + i and attends KV positions <= that
+(causal) or all seq_lens[b] positions (causal=False). out: new [T, Hq, D]
+of q's dtype; lse: [T, Hq] fp32, natural log.
+{_VALUES}: cu_seqlens_q as in attention.prefill (lengths <= max_seqlen_q);
+n_b <= seq_lens[b] <= max_pages * page_size; the page ids a sequence uses
+(its first ceil(seq_lens[b] / page_size) entries) < rows / page_size; other
+entries of page_table are not read.""",
+    ),
+    OpContract(
+        op=DECODE,
+        parameters=("q", "kv_buffer", "page_table", "seq_lens", "page_size", "sm_scale"),
+        dtypes=ATTENTION_DTYPES,
+        # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT), ("head_dim", EXACT),
+              ("page_size", EXACT)),
+        layouts=("q:heads", "kv:paged", "index:contiguous"),
+        check=f"{_HERE}.checks:check_decode",
+        doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale) -> out
+
+One query token per sequence against its paged KV (page_size >= 1; 1 is
+token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
+dtype, rows a multiple of page_size; page_table: int32 [B, max_pages];
+seq_lens: int32 [B]. Query b attends KV positions 0 .. seq_lens[b]-1 (its own
+K/V already written). out: new [B, Hq, D] of q's dtype.
+{_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
+uses < rows / page_size; other entries of page_table are not read.""",
+    ),
+    OpContract(
+        op=MLA_DECODE,
+        parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale"),
+        dtypes=ATTENTION_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("head_dim", EXACT), ("page_size", EXACT)),
+        layouts=("q:heads", "latent:rows", "index:contiguous"),
+        check=f"{_HERE}.checks:check_mla_decode",
+        doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale) -> out
+
+DeepSeek MLA decode in absorbed form: every query head attends the one shared
+latent cache. q: [B, Hq, 576] (512 latent dims, then 64 rope dims), any
+strides; latent_cache: [rows, 576] of q's dtype (one latent + rope row per
+token slot; rows a multiple of page_size), paged as in attention.decode;
+page_table: int32 [B, max_pages]; seq_lens: int32 [B].
+    out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512]
+over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
+[B, Hq, 512] of q's dtype.
+{_VALUES}: as attention.decode.""",
+    ),
+)
+
+# ---------------------------------------------------------------------------
+# Rows. Library rows need CUDA sm90 (the Hopper builds this project tests: FA3 and FlashMLA are
+# sm90 kernels; FlashInfer's JIT targets the device it runs on, tested on sm90 only).
+# ---------------------------------------------------------------------------
+
+_SM90 = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),)
+#: FlashInfer compiles one module per (dtype, head dim, kernel) on first use (25-90 s each): its rows
+#: claim bf16, the dtype measured on the H200; fp16 calls are served by the next row.
+_FLASHINFER_DTYPES = frozenset({"bf16"})
+
+
+def _reference(op: str, function: str) -> KernelSpec:
+    return KernelSpec(
+        name=f"torch/{function}",
+        op=op,
+        backend="torch",
+        target=f"{_HERE}.reference:{function}",
+        dtypes=ATTENTION_DTYPES,
+        golden=GoldenRecord.reference(),
+        # Loops over sequences with host-known bounds only (no sync), so a graph can capture it.
+        description="fp32 PyTorch reference: per-sequence masked softmax over gathered keys",
+    )
+
+
+def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph_safe, description):
+    """A row served by an external library's adapter (backends/<library>/attention.py)."""
+    backend, _, _ = name.partition("/")
+    package = f"{_BACKENDS}.{backend}"
+    return KernelSpec(
+        name=name,
+        op=op,
+        backend=backend,
+        target=f"{package}.attention:{function}",
+        available=f"{package}:available",
+        libraries=(library,),
+        capability=_SM90,
+        dtypes=dtypes,
+        # An empty batch is the reference row's (no library launch is tested with zero work).
+        shape=(ShapeConstraint("num_tokens", min=1), *shape),
+        layout=layout,
+        golden=GoldenRecord.unverified(),
+        graph_safe=graph_safe,
+        description=description,
+    )
+
+
+_RAGGED = ("q:heads", "kv:heads", "index:contiguous")
+_PAGED = ("q:heads", "kv:paged", "index:contiguous")
+_LATENT = ("q:heads", "latent:rows", "index:contiguous")
+_HEAD_DIMS = ShapeConstraint("head_dim", one_of=(64, 128, 256))
+
+ROWS = (
+    _reference(PREFILL, "prefill"),
+    _reference(MLA_PREFILL, "mla_prefill"),
+    _reference(PREFILL_PAGED, "prefill_paged"),
+    _reference(DECODE, "decode"),
+    _reference(MLA_DECODE, "mla_decode"),
+    _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
+                 layout=(*_RAGGED, "v:same_head_dim"), shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
+                 graph_safe=True, description="FlashAttention-3 varlen forward (bf16 build)"),
+    _library_row("flash_attn/varlen_fwd_mla", MLA_PREFILL, FLASH_ATTN, "mla_prefill", dtypes={"bf16"},
+                 layout=_RAGGED, graph_safe=True, description="FlashAttention-3 varlen forward, head dims 192/128"),
+    _library_row("flashinfer/ragged_prefill", PREFILL, FLASHINFER, "prefill", dtypes=_FLASHINFER_DTYPES,
+                 layout=(*_RAGGED, "v:same_head_dim"), shape=(_HEAD_DIMS,), graph_safe=False,
+                 description="FlashInfer BatchPrefillWithRaggedKVCacheWrapper (plan per call: host sync)"),
+    _library_row("flashinfer/ragged_prefill_mla", MLA_PREFILL, FLASHINFER, "mla_prefill", dtypes=_FLASHINFER_DTYPES,
+                 layout=_RAGGED, graph_safe=False,
+                 description="FlashInfer ragged prefill with head dims 192/128 (plan per call: host sync)"),
+    _library_row("flashinfer/paged_prefill", PREFILL_PAGED, FLASHINFER, "prefill_paged", dtypes=_FLASHINFER_DTYPES,
+                 layout=_PAGED, shape=(_HEAD_DIMS,), graph_safe=False,
+                 description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)"),
+    _library_row("flashinfer/paged_decode", DECODE, FLASHINFER, "decode", dtypes=_FLASHINFER_DTYPES, layout=_PAGED,
+                 shape=(_HEAD_DIMS,), graph_safe=False,
+                 description="FlashInfer BatchDecodeWithPagedKVCacheWrapper, CUDA cores (plan per call: host sync)"),
+    _library_row("flashinfer/mla_decode", MLA_DECODE, FLASHINFER, "mla_decode", dtypes=_FLASHINFER_DTYPES, layout=_LATENT,
+                 graph_safe=False, description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)"),
+    # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to
+    # the eager call on the H200 (perf/results/h200/libraries_2026-12-01/library_probe.json).
+    _library_row("flash_mla/dense_decode", MLA_DECODE, FLASH_MLA, "mla_decode", dtypes={"bf16"}, layout=_LATENT,
+                 shape=(ShapeConstraint("page_size", one_of=(64,)),), graph_safe=True,
+                 description="FlashMLA dense decode (legacy kernel, block size 64)"),
+)

@@ -1,0 +1,267 @@
+"""Argument checks of the attention family: each op's one validation site (see ops/checks.py).
+
+Each check returns (q, layout tags, dims). Tags the arguments may provide:
+  q:heads           q [N, Hq, D] has unit stride along D, its other strides and its data pointer
+                    16-byte aligned (what TMA-based library kernels load without a copy)
+  kv:heads          the same for k and v of the ragged prefill ops
+  kv:paged          kv_buffer [rows, 2*Hk, D] likewise (any row stride that keeps the alignment)
+  latent:rows       latent_cache [rows, 576] likewise
+  v:same_head_dim   v's head_dim equals q's (ragged prefill ops)
+  index:contiguous  cu_seqlens / seq_lens / page_table are contiguous
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import (OpInputError, expect_float_tensor, expect_int, expect_real_number, expect_same_device,
+                      expect_tensor, values_checked)
+from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
+
+_ALIGN_BYTES = 16
+
+
+def heads_aligned(t) -> bool:
+    """Unit stride along the last dim; every other stride and the data pointer 16-byte aligned."""
+    if t.numel() == 0:
+        return True
+    if t.shape[-1] != 1 and t.stride(-1) != 1:
+        return False
+    size = t.element_size()
+    if (t.data_ptr() % _ALIGN_BYTES) != 0:
+        return False
+    return all(t.shape[d] == 1 or (t.stride(d) * size) % _ALIGN_BYTES == 0 for d in range(t.dim() - 1))
+
+
+def _expect_same_dtype(op, argument, value, reference_argument, reference):
+    if value.dtype != reference.dtype:
+        raise OpInputError(op, argument, f"the dtype of {reference_argument!r} ({reference.dtype})", str(value.dtype))
+
+
+def _expect_int32_vector(op, argument, value, length: int | None, anchor) -> None:
+    expect_tensor(op, argument, value)
+    if value.dtype != torch.int32:
+        raise OpInputError(op, argument, "dtype torch.int32", str(value.dtype))
+    if value.dim() != 1 or (length is not None and value.shape[0] != length):
+        expected = "a 1-D tensor" if length is None else f"shape [{length}]"
+        raise OpInputError(op, argument, expected, f"shape {list(value.shape)}")
+    expect_same_device(op, argument, value, "q", anchor)
+
+
+def _expect_flag(op, argument, value) -> None:
+    if not isinstance(value, bool):
+        raise OpInputError(op, argument, "a bool", type(value).__name__)
+
+
+def _expect_scale(op, sm_scale) -> None:
+    expect_real_number(op, "sm_scale", sm_scale)
+    if not abs(float(sm_scale)) < float("inf"):
+        raise OpInputError(op, "sm_scale", "a finite number", repr(sm_scale))
+
+
+def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max_argument: str) -> None:
+    """cu_seqlens[0] == 0, non-decreasing, last == total, every length <= max_seqlen (value checks)."""
+    if not values_checked(cu_seqlens):
+        return
+    values = cu_seqlens.to("cpu", torch.int64)
+    lengths = values[1:] - values[:-1]
+    if int(values[0]) != 0:
+        raise OpInputError(op, argument, "cu_seqlens[0] == 0", f"{int(values[0])}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise OpInputError(op, argument, "non-decreasing offsets", f"a negative length {int(lengths.min())}")
+    if int(values[-1]) != total:
+        raise OpInputError(op, argument, f"last offset == {total} (the number of query tokens)", f"{int(values[-1])}")
+    if lengths.numel() and int(lengths.max()) > max_seqlen:
+        raise OpInputError(op, argument, f"every length <= {max_argument} ({max_seqlen})",
+                           f"a length of {int(lengths.max())}")
+
+
+def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        expect_float_tensor(op, name, tensor)
+        if tensor.dim() != 3:
+            raise OpInputError(op, name, "shape [T, heads, head_dim]", f"shape {list(tensor.shape)}")
+    for name, tensor in (("k", k), ("v", v)):
+        _expect_same_dtype(op, name, tensor, "q", q)
+        expect_same_device(op, name, tensor, "q", q)
+        if tensor.shape[0] != q.shape[0]:
+            raise OpInputError(op, name, f"{q.shape[0]} tokens (q's)", f"shape {list(tensor.shape)}")
+    tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    if head_dim == 0 or k.shape[2] != head_dim:
+        raise OpInputError(op, "k", f"shape [T, Hk, {head_dim}] (q's head_dim, > 0)", f"shape {list(k.shape)}")
+    if num_kv_heads == 0 or num_q_heads % num_kv_heads:
+        raise OpInputError(op, "k", f"a number of heads dividing q's {num_q_heads}", f"{num_kv_heads} heads")
+    if v.shape[1] != num_kv_heads or v.shape[2] == 0:
+        raise OpInputError(op, "v", f"shape [T, {num_kv_heads}, Dv] (k's heads, Dv > 0)", f"shape {list(v.shape)}")
+    _expect_int32_vector(op, "cu_seqlens", cu_seqlens, None, q)
+    if cu_seqlens.shape[0] < 1:
+        raise OpInputError(op, "cu_seqlens", "shape [B + 1] (at least one offset)", "shape [0]")
+    expect_int(op, "max_seqlen", max_seqlen, minimum=0)
+    _expect_scale(op, sm_scale)
+    _expect_flag(op, "causal", causal)
+    _expect_flag(op, "return_lse", return_lse)
+    _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
+    tags = set()
+    if heads_aligned(q):
+        tags.add("q:heads")
+    if heads_aligned(k) and heads_aligned(v):
+        tags.add("kv:heads")
+    if v.shape[2] == head_dim:
+        tags.add("v:same_head_dim")
+    if cu_seqlens.is_contiguous():
+        tags.add("index:contiguous")
+    dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim), ("head_dim_v", v.shape[2]))
+    return q, frozenset(tags), dims
+
+
+def check_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+    """attention.prefill's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, head_dim_v))."""
+    return _check_ragged(PREFILL, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+
+
+def check_mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+    """attention.mla_prefill's check: the prefill check, plus q/k head_dim 192, v 128, Hq == Hk."""
+    op = MLA_PREFILL
+    result = _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    if q.shape[2] != 192:
+        raise OpInputError(op, "q", "head_dim 192 (128 nope + 64 rope dims)", f"shape {list(q.shape)}")
+    if v.shape[2] != 128:
+        raise OpInputError(op, "v", "head_dim 128", f"shape {list(v.shape)}")
+    if k.shape[1] != q.shape[1]:
+        raise OpInputError(op, "k", f"{q.shape[1]} heads (q's: MLA prefill has one KV head per query head)",
+                           f"{k.shape[1]} heads")
+    return result
+
+
+def _check_pages(op, page_table, seq_lens, page_size, rows, min_lens, min_lens_text) -> None:
+    """seq_lens in [min_lens, max_pages * page_size] and the used page ids < rows / page_size."""
+    if not values_checked(seq_lens) or seq_lens.numel() == 0:
+        return
+    lens = seq_lens.to("cpu", torch.int64)
+    table = page_table.to("cpu", torch.int64)
+    capacity = table.shape[1] * page_size
+    low_ok = lens >= min_lens
+    if not bool(low_ok.all()):
+        bad = int(torch.nonzero(~low_ok)[0, 0])
+        raise OpInputError(op, "seq_lens", min_lens_text, f"seq_lens[{bad}] = {int(lens[bad])}")
+    if int(lens.max()) > capacity:
+        raise OpInputError(op, "seq_lens", f"lengths <= max_pages * page_size = {capacity} (the page table's "
+                           "reach)", f"a length of {int(lens.max())}")
+    used = torch.arange(table.shape[1]).unsqueeze(0) < ((lens + page_size - 1) // page_size).unsqueeze(1)
+    pages = rows // page_size
+    ids = table[used]
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages):
+        bad = int(ids.max()) if int(ids.max()) >= pages else int(ids.min())
+        raise OpInputError(op, "page_table", f"page ids in [0, {pages}) (the buffer's {rows} rows / page_size) for "
+                           "the pages a sequence uses", f"a page id of {bad}")
+
+
+def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale):
+    expect_float_tensor(op, "q", q)
+    if q.dim() != 3 or q.shape[1] == 0 or q.shape[2] == 0:
+        raise OpInputError(op, "q", "shape [N, Hq, D] with Hq, D > 0", f"shape {list(q.shape)}")
+    expect_tensor(op, cache_name, cache)
+    _expect_same_dtype(op, cache_name, cache, "q", q)
+    expect_same_device(op, cache_name, cache, "q", q)
+    expect_int(op, "page_size", page_size, minimum=1)
+    if cache.shape[0] % page_size:
+        raise OpInputError(op, cache_name, f"a number of rows divisible by page_size {page_size}",
+                           f"{cache.shape[0]} rows")
+    expect_tensor(op, "page_table", page_table)
+    if page_table.dtype != torch.int32:
+        raise OpInputError(op, "page_table", "dtype torch.int32", str(page_table.dtype))
+    expect_same_device(op, "page_table", page_table, "q", q)
+    _expect_scale(op, sm_scale)
+
+
+def _kv_buffer_heads(op, kv_buffer, num_q_heads: int, head_dim: int) -> int:
+    """Hk of a [rows, 2*Hk, D] KV buffer whose D is q's and whose Hk divides q's heads."""
+    if kv_buffer.dim() != 3 or kv_buffer.shape[1] == 0 or kv_buffer.shape[1] % 2 or kv_buffer.shape[2] != head_dim:
+        raise OpInputError(op, "kv_buffer", f"shape [rows, 2*Hk, {head_dim}] (K heads then V heads, q's head_dim)",
+                           f"shape {list(kv_buffer.shape)}")
+    num_kv_heads = kv_buffer.shape[1] // 2
+    if num_q_heads % num_kv_heads:
+        raise OpInputError(op, "kv_buffer", f"a number of KV heads dividing q's {num_q_heads}", f"{num_kv_heads}")
+    return num_kv_heads
+
+
+def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+    """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
+    op = DECODE
+    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale)
+    batch, num_q_heads, head_dim = q.shape
+    num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
+    if page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
+    _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
+    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 1, "lengths >= 1")
+    tags = _paged_tags(q, kv_buffer, "kv:paged", (page_table, seq_lens))
+    dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim), ("page_size", page_size))
+    return q, tags, dims
+
+
+def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+    """attention.mla_decode's check: (q, tags, (num_tokens = B, num_q_heads, head_dim, page_size))."""
+    op = MLA_DECODE
+    _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale)
+    batch, num_q_heads, head_dim = q.shape
+    if head_dim != MLA_LATENT_DIM:
+        raise OpInputError(op, "q", f"shape [B, Hq, {MLA_LATENT_DIM}] ({MLA_VALUE_DIM} latent + 64 rope dims)",
+                           f"shape {list(q.shape)}")
+    if latent_cache.dim() != 2 or latent_cache.shape[1] != MLA_LATENT_DIM:
+        raise OpInputError(op, "latent_cache", f"shape [rows, {MLA_LATENT_DIM}]", f"shape {list(latent_cache.shape)}")
+    if page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
+    _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
+    _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], 1, "lengths >= 1")
+    tags = _paged_tags(q, latent_cache, "latent:rows", (page_table, seq_lens))
+    dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("head_dim", head_dim), ("page_size", page_size))
+    return q, tags, dims
+
+
+def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
+                        causal=True, return_lse=False):
+    """attention.prefill_paged's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, page_size))."""
+    op = PREFILL_PAGED
+    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale)
+    tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
+    _expect_int32_vector(op, "cu_seqlens_q", cu_seqlens_q, None, q)
+    if cu_seqlens_q.shape[0] < 1:
+        raise OpInputError(op, "cu_seqlens_q", "shape [B + 1] (at least one offset)", "shape [0]")
+    batch = cu_seqlens_q.shape[0] - 1
+    if page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise OpInputError(op, "page_table", f"shape [{batch}, max_pages] (one row per sequence of cu_seqlens_q)",
+                           f"shape {list(page_table.shape)}")
+    _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
+    expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
+    _expect_flag(op, "causal", causal)
+    _expect_flag(op, "return_lse", return_lse)
+    _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
+    if values_checked(seq_lens) and batch:
+        offsets = cu_seqlens_q.to("cpu", torch.int64)
+        new_tokens = offsets[1:] - offsets[:-1]
+        short = seq_lens.to("cpu", torch.int64) < new_tokens
+        if bool(short.any()):
+            bad = int(torch.nonzero(short)[0, 0])
+            raise OpInputError(op, "seq_lens", "seq_lens[b] >= the sequence's new tokens (they are in the cache)",
+                               f"seq_lens[{bad}] = {int(seq_lens[bad])} < {int(new_tokens[bad])} new tokens")
+    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 0, "lengths >= 0")
+    tags = _paged_tags(q, kv_buffer, "kv:paged", (page_table, seq_lens, cu_seqlens_q))
+    dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim), ("page_size", page_size))
+    return q, tags, dims
+
+
+def _paged_tags(q, cache, cache_tag, index_tensors) -> frozenset:
+    tags = set()
+    if heads_aligned(q):
+        tags.add("q:heads")
+    if heads_aligned(cache):
+        tags.add(cache_tag)
+    if all(t.is_contiguous() for t in index_tensors):
+        tags.add("index:contiguous")
+    return frozenset(tags)

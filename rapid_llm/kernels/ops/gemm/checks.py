@@ -1,0 +1,189 @@
+"""Argument checks of the gemm family: each op's one validation site (see ops/checks.py).
+
+Each check returns (a, layout tags, dims). The tags say which of DeepGEMM's
+layout needs the arguments meet (dispatcher/contract.py LAYOUT_TAGS, gemm
+family): a row that needs a tag is never handed arguments without it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import OpInputError, expect_disjoint, expect_int, expect_same_device, expect_tensor, values_checked
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, SCALE_BLOCK
+
+_FP8 = torch.float8_e4m3fn
+
+
+def _expect_dtype(op, argument, value, dtype, role):
+    expect_tensor(op, argument, value)
+    if value.dtype != dtype:
+        raise OpInputError(op, argument, f"dtype {dtype} ({role})", str(value.dtype))
+
+
+def _expect_shape(op, argument, value, shape, meaning):
+    if tuple(value.shape) != tuple(shape):
+        raise OpInputError(op, argument, f"shape {list(shape)} ({meaning})", f"shape {list(value.shape)}")
+
+
+def _check_k(op, a):
+    k = a.shape[-1]
+    if k == 0 or k % SCALE_BLOCK:
+        raise OpInputError(op, "a", f"K (the last dim) a positive multiple of {SCALE_BLOCK} (the scale block)",
+                           f"shape {list(a.shape)}")
+    return k
+
+
+def _check_out(op, out, shape, a, inputs):
+    if out is None:
+        return
+    _expect_dtype(op, "out", out, torch.bfloat16, "the output")
+    _expect_shape(op, "out", out, shape, "the output")
+    expect_same_device(op, "out", out, "a", a)
+    for name, value in inputs:
+        expect_disjoint(op, "out", out, name, value)
+
+
+def _tma_operand(t) -> bool:
+    """DeepGEMM's TMA view of t: unit last stride, 16-byte-aligned start and row stride, rows not overlapping,
+    and (3-D) groups packed without gaps (it checks stride(0) == size(1) * size(2) literally). An empty
+    tensor is never read (the adapters skip the launch)."""
+    if t.numel() == 0:
+        return True
+    if t.stride(-1) != 1:
+        return False
+    row_stride = t.stride(-2)
+    if t.data_ptr() % 16 or (row_stride * t.element_size()) % 16 or row_stride < t.shape[-1]:
+        return False
+    return t.dim() == 2 or t.stride(0) == t.shape[1] * t.shape[2]
+
+
+def _dense_scales(t) -> bool:
+    """Row-major or column-major without gaps (3-D: packed groups): what DeepGEMM's sm90 kernels read as b_scale."""
+    rows, columns = t.shape[-2], t.shape[-1]
+    row_stride, column_stride = t.stride(-2), t.stride(-1)
+    dense = (column_stride == 1 and row_stride == columns) or (column_stride == rows and row_stride == 1)
+    return dense and (t.dim() == 2 or t.stride(0) == rows * columns)
+
+
+def _tags(a, a_scale, b, b_scale, out, groups_name=None, groups=None) -> frozenset:
+    tags = set()
+    if _tma_operand(a):
+        tags.add("a:tma")
+    if _tma_operand(b):
+        tags.add("b:tma")
+    if out is None or _tma_operand(out):
+        tags.add("out:tma")
+    if a_scale.data_ptr() % 16 == 0:
+        tags.add("a_scale:aligned")
+    if _dense_scales(b_scale):
+        tags.add("b_scale:dense")
+    if groups_name is not None and groups.is_contiguous():
+        tags.add(f"{groups_name}:contiguous")
+    return frozenset(tags)
+
+
+def _check_operands(op, a, a_scale, b, b_scale, *, grouped_b: bool, a_dims: int):
+    """dtypes, shapes and devices of a, a_scale, b, b_scale; returns (k, n, groups or None)."""
+    _expect_dtype(op, "a", a, _FP8, "fp8 e4m3 activations")
+    if a.dim() != a_dims:
+        expected = "[M, K]" if a_dims == 2 else "[G, M_max, K]"
+        raise OpInputError(op, "a", f"shape {expected}", f"shape {list(a.shape)}")
+    k = _check_k(op, a)
+    k_blocks = k // SCALE_BLOCK
+    _expect_dtype(op, "a_scale", a_scale, torch.float32, "one scale per 1x128 group of a")
+    _expect_shape(op, "a_scale", a_scale, (*a.shape[:-1], k_blocks), "a's shape with K / 128 scale columns")
+    expect_same_device(op, "a_scale", a_scale, "a", a)
+    _expect_dtype(op, "b", b, _FP8, "fp8 e4m3 weights")
+    weight_shape = "[G, N, K]" if grouped_b else "[N, K]"
+    if b.dim() != (3 if grouped_b else 2) or b.shape[-1] != k or b.shape[-2] == 0 or (grouped_b and b.shape[0] == 0):
+        raise OpInputError(op, "b", f"shape {weight_shape} with K = {k} (a's K), N >= 1"
+                           + (", G >= 1" if grouped_b else ""), f"shape {list(b.shape)}")
+    expect_same_device(op, "b", b, "a", a)
+    n = b.shape[-2]
+    groups = b.shape[0] if grouped_b else None
+    _expect_dtype(op, "b_scale", b_scale, torch.float32, "one scale per 128x128 block of b")
+    scale_shape = (*b.shape[:-2], -(-n // SCALE_BLOCK), k_blocks)
+    _expect_shape(op, "b_scale", b_scale, scale_shape,
+                  "ceil(N / 128) x K / 128 blocks" + (" per group" if grouped_b else ""))
+    expect_same_device(op, "b_scale", b_scale, "a", a)
+    return k, n, groups
+
+
+def check_fp8_block_mm(a, a_scale, b, b_scale, out=None):
+    """fp8_block_mm's check: (a, DeepGEMM layout tags, (num_tokens, n, k))."""
+    op = FP8_BLOCK_MM
+    k, n, _ = _check_operands(op, a, a_scale, b, b_scale, grouped_b=False, a_dims=2)
+    _check_out(op, out, (a.shape[0], n), a,
+               (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)))
+    return a, _tags(a, a_scale, b, b_scale, out), (("num_tokens", a.shape[0]), ("n", n), ("k", k))
+
+
+def _group_block_violation(m_indices, groups: int) -> str | None:
+    """What the first row breaking the contiguous layout's value rules does wrong, or None (one host read)."""
+    ids = m_indices.reshape(-1, M_ALIGNMENT)
+    valid = ids >= 0
+    padding = (~valid).to(torch.int32)
+    too_high = ids >= groups
+    # A group row after a padding row of its block, or a row of another group than its block's first row.
+    after_padding = valid & ((padding.cumsum(dim=1) - padding) > 0)
+    other_group = valid & (ids != ids[:, :1])
+    bad = (too_high | after_padding | other_group).reshape(-1)
+    if not bool(bad.any()):
+        return None
+    row = int(bad.nonzero()[0, 0])
+    block, offset = divmod(row, M_ALIGNMENT)
+    value = int(ids[block, offset])
+    rows = f"block {block} (rows {block * M_ALIGNMENT}..{block * M_ALIGNMENT + M_ALIGNMENT - 1})"
+    if value >= groups:
+        return f"group id {value} at row {row}"
+    if bool(after_padding[block, offset]):
+        return f"row {row} of group {value} after a padding row of {rows}"
+    return f"row {row} of group {value} in {rows}, whose first row is of group {int(ids[block, 0])}"
+
+
+def check_fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None):
+    """fp8_grouped_mm_contiguous's check: (a, tags, (num_tokens, n, k, num_groups)); group ids checked when
+    values_checked(m_indices)."""
+    op = FP8_GROUPED_MM_CONTIGUOUS
+    k, n, groups = _check_operands(op, a, a_scale, b, b_scale, grouped_b=True, a_dims=2)
+    rows = a.shape[0]
+    if rows % M_ALIGNMENT:
+        raise OpInputError(op, "a", f"M (rows) a multiple of {M_ALIGNMENT} (groups are padded to aligned blocks)",
+                           f"shape {list(a.shape)}")
+    _expect_dtype(op, "m_indices", m_indices, torch.int32, "one group id per row")
+    _expect_shape(op, "m_indices", m_indices, (rows,), "one group id per row of a")
+    expect_same_device(op, "m_indices", m_indices, "a", a)
+    _check_out(op, out, (rows, n), a, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
+                                       ("m_indices", m_indices)))
+    if rows and values_checked(m_indices):
+        violation = _group_block_violation(m_indices, groups)
+        if violation is not None:
+            raise OpInputError(op, "m_indices", f"group ids < G = {groups} (negative: padding), each block of "
+                               f"{M_ALIGNMENT} rows holding rows of one group followed only by padding rows",
+                               violation)
+    return a, _tags(a, a_scale, b, b_scale, out, "m_indices", m_indices), (
+        ("num_tokens", rows), ("n", n), ("k", k), ("num_groups", groups))
+
+
+def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
+    """fp8_grouped_mm_masked's check: (a, tags, (num_groups, max_m, n, k)); masked_m checked when
+    values_checked(masked_m)."""
+    op = FP8_GROUPED_MM_MASKED
+    k, n, groups = _check_operands(op, a, a_scale, b, b_scale, grouped_b=True, a_dims=3)
+    if a.shape[0] != groups:
+        raise OpInputError(op, "a", f"shape [G, M_max, K] with G = {groups} (b's groups)", f"shape {list(a.shape)}")
+    max_m = a.shape[1]
+    _expect_dtype(op, "masked_m", masked_m, torch.int32, "rows used per group")
+    _expect_shape(op, "masked_m", masked_m, (groups,), "one row count per group")
+    expect_same_device(op, "masked_m", masked_m, "a", a)
+    expect_int(op, "expected_m", expected_m, minimum=1)
+    _check_out(op, out, (groups, max_m, n), a, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
+                                                ("masked_m", masked_m)))
+    if values_checked(masked_m):
+        low, high = torch.stack([masked_m.min(), masked_m.max()]).tolist()
+        if low < 0 or high > max_m:
+            raise OpInputError(op, "masked_m", f"row counts in [0, M_max = {max_m}]",
+                               f"a count of {low if low < 0 else high}")
+    return a, _tags(a, a_scale, b, b_scale, out, "masked_m", masked_m), (
+        ("num_groups", groups), ("max_m", max_m), ("n", n), ("k", k))

@@ -1,0 +1,66 @@
+"""PyTorch references for the block-scaled fp8 GEMMs (arguments checked by gemm/checks.py).
+
+fp8_block_mm(a, a_scale, b, b_scale, out=None) -> out [M, N] bf16
+fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None) -> out [M, N] bf16
+fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None) -> out [G, M_max, N] bf16
+
+A[m, k] = a[m, k] * a_scale[m, k // 128]; B[n, k] = b[n, k] * b_scale[n // 128, k // 128]; out = A @ B.T.
+Both operands are dequantized to fp32 (one rounded fp32 product per element), multiplied in fp32
+(torch's fp32 matmul: TF32 only if the process enabled it) and rounded once to bf16. Scales are
+broadcast with expand + reshape (no repeat_interleave: its output size is read on the host), and
+the grouped ops select rows with device masks, so no reference reads device values on the host:
+all three are capturable in a CUDA graph. The unspecified rows of the grouped ops (padding rows,
+rows past masked_m) are written as zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import SCALE_BLOCK
+
+
+def _dequantize_rows(a: torch.Tensor, a_scale: torch.Tensor) -> torch.Tensor:
+    """a [.., M, K] e4m3 and a_scale [.., M, K/128] -> fp32 [.., M, K] (each scale over its 1x128 group)."""
+    scale = a_scale.float().unsqueeze(-1).expand(*a_scale.shape, SCALE_BLOCK).reshape(a.shape)
+    return a.float() * scale
+
+
+def _dequantize_weight(b: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
+    """b [N, K] e4m3 and b_scale [ceil(N/128), K/128] -> fp32 [N, K] (each scale over its 128x128 block)."""
+    n, k = b.shape
+    row_blocks, column_blocks = b_scale.shape
+    scale = b_scale.float()[:, None, :, None].expand(row_blocks, SCALE_BLOCK, column_blocks, SCALE_BLOCK)
+    return b.float() * scale.reshape(row_blocks * SCALE_BLOCK, k)[:n]
+
+
+def _finish(result32: torch.Tensor, out):
+    if out is None:
+        return result32.to(torch.bfloat16)
+    out.copy_(result32)
+    return out
+
+
+def fp8_block_mm(a, a_scale, b, b_scale, out=None):
+    return _finish(_dequantize_rows(a, a_scale) @ _dequantize_weight(b, b_scale).T, out)
+
+
+def fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None):
+    rows = _dequantize_rows(a, a_scale)
+    result = torch.zeros((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    for group in range(b.shape[0]):
+        # Every row times group g's weights, kept where m_indices names g: G matmuls, no host sync.
+        selected = (m_indices == group).unsqueeze(1)
+        result = torch.where(selected, rows @ _dequantize_weight(b[group], b_scale[group]).T, result)
+    return _finish(result, out)
+
+
+def fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
+    groups, max_m, _ = a.shape
+    result = torch.empty((groups, max_m, b.shape[1]), dtype=torch.float32, device=a.device)
+    row_ids = torch.arange(max_m, device=a.device)
+    for group in range(groups):
+        product = _dequantize_rows(a[group], a_scale[group]) @ _dequantize_weight(b[group], b_scale[group]).T
+        # masked_m[group] stays a device tensor: the comparison needs no host read.
+        result[group] = torch.where((row_ids < masked_m[group]).unsqueeze(1), product, 0.0)
+    return _finish(result, out)
