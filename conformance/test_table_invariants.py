@@ -58,6 +58,12 @@ def _skip_unless_libraries_present(row):
             hidden = " (hidden by RAPID_LLM_HIDE_LIBS)" if requirement.name in _hidden_here() else ""
             pytest.skip(f"{row.name} needs {requirement.describe()}; here: {observed}{hidden}, "
                         "so its target cannot be imported in this environment")
+    if row.libraries and row.available:
+        # Installed in range but not loadable here (a build for another torch or CUDA, no GPU libraries):
+        # the row is rejected with the probe's reason, which is the contract for a broken library.
+        ok, reason = _import(row.available)()
+        if not ok:
+            pytest.skip(f"{row.name}: its library is installed but does not load here: {reason}")
 
 
 # ---------------------------------------------------------------------------
