@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.cases.case import Case, randn as _randn
+from conformance.cases.case import Case, index_view, randn as _randn
 from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
 
 _HALF_AND_FP32 = frozenset({"fp32", "fp16", "bf16"})
@@ -26,12 +26,7 @@ def _cu_seqlens(lengths, device, strided=False):
     offsets = [0]
     for length in lengths:
         offsets.append(offsets[-1] + length)
-    values = torch.tensor(offsets, dtype=torch.int32)
-    if strided:
-        wide = torch.full((2 * len(offsets),), -7, dtype=torch.int32)
-        wide[::2] = values
-        values = wide[::2]
-    return values.to(device)
+    return index_view(torch.tensor(offsets, dtype=torch.int32, device=device), "every_other" if strided else None)
 
 
 def _heads(tokens, heads, dim, dtype, device, generator, scale=1.0, fused_with=0):
@@ -82,15 +77,15 @@ def _pages_for(seq_lens, page_size, generator, *, share_prefix=False, extra_page
 
 
 def _index_views(table, seq_lens, device, strided):
-    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    """The page table and seq_lens on `device`; with `strided`, as every-other-element views (the table's
+    columns interleaved with junk) that a row reading them as contiguous would misread."""
+    lens = index_view(torch.tensor(seq_lens, dtype=torch.int32, device=device), "every_other" if strided else None)
+    table = table.to(device)
     if strided:
-        wide_table = torch.full((table.shape[0], 2 * table.shape[1]), -7, dtype=torch.int32)
-        wide_table[:, ::2] = table
-        table = wide_table[:, ::2]
-        wide_lens = torch.full((2 * len(seq_lens),), -7, dtype=torch.int32)
-        wide_lens[::2] = lens
-        lens = wide_lens[::2]
-    return table.to(device), lens.to(device)
+        wide = torch.full((table.shape[0], 2 * table.shape[1]), -7, dtype=torch.int32, device=device)
+        wide[:, ::2] = table
+        table = wide[:, ::2]
+    return table, lens
 
 
 def _cache(rows, width_shape, dtype, device, generator, row_pad=0):

@@ -13,6 +13,7 @@ contract says what every row does with such values (unchecked).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import numbers
 
 import torch
@@ -22,7 +23,16 @@ from .dtypes import FLOAT_TORCH_DTYPES
 
 __all__ = ["OpInputError", "expect_tensor", "expect_float_tensor", "expect_real_number", "expect_int",
            "expect_same_device", "rows_view_ok", "may_overlap", "expect_disjoint", "values_checked",
-           "value_checks"]
+           "value_checks", "tag_table"]
+
+
+def tag_table(*names: str) -> dict:
+    """{(flag, ...) one bool per name: frozenset of the names whose flag is set}, built once at import.
+
+    A check computes one bool per layout tag and looks its tag set up, rather than building a set on
+    every call (the check runs on every public call: `tags[(rows_ok, vector_ok)]`)."""
+    return {flags: frozenset(name for name, flag in zip(names, flags) if flag)
+            for flags in itertools.product((False, True), repeat=len(names))}
 
 
 def expect_tensor(op: str, argument: str, value) -> None:

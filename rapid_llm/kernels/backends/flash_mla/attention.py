@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
+from ...ops.attention import MLA_VALUE_DIM
+
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     """attention.mla_decode on FlashMLA's dense legacy kernel."""
-    from ...ops.attention import MLA_VALUE_DIM
-
     rows, width = latent_cache.shape
     row_stride = latent_cache.stride(0)
     cache = latent_cache.as_strided((rows // page_size, page_size, 1, width),

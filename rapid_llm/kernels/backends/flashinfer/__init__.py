@@ -1,6 +1,6 @@
 """FlashInfer: availability probe. Tested with flashinfer-python 0.6.0 (+ apache-tvm-ffi 0.1.15) on the H200.
 
-FlashInfer JIT-compiles each kernel module on its first call (25-90 s per module); its 0.6.0 JIT reads
+FlashInfer JIT-compiles each kernel module on its first call (jit_log.py); its 0.6.0 JIT reads
 `tvm_ffi.libinfo` without importing that submodule, so the probe imports it first.
 """
 

@@ -19,8 +19,9 @@ kind); every call re-plans before it runs, so nothing of a previous batch is
 read. Calls on one device are assumed to come from one stream at a time
 (the workspace is shared), as in an engine's step loop.
 
-FlashInfer JIT-compiles each kernel module on its first call (25-90 s on the
-H200): jit_log.first_call_logged() logs what compiled and how long it took.
+FlashInfer JIT-compiles each kernel module on its first call (the rows' first
+calls took 15-207 s on the H200, perf/results/h200/libraries_2026-12-01/
+library_probe.json): jit_log.first_call_logged() logs what compiled and how long it took.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 import tvm_ffi.libinfo  # noqa: F401  (FlashInfer 0.6.0's JIT reads this submodule without importing it)
 import flashinfer
 
+from ...ops.attention import MLA_VALUE_DIM
 from .jit_log import first_call_logged
 
 _WORKSPACE_BYTES = 128 << 20
@@ -128,8 +130,6 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     """attention.mla_decode through BatchMLAPagedAttentionWrapper: q split into its 512 latent and 64 rope
     dims, the latent cache into ckv [pages, page_size, 512] and kpe [pages, page_size, 64] views (no copies:
     FlashInfer reads their page and token strides, csrc/batch_mla_sm90_run.cu)."""
-    from ...ops.attention import MLA_VALUE_DIM
-
     wrapper = _wrapper("mla", q.device, lambda ws: flashinfer.mla.BatchMLAPagedAttentionWrapper(ws))
     batch = q.shape[0]
     indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)

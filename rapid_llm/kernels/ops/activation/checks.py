@@ -9,13 +9,10 @@ r * 2d, of out at r * d) and loads/stores 16-byte vectors.
 from __future__ import annotations
 
 from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_same_device, expect_tensor, \
-    rows_view_ok
+    rows_view_ok, tag_table
 from . import GELU_TANH_AND_MUL, SILU_AND_MUL
 
-_TAGS = {(True, True): frozenset({"x:rows", "out:rows"}), (True, False): frozenset({"x:rows"}),
-         (False, True): frozenset({"out:rows"}), (False, False): frozenset()}
-_X_CONTIGUOUS16 = frozenset({"x:contiguous16"})
-_OUT_CONTIGUOUS16 = frozenset({"out:contiguous16"})
+_TAGS = tag_table("x:rows", "out:rows", "x:contiguous16", "out:contiguous16")
 
 
 def contiguous16(tensor) -> bool:
@@ -46,9 +43,5 @@ def _check_gated(op: str, x, out):
             raise OpInputError(op, "out", f"x's dtype {x.dtype}", str(out.dtype))
         expect_same_device(op, "out", out, "x", x)
         expect_disjoint(op, "out", out, "x", x)
-    tags = _TAGS[(rows_view_ok(x), out is None or rows_view_ok(out))]
-    if contiguous16(x):
-        tags = tags | _X_CONTIGUOUS16
-    if out is None or contiguous16(out):
-        tags = tags | _OUT_CONTIGUOUS16
+    tags = _TAGS[(rows_view_ok(x), out is None or rows_view_ok(out), contiguous16(x), out is None or contiguous16(out))]
     return x, tags, (("num_tokens", x.numel() // x.shape[-1]), ("intermediate", intermediate))

@@ -155,7 +155,8 @@ over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
 # ---------------------------------------------------------------------------
 
 _SM90 = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),)
-#: FlashInfer compiles one module per (dtype, head dim, kernel) on first use (25-90 s each): its rows
+#: FlashInfer compiles one module per (dtype, head dim, kernel) on first use (its rows' first calls took
+#: 15-207 s on the H200, perf/results/h200/libraries_2026-12-01/library_probe.json): its rows
 #: claim bf16, the dtype measured on the H200; fp16 calls are served by the next row.
 _FLASHINFER_DTYPES = frozenset({"bf16"})
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 import torch
 
 from ..checks import (OpInputError, expect_float_tensor, expect_int, expect_real_number, expect_same_device,
-                      expect_tensor, values_checked)
+                      expect_tensor, tag_table, values_checked)
 from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
 
 _ALIGN_BYTES = 16
+_RAGGED_TAGS = tag_table("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous")
+_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous")
+_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous")
 
 
 def heads_aligned(t) -> bool:
@@ -59,10 +62,19 @@ def _expect_scale(op, sm_scale) -> None:
         raise OpInputError(op, "sm_scale", "a finite number", repr(sm_scale))
 
 
-def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max_argument: str) -> None:
-    """cu_seqlens[0] == 0, non-decreasing, last == total, every length <= max_seqlen (value checks)."""
+def _expect_offsets(op, argument, cu_seqlens, anchor) -> int:
+    """An int32 [B + 1] offsets tensor on q's device; returns B."""
+    _expect_int32_vector(op, argument, cu_seqlens, None, anchor)
+    if cu_seqlens.shape[0] < 1:
+        raise OpInputError(op, argument, "shape [B + 1] (at least one offset)", "shape [0]")
+    return cu_seqlens.shape[0] - 1
+
+
+def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max_argument: str):
+    """cu_seqlens[0] == 0, non-decreasing, last == total, every length <= max_seqlen (value checks).
+    Returns the lengths (int64, on the CPU) when the values were checked, else None."""
     if not values_checked(cu_seqlens):
-        return
+        return None
     values = cu_seqlens.to("cpu", torch.int64)
     lengths = values[1:] - values[:-1]
     if int(values[0]) != 0:
@@ -74,6 +86,7 @@ def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max
     if lengths.numel() and int(lengths.max()) > max_seqlen:
         raise OpInputError(op, argument, f"every length <= {max_argument} ({max_seqlen})",
                            f"a length of {int(lengths.max())}")
+    return lengths
 
 
 def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
@@ -94,26 +107,17 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
         raise OpInputError(op, "k", f"a number of heads dividing q's {num_q_heads}", f"{num_kv_heads} heads")
     if v.shape[1] != num_kv_heads or v.shape[2] == 0:
         raise OpInputError(op, "v", f"shape [T, {num_kv_heads}, Dv] (k's heads, Dv > 0)", f"shape {list(v.shape)}")
-    _expect_int32_vector(op, "cu_seqlens", cu_seqlens, None, q)
-    if cu_seqlens.shape[0] < 1:
-        raise OpInputError(op, "cu_seqlens", "shape [B + 1] (at least one offset)", "shape [0]")
+    _expect_offsets(op, "cu_seqlens", cu_seqlens, q)
     expect_int(op, "max_seqlen", max_seqlen, minimum=0)
     _expect_scale(op, sm_scale)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
-    tags = set()
-    if heads_aligned(q):
-        tags.add("q:heads")
-    if heads_aligned(k) and heads_aligned(v):
-        tags.add("kv:heads")
-    if v.shape[2] == head_dim:
-        tags.add("v:same_head_dim")
-    if cu_seqlens.is_contiguous():
-        tags.add("index:contiguous")
+    tags = _RAGGED_TAGS[(heads_aligned(q), heads_aligned(k) and heads_aligned(v), v.shape[2] == head_dim,
+                         cu_seqlens.is_contiguous())]
     dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
             ("head_dim", head_dim), ("head_dim_v", v.shape[2]))
-    return q, frozenset(tags), dims
+    return q, tags, dims
 
 
 def check_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
@@ -197,7 +201,8 @@ def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 1, "lengths >= 1")
-    tags = _paged_tags(q, kv_buffer, "kv:paged", (page_table, seq_lens))
+    tags = _PAGED_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
+                        page_table.is_contiguous() and seq_lens.is_contiguous())]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
             ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims
@@ -217,7 +222,8 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], 1, "lengths >= 1")
-    tags = _paged_tags(q, latent_cache, "latent:rows", (page_table, seq_lens))
+    tags = _LATENT_TAGS[(heads_aligned(q), heads_aligned(latent_cache),
+                         page_table.is_contiguous() and seq_lens.is_contiguous())]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims
 
@@ -229,10 +235,7 @@ def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_se
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale)
     tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
-    _expect_int32_vector(op, "cu_seqlens_q", cu_seqlens_q, None, q)
-    if cu_seqlens_q.shape[0] < 1:
-        raise OpInputError(op, "cu_seqlens_q", "shape [B + 1] (at least one offset)", "shape [0]")
-    batch = cu_seqlens_q.shape[0] - 1
+    batch = _expect_offsets(op, "cu_seqlens_q", cu_seqlens_q, q)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages] (one row per sequence of cu_seqlens_q)",
                            f"shape {list(page_table.shape)}")
@@ -240,28 +243,16 @@ def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_se
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
-    _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
-    if values_checked(seq_lens) and batch:
-        offsets = cu_seqlens_q.to("cpu", torch.int64)
-        new_tokens = offsets[1:] - offsets[:-1]
+    new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
+    if new_tokens is not None and batch:
         short = seq_lens.to("cpu", torch.int64) < new_tokens
         if bool(short.any()):
             bad = int(torch.nonzero(short)[0, 0])
             raise OpInputError(op, "seq_lens", "seq_lens[b] >= the sequence's new tokens (they are in the cache)",
                                f"seq_lens[{bad}] = {int(seq_lens[bad])} < {int(new_tokens[bad])} new tokens")
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 0, "lengths >= 0")
-    tags = _paged_tags(q, kv_buffer, "kv:paged", (page_table, seq_lens, cu_seqlens_q))
+    tags = _PAGED_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
+                        page_table.is_contiguous() and seq_lens.is_contiguous() and cu_seqlens_q.is_contiguous())]
     dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
             ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims
-
-
-def _paged_tags(q, cache, cache_tag, index_tensors) -> frozenset:
-    tags = set()
-    if heads_aligned(q):
-        tags.add("q:heads")
-    if heads_aligned(cache):
-        tags.add(cache_tag)
-    if all(t.is_contiguous() for t in index_tensors):
-        tags.add("index:contiguous")
-    return frozenset(tags)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from . import MLA_VALUE_DIM
+
 _GROUP_BYTES = 1 << 30
 
 
@@ -118,8 +120,6 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     """attention.mla_decode: absorbed MLA, the latent rows are the keys and their first 512 dims the values."""
-    from . import MLA_VALUE_DIM
-
     batch, num_q_heads, _ = q.shape
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)

@@ -11,13 +11,11 @@ from __future__ import annotations
 import torch
 
 from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_int, expect_same_device, \
-    expect_tensor, values_checked
+    expect_tensor, tag_table, values_checked
 from . import ROTARY, VOCAB_EMBEDDING
 
 _TABLE_ROWS = frozenset({"table:rows"})
-_QK_ROWS = frozenset({"qk:rows"})
-_QK_ROWS16 = frozenset({"qk:rows16"})
-_CACHE_VECTOR16 = frozenset({"cos_sin_cache:vector16"})
+_ROTARY_TAGS = tag_table("qk:rows", "qk:rows16", "cos_sin_cache:vector16")
 #: FlashInfer's GPT-J path reads the sin vector of a row's last pairs up to 4 floats past the row's end
 #: (pos_enc.cuh, BatchQKApplyRotaryPosIdsCosSinCache*Kernel: vec_idx = tx * 8 / 2, 8-float loads).
 _GPTJ_OVERREAD_BYTES = 16
@@ -92,11 +90,7 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
             raise OpInputError(op, "positions", f"positions < {cos_sin_cache.shape[0]} (the cache's rows; "
                                "negative positions are padding)", f"a position of {high}")
     unit = all(t.shape[1] == 1 or t.stride(1) == 1 for t in (q, k, cos_sin_cache))
-    tags = _QK_ROWS if unit else _NO_TAGS
-    if rows16(q) and rows16(k):
-        tags = tags | _QK_ROWS16
-    if cache_vector16(cos_sin_cache, is_neox):
-        tags = tags | _CACHE_VECTOR16
+    tags = _ROTARY_TAGS[(unit, rows16(q) and rows16(k), cache_vector16(cos_sin_cache, is_neox))]
     dims = (("num_tokens", tokens), ("num_q_heads", heads[0]), ("num_kv_heads", heads[1]), ("head_dim", head_dim))
     return q, tags, dims
 

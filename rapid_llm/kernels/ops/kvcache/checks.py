@@ -5,11 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_same_device, expect_tensor, \
-    values_checked
+    tag_table, values_checked
 from . import UPDATE_KV_BUFFER, UPDATE_KV_BUFFER_FP8
 
-_TAGS = {(True, True): frozenset({"kv:rows", "buffer:rows"}), (True, False): frozenset({"kv:rows"}),
-         (False, True): frozenset({"buffer:rows"}), (False, False): frozenset()}
+_TAGS = tag_table("kv:rows", "buffer:rows")
 
 
 def check_update_kv_buffer(kv, loc, buffer):

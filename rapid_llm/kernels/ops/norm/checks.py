@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_real_number, expect_same_device, \
-    rows_view_ok
+    rows_view_ok, tag_table
 from . import FUSED_ADD_RMS_NORM, RMS_NORM
 
 #: FlashInfer's norm kernels compute row * stride + column in uint32 (norm.cuh).
@@ -70,17 +70,8 @@ def weight_vector_ok(weight, x, hidden: int) -> bool:
     return weight.dtype == x.dtype and weight.stride(0) == 1 and weight.data_ptr() % _vector_bytes(x, hidden) == 0
 
 
-def _tag_table(names):
-    """{tuple of bools, one per name: frozenset of the names that hold}: the checks look their tags up
-    rather than build sets per call (the check runs on every public call)."""
-    import itertools
-
-    return {flags: frozenset(name for name, flag in zip(names, flags) if flag)
-            for flags in itertools.product((False, True), repeat=len(names))}
-
-
-_RMS_NORM_TAGS = _tag_table(("x:rows", "x:rows_vector", "weight:vector"))
-_FUSED_TAGS = _tag_table(("x:rows", "residual:rows", "x:rows_vector", "residual:rows_vector", "weight:vector"))
+_RMS_NORM_TAGS = tag_table("x:rows", "x:rows_vector", "weight:vector")
+_FUSED_TAGS = tag_table("x:rows", "residual:rows", "x:rows_vector", "residual:rows_vector", "weight:vector")
 
 
 def check_rms_norm(x, weight, eps=1e-6):
