@@ -8,6 +8,7 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
                    libraries at the versions the H200 image loads)
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
+  library-table    from perf/results/h200/libraries_2026-12-01/bench_libraries.json (library rows beside ours)
   dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                    (pytest-benchmark's saved format; found as ci/perf_gate finds it)
 """
@@ -25,6 +26,7 @@ from contextlib import redirect_stdout
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
+LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026-12-01", "bench_libraries.json")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
@@ -134,6 +136,48 @@ def perf_table() -> str:
     return "\n".join(lines)
 
 
+def _library_cell(case) -> str:
+    """Event time; TFLOP/s where the case counts FLOPs; TB/s and % of copy for the rest and for decode (its
+    bytes are the KV or latent cache read); graph-replay time where measured."""
+    text = f"{case['us']:.1f} µs"
+    if case.get("TFLOPs"):
+        text += f" · {case['TFLOPs']:.0f} TFLOP/s"
+    if case.get("GBps") and (not case.get("TFLOPs") or "decode" in case["op"]):
+        text += f" · {case['GBps'] / 1000:.2f} TB/s · {case['pct_of_copy_bw']:.0f}%"
+    if case.get("graph_us"):
+        text += f" · {case['graph_us']:.1f} µs (graph)"
+    return text
+
+
+def library_table() -> str:
+    """Every external row beside our native row (or the peer) at the same case, from the library run."""
+    with open(LIBRARY_EVIDENCE) as handle:
+        evidence = json.load(handle)
+    # That run's summary predates gpu_report keeping TFLOP/s: read it from the raw pytest-benchmark file.
+    with open(LIBRARY_EVIDENCE.replace("bench_libraries", "pytest_benchmark_libraries")) as handle:
+        tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in json.load(handle)["benchmarks"]}
+    rows = {}
+    for case in evidence["cases"]:
+        case = {**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])}
+        rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
+    lines = [
+        f"{evidence['device']} (sm{evidence['sm']}), torch {evidence['torch']}, triton {evidence['triton']}, "
+        f"{evidence['date'][:10]}, one run (`ci/gpu_library_evidence OUT bench`; every case, timer and "
+        "correctness check in `perf/results/h200/libraries_2026-12-01/bench_libraries.json`). CUDA-event median "
+        "with L2 flushed; graph-replay time where the row is capturable at decode sizes. Attention and GEMM "
+        "rows: the priority of each library row comes from this run; native attention rows arrive with "
+        "their own issue. The FlashInfer attention rows plan (a host sync) inside every call.",
+        "",
+        "| op | case | rows, fastest first |",
+        "|---|---|---|",
+    ]
+    for (op, case_id), by_row in rows.items():
+        ranked = sorted(by_row.items(), key=lambda item: item[1]["us"])
+        cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
+        lines.append(f"| {op} | {case_id} | {cells} |")
+    return "\n".join(lines)
+
+
 def _time(seconds: float) -> str:
     for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
         if seconds >= scale:
@@ -186,7 +230,7 @@ def dispatcher_table() -> str:
 
 def render(text: str) -> str:
     for name, make in (("support-matrix", support_matrix), ("perf-table", perf_table),
-                       ("dispatcher-table", dispatcher_table)):
+                       ("library-table", library_table), ("dispatcher-table", dispatcher_table)):
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         head, found, rest = text.partition(start)
         if not found:

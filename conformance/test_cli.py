@@ -57,10 +57,12 @@ def test_matrix_for_a_described_sm90_machine_selects_the_best_eligible_row(capsy
             selected = [e["row"] for e in entries if e["op"] == op and e["dtype"] == dtype
                         and e["status"] == "selected"]
             assert len(selected) == 1, f"{op}/{dtype}: exactly one selected row expected, got {selected}"
-            verified = [r for r in TABLE.rows(op) if r.golden.verified and not r.is_reference]
-            if verified:
+            # Rows this machine can run: verified, the dtype served, every library they need described (triton).
+            runnable = [r for r in TABLE.rows(op) if r.golden.verified and not r.is_reference
+                        and dtype in r.dtypes and {lib.name for lib in r.libraries} <= {"triton"}]
+            if runnable:
                 assert selected[0] != TABLE.reference(op).name, (
-                    f"{op}/{dtype}: a verified non-reference row exists on sm90 with triton, yet the reference won")
+                    f"{op}/{dtype}: a verified non-reference row runs on sm90 with triton, yet the reference won")
 
 
 def test_matrix_without_triton_rejects_native_rows_with_the_library_reason(capsys):

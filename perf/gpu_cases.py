@@ -156,19 +156,23 @@ def reference_row(op: str):
     return row.name, fn
 
 
-def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, reference: str, case: str) -> dict:
+def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, reference: str, case: str,
+                            args=None, specified=None) -> dict:
     """Every output of `arm` against the reference row's, at conformance's tolerance for (op, dtype, output).
 
     The tolerances are conformance.tolerances.tolerance(op, dtype, output):
     one table for parity and for the check before timing, so a row the
-    conformance suite accepts is never refused here, nor the reverse. Outputs
-    are compared as float (fp8 included), shapes and dtypes must match.
+    conformance suite accepts is never refused here, nor the reverse (pass
+    the call's `args` for ops with an accumulation bound, and `specified`, a
+    bool mask of the elements the contract specifies, for ops that leave
+    some unspecified). Outputs are compared as float (fp8 included), shapes
+    and dtypes must match.
     Returns what the suites record: max |diff| over the outputs, whether
     every output is bitwise equal, and the (atol, rtol) used per output.
     """
     import torch
 
-    from conformance.tolerances import tolerance
+    from conformance.tolerances import assert_within_tolerance, tolerance
 
     outputs = got if isinstance(got, tuple) else (got,)
     wanted = expected if isinstance(expected, tuple) else (expected,)
@@ -177,10 +181,11 @@ def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, ref
     for index, (out, want) in enumerate(zip(outputs, wanted)):
         assert out.shape == want.shape and out.dtype == want.dtype, (
             f"{arm} output {index}: {out.dtype}{list(out.shape)}, {reference} {want.dtype}{list(want.shape)}")
-        atol, rtol = tolerance(op, dtype, index)
-        tolerances.append((atol, rtol))
-        torch.testing.assert_close(out.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True,
-                                   msg=lambda m: f"{arm} output {index} vs {reference} on {case}: {m}")
+        tolerances.append(tolerance(op, dtype, index))
+        assert_within_tolerance(op, dtype, index, out, want, args=args, specified=specified,
+                                describe=f"{arm} output {index} vs {reference} on {case}")
+        if specified is not None:
+            out, want = out[specified], want[specified]
         if out.numel():
             max_abs_diff = max(max_abs_diff, (out.float() - want.float()).abs().max().item())
         bitwise = bitwise and torch.equal(out.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))

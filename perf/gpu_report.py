@@ -138,6 +138,8 @@ def _case(bench: dict) -> dict:
         "pct_of_same_size_copy": info.get("pct_of_same_size_copy"),
         "graph_us": info.get("graph_us"),
         "graph_GBps": info.get("graph_GBps"),
+        "flops": info.get("flops"),
+        "TFLOPs": info.get("TFLOPs"),
         "wall_us": stats["median"] * 1e6,
         "correctness": info.get("correctness"),
         "max_abs_diff": info.get("max_abs_diff"),

@@ -297,6 +297,9 @@ def cmd_doctor(args) -> int:
             status = f"hidden by RAPID_LLM_HIDE_LIBS (installed: {installed.get(name, 'no')})"
         elif name in installed:
             status = installed[name]
+        elif not KNOWN_LIBRARIES[name].distributions:  # part of this package (the CUDA extension): no version
+            present = any(importlib.util.find_spec(module) for module in KNOWN_LIBRARIES[name].modules)
+            status = f"built ({', '.join(KNOWN_LIBRARIES[name].modules)})" if present else "not built"
         else:
             status = "not installed"
         libraries[name] = status

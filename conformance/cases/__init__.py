@@ -9,7 +9,10 @@ and TOLERANCES {(op, dtype): (atol, rtol) or one pair per output}, and may
 define OUTPUT_MASKS {op: fn(*args) -> bool mask, or a tuple with one mask (or
 None: all specified) per output}: the output elements the op's contract
 specifies for those arguments (padding rows an op may leave unwritten are
-not); parity compares only those. The
+not); parity compares only those; and may define ACCUMULATION_BOUNDS {op:
+fn(*args) -> one float64 tensor (or a tuple, one per output) of extra
+absolute tolerance per output element}: the accumulation term of an op whose
+contract allows rows to accumulate in lower precision (fp8 tensor cores). The
 registry below is derived from the table's family list: a new family's
 module is picked up without editing this file, and a family without a case
 module fails loudly.
@@ -29,6 +32,8 @@ _MODULES = [importlib.import_module(f"{__name__}.{family}") for family in FAMILI
 CASES = {op: cases for module in _MODULES for op, cases in module.CASES.items()}
 ORACLES = {op: oracle for module in _MODULES for op, oracle in module.ORACLES.items()}
 TOLERANCES = {key: value for module in _MODULES for key, value in module.TOLERANCES.items()}
+ACCUMULATION_BOUNDS = {op: bound for module in _MODULES
+                       for op, bound in getattr(module, "ACCUMULATION_BOUNDS", {}).items()}
 OUTPUT_MASKS = {op: mask for module in _MODULES for op, mask in getattr(module, "OUTPUT_MASKS", {}).items()}
 
-__all__ = ["CASES", "Case", "ORACLES", "OUTPUT_MASKS", "TOLERANCES", "TORCH_DTYPES"]
+__all__ = ["ACCUMULATION_BOUNDS", "CASES", "Case", "ORACLES", "OUTPUT_MASKS", "TOLERANCES", "TORCH_DTYPES"]

@@ -26,3 +26,9 @@ CUDA_EXTENSION_DEVICES = (CapabilityRequirement("cuda", min_sm=80),)
 #: The GPU parity run the verified rows cite (one file per run: conformance/test_evidence.py checks that it
 #: exists, holds every citing row measured on CUDA, and that each row's max |diff| is within its record).
 H200_PARITY = "perf/results/h200/parity_2026-11-30.json"
+
+#: The external-library rows' evidence (ci/gpu_library_evidence on the H200, all five libraries present):
+#: the parity run of every external row (phase golden) their golden records cite, and the benchmark run
+#: (phase bench: each library row beside our native row) their priorities come from.
+LIBRARY_PARITY = "perf/results/h200/libraries_2026-12-01/parity_libraries.json"
+LIBRARY_BENCH = "perf/results/h200/libraries_2026-12-01/bench_libraries.json"

@@ -25,6 +25,7 @@ from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, 
 from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
 from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
 from ...backends.flashinfer import REQUIREMENT as FLASHINFER
+from ..common_rows import LIBRARY_BENCH, LIBRARY_PARITY  # noqa: F401  (LIBRARY_BENCH: cited at ROWS)
 
 PREFILL = "attention.prefill"
 PREFILL_PAGED = "attention.prefill_paged"
@@ -174,8 +175,12 @@ def _reference(op: str, function: str) -> KernelSpec:
     )
 
 
-def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph_safe, description):
-    """A row served by an external library's adapter (backends/<library>/attention.py)."""
+def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph_safe, max_abs_diff, priority,
+                 description):
+    """A row served by an external library's adapter (backends/<library>/attention.py).
+
+    max_abs_diff: the largest |diff| against the op's torch row over its parity cases on the H200
+    (LIBRARY_PARITY, the golden record); priority: from LIBRARY_BENCH (the comments at ROWS)."""
     backend, _, _ = name.partition("/")
     package = f"{_BACKENDS}.{backend}"
     return KernelSpec(
@@ -190,7 +195,9 @@ def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph
         # An empty batch is the reference row's (no library launch is tested with zero work).
         shape=(ShapeConstraint("num_tokens", min=1), *shape),
         layout=layout,
-        golden=GoldenRecord.unverified(),
+        golden=GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline=f"torch/{function}",
+                            evidence=LIBRARY_PARITY),
+        priority=priority,
         graph_safe=graph_safe,
         description=description,
     )
@@ -201,6 +208,14 @@ _PAGED = ("q:heads", "kv:paged", "index:contiguous")
 _LATENT = ("q:heads", "latent:rows", "index:contiguous")
 _HEAD_DIMS = ShapeConstraint("head_dim", one_of=(64, 128, 256))
 
+# Priorities (LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
+#   prefill, GQA 32/8 d128 causal: FA3 825.7 us at 4 x 4096 tokens and 322.6 us at 16 x 1024, FlashInfer
+#     1652.1 / 1044.5 us (plan() in every call); mla_prefill 4 x 4096, 16 heads 192/128: FA3 512.5, FlashInfer
+#     980.4 us. So FA3 20, FlashInfer 10.
+#   mla_decode, page 64: FlashMLA 144.0 / 130.2 us at B=64 L=4096 with 128 / 16 heads, 72.7 / 64.0 us at
+#     B=1 L=32768 with 16 / 128 heads; FlashInfer 906-910 us at B=64 and 358-906 us at B=1. FlashMLA 20.
+#   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
+#     779.0 us for 4 chunks of 512 after 4096): 10.
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),
@@ -209,26 +224,30 @@ ROWS = (
     _reference(MLA_DECODE, "mla_decode"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
                  layout=(*_RAGGED, "v:same_head_dim"), shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
-                 graph_safe=True, description="FlashAttention-3 varlen forward (bf16 build)"),
+                 graph_safe=True, max_abs_diff=0.015625, priority=20,
+                 description="FlashAttention-3 varlen forward (bf16 build)"),
     _library_row("flash_attn/varlen_fwd_mla", MLA_PREFILL, FLASH_ATTN, "mla_prefill", dtypes={"bf16"},
-                 layout=_RAGGED, graph_safe=True, description="FlashAttention-3 varlen forward, head dims 192/128"),
+                 layout=_RAGGED, graph_safe=True, max_abs_diff=0.015625, priority=20,
+                 description="FlashAttention-3 varlen forward, head dims 192/128"),
     _library_row("flashinfer/ragged_prefill", PREFILL, FLASHINFER, "prefill", dtypes=_FLASHINFER_DTYPES,
                  layout=(*_RAGGED, "v:same_head_dim"), shape=(_HEAD_DIMS,), graph_safe=False,
+                 max_abs_diff=0.015625, priority=10,
                  description="FlashInfer BatchPrefillWithRaggedKVCacheWrapper (plan per call: host sync)"),
     _library_row("flashinfer/ragged_prefill_mla", MLA_PREFILL, FLASHINFER, "mla_prefill", dtypes=_FLASHINFER_DTYPES,
-                 layout=_RAGGED, graph_safe=False,
+                 layout=_RAGGED, graph_safe=False, max_abs_diff=0.015625, priority=10,
                  description="FlashInfer ragged prefill with head dims 192/128 (plan per call: host sync)"),
     _library_row("flashinfer/paged_prefill", PREFILL_PAGED, FLASHINFER, "prefill_paged", dtypes=_FLASHINFER_DTYPES,
-                 layout=_PAGED, shape=(_HEAD_DIMS,), graph_safe=False,
+                 layout=_PAGED, shape=(_HEAD_DIMS,), graph_safe=False, max_abs_diff=0.0078125, priority=10,
                  description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)"),
     _library_row("flashinfer/paged_decode", DECODE, FLASHINFER, "decode", dtypes=_FLASHINFER_DTYPES, layout=_PAGED,
-                 shape=(_HEAD_DIMS,), graph_safe=False,
+                 shape=(_HEAD_DIMS,), graph_safe=False, max_abs_diff=0.00390625, priority=10,
                  description="FlashInfer BatchDecodeWithPagedKVCacheWrapper, CUDA cores (plan per call: host sync)"),
     _library_row("flashinfer/mla_decode", MLA_DECODE, FLASHINFER, "mla_decode", dtypes=_FLASHINFER_DTYPES, layout=_LATENT,
-                 graph_safe=False, description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)"),
+                 graph_safe=False, max_abs_diff=0.015625, priority=10,
+                 description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)"),
     # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to
     # the eager call on the H200 (perf/results/h200/libraries_2026-12-01/library_probe.json).
     _library_row("flash_mla/dense_decode", MLA_DECODE, FLASH_MLA, "mla_decode", dtypes={"bf16"}, layout=_LATENT,
-                 shape=(ShapeConstraint("page_size", one_of=(64,)),), graph_safe=True,
-                 description="FlashMLA dense decode (legacy kernel, block size 64)"),
+                 shape=(ShapeConstraint("page_size", one_of=(64,)),), graph_safe=True, max_abs_diff=0.015625,
+                 priority=20, description="FlashMLA dense decode (legacy kernel, block size 64)"),
 )
