@@ -9,6 +9,7 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
   library-table    from perf/results/h200/libraries_2026-12-01/bench_libraries.json (library rows beside ours)
+  attention-table  from perf/results/h200/attention_2026-12-01/bench_attention.json (native attention rows)
   dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                    (pytest-benchmark's saved format; found as ci/perf_gate finds it)
 """
@@ -27,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
 LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026-12-01", "bench_libraries.json")
+ATTENTION_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "attention_2026-12-01", "bench_attention.json")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
@@ -149,12 +151,14 @@ def _library_cell(case) -> str:
     return text
 
 
-def library_table() -> str:
-    """Every external row beside our native row (or the peer) at the same case, from the library run."""
-    with open(LIBRARY_EVIDENCE) as handle:
+def _ranked_table(evidence_path: str, intro: str) -> str:
+    """One line per (op, case): every row of the run, fastest first (the raw pytest-benchmark file beside the
+    summary supplies TFLOP/s where the summary predates gpu_report keeping it)."""
+    with open(evidence_path) as handle:
         evidence = json.load(handle)
-    # That run's summary predates gpu_report keeping TFLOP/s: read it from the raw pytest-benchmark file.
-    with open(LIBRARY_EVIDENCE.replace("bench_libraries", "pytest_benchmark_libraries")) as handle:
+    raw = os.path.join(os.path.dirname(evidence_path),
+                       os.path.basename(evidence_path).replace("bench_", "pytest_benchmark_"))
+    with open(raw) as handle:
         tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in json.load(handle)["benchmarks"]}
     rows = {}
     for case in evidence["cases"]:
@@ -162,11 +166,7 @@ def library_table() -> str:
         rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
     lines = [
         f"{evidence['device']} (sm{evidence['sm']}), torch {evidence['torch']}, triton {evidence['triton']}, "
-        f"{evidence['date'][:10]}, one run (`ci/gpu_library_evidence OUT bench`; every case, timer and "
-        "correctness check in `perf/results/h200/libraries_2026-12-01/bench_libraries.json`). CUDA-event median "
-        "with L2 flushed; graph-replay time where the row is capturable at decode sizes. Attention and GEMM "
-        "rows: the priority of each library row comes from this run; native attention rows arrive with "
-        "their own issue. The FlashInfer attention rows plan (a host sync) inside every call.",
+        f"{evidence['date'][:10]}, copy {evidence['copy_bandwidth_GBps'] / 1000:.2f} TB/s in the same run. {intro}",
         "",
         "| op | case | rows, fastest first |",
         "|---|---|---|",
@@ -176,6 +176,25 @@ def library_table() -> str:
         cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
         lines.append(f"| {op} | {case_id} | {cells} |")
     return "\n".join(lines)
+
+
+def library_table() -> str:
+    """Every external row beside our native row (or the peer) at the same case, from the library run."""
+    return _ranked_table(LIBRARY_EVIDENCE, (
+        "One run (`ci/gpu_library_evidence OUT bench`; every case, timer and correctness check in "
+        "`perf/results/h200/libraries_2026-12-01/bench_libraries.json`). CUDA-event median with L2 flushed; "
+        "graph-replay time where the row is capturable at decode sizes. The priority of each library row comes "
+        "from this run. The FlashInfer attention rows plan (a host sync) inside every call."))
+
+
+def attention_table() -> str:
+    """The attention ops: our native rows, the library rows and the peers, one run."""
+    return _ranked_table(ATTENTION_EVIDENCE, (
+        "One run (`ci/gpu_attention_evidence OUT bench`; every case in "
+        "`perf/results/h200/attention_2026-12-01/bench_attention.json`). CUDA-event median with L2 flushed; "
+        "graph-replay time of capturable rows at B=1. Peers: torch SDPA, and FlashInfer planned once per step "
+        "outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV "
+        "(or latent) bytes read."))
 
 
 def _time(seconds: float) -> str:
@@ -230,7 +249,8 @@ def dispatcher_table() -> str:
 
 def render(text: str) -> str:
     for name, make in (("support-matrix", support_matrix), ("perf-table", perf_table),
-                       ("library-table", library_table), ("dispatcher-table", dispatcher_table)):
+                       ("library-table", library_table), ("attention-table", attention_table),
+                       ("dispatcher-table", dispatcher_table)):
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         head, found, rest = text.partition(start)
         if not found:

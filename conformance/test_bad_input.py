@@ -324,6 +324,77 @@ class TestUpdateKvBufferBadInput:
         _expect(info, "buffer", ["torch.float32", "torch.float16"])
 
 
+MLA_ROWS = _loadable_rows("kvcache.update_mla_buffer", _env()) + [
+    pytest.param("public", kernels.update_mla_buffer, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", MLA_ROWS)
+class TestUpdateMlaBufferBadInput:
+    def _args(self, env, tokens=4, rows=10, rank=24, rope_dim=8):
+        device = _device(env)
+        return (torch.randn(tokens, rank, device=device), torch.randn(tokens, rope_dim, device=device),
+                torch.arange(tokens, dtype=torch.int32, device=device),
+                torch.randn(rows, rank + rope_dim, device=device))
+
+    def test_buffer_narrower_than_latent_and_rope_is_rejected(self, name, fn, env):
+        """Catches a buffer of the attention's head width (no rope columns) taking a write past its rows' end."""
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope, loc, buffer[:, :24])
+        _expect(info, "buffer", ["[rows, 32]", "kv_lora_rank 24", "rope_dim 8", "[10, 24]"])
+
+    def test_rope_of_other_width_than_the_buffer_leaves_is_rejected(self, name, fn, env):
+        """Catches rope and latent split at another column than the buffer's (rope 16 wide, buffer 24 + 8)."""
+        latent, _, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, torch.randn(4, 16, device=_device(env)), loc, buffer)
+        _expect(info, "buffer", ["[rows, 40]", "[10, 32]"])
+
+    def test_rope_of_other_dtype_is_rejected(self, name, fn, env):
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope.half(), loc, buffer)
+        _expect(info, "rope", ["torch.float32", "torch.float16"])
+
+    def test_rope_of_other_token_count_is_rejected(self, name, fn, env):
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope[:3], loc, buffer)
+        _expect(info, "rope", ["[4, rope_dim]", "[3, 8]"])
+
+    def test_zero_width_rope_is_rejected(self, name, fn, env):
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope[:, :0], loc, buffer[:, :24])
+        _expect(info, "rope", ["rope_dim >= 1"])
+
+    def test_latent_of_heads_shape_is_rejected(self, name, fn, env):
+        """Catches SGLang's [T, 1, 512] latent read as if it were [T, 512]."""
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent[:, None], rope, loc, buffer)
+        _expect(info, "latent", ["[T, kv_lora_rank]", "[4, 1, 24]"])
+
+    def test_buffer_of_other_dtype_is_rejected(self, name, fn, env):
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope, loc, buffer.bfloat16())
+        _expect(info, "buffer", ["latent's dtype torch.float32", "torch.bfloat16"])
+
+    def test_float_loc_is_rejected(self, name, fn, env):
+        latent, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(latent, rope, loc.float(), buffer)
+        _expect(info, "loc", ["torch.int32", "torch.float32"])
+
+    def test_latent_aliasing_the_buffer_is_rejected(self, name, fn, env):
+        """Catches a latent read from cache rows the same call overwrites."""
+        _, rope, loc, buffer = self._args(env)
+        with pytest.raises(OpInputError) as info:
+            fn(buffer[:4, :24], rope, loc, buffer)
+        _expect(info, "latent", ["overlapping"])
+
+
 ROTARY_ROWS = _loadable_rows("embedding.rotary", _env()) + [pytest.param("public", kernels.rotary, id="public")]
 
 

@@ -62,17 +62,45 @@ def test_fp8_quantization_kernels_index_like_the_reference(tokens, hidden, group
     _assert_close_under_interpreter(q, q_ref)
 
 
-def test_fp8_kv_write_kernel_indexes_like_the_reference():
-    from rapid_llm.kernels.ops.kvcache import reference, update_kv_buffer_fp8
-
-    generator = torch.Generator().manual_seed(0)
+def _kv_write_inputs(generator):
+    """(token data, loc, buffer, scales) of update_kv_buffer_fp8: 9 tokens of 8 heads x 72 into 40 rows."""
     kv = torch.randn(9, 8, 72, generator=generator)
     loc = torch.randperm(40, generator=generator)[:9].to(torch.int32)
     buffer = torch.randn(40, 8, 72, generator=generator).to(torch.float8_e4m3fn)
-    scales = torch.tensor([0.01]), torch.tensor([0.05])
-    got = update_kv_buffer_fp8.update_kv_buffer_fp8(kv, loc, buffer.clone(), *scales)
-    want = reference.update_kv_buffer_fp8(kv, loc, buffer.clone(), *scales)
-    untouched = torch.ones(40, dtype=torch.bool)
-    untouched[loc.long()] = False
+    return (kv,), loc, buffer, (torch.tensor([0.01]), torch.tensor([0.05]))
+
+
+def _mla_write_inputs(generator):
+    """(token data, loc, buffer, scales) of update_mla_buffer_fp8: latent 37 and rope 11 wide (off every block
+    size), slices of one projection output, strided loc with padding, into 40 rows in wider storage."""
+    projection = torch.randn(9, 37 + 11 + 6, generator=generator)
+    pairs = torch.full((9, 2), -7, dtype=torch.int64)
+    pairs[:, 0] = torch.randperm(40, generator=generator)[:9]
+    pairs[::4, 0] = -1
+    buffer = torch.randn(40, 37 + 11 + 3, generator=generator).to(torch.float8_e4m3fn)[:, :48]
+    return (projection[:, :37], projection[:, 37:48]), pairs[:, 0], buffer, (torch.tensor([0.02]),)
+
+
+def _copy_keeping_strides(t):
+    """A copy of t with t's strides (clone() packs a strided view: the kernel would see no row stride)."""
+    copy = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    copy.view(torch.uint8).copy_(t.view(torch.uint8))
+    return copy
+
+
+@pytest.mark.parametrize("write, inputs", [("update_kv_buffer_fp8", _kv_write_inputs),
+                                           ("update_mla_buffer_fp8", _mla_write_inputs)])
+def test_fp8_kv_write_kernels_index_like_the_reference(write, inputs):
+    import importlib
+
+    from rapid_llm.kernels.ops.kvcache import reference
+
+    kernel = getattr(importlib.import_module(f"rapid_llm.kernels.ops.kvcache.{write}"), write)
+    data, loc, buffer, scales = inputs(torch.Generator().manual_seed(0))
+    got = kernel(*data, loc, _copy_keeping_strides(buffer), *scales)
+    want = getattr(reference, write)(*data, loc, _copy_keeping_strides(buffer), *scales)
+    written = loc[loc >= 0].long()
+    untouched = torch.ones(buffer.shape[0], dtype=torch.bool)
+    untouched[written] = False
     assert torch.equal(got[untouched].view(torch.uint8), buffer[untouched].view(torch.uint8))
-    _assert_close_under_interpreter(got[loc.long()], want[loc.long()])
+    _assert_close_under_interpreter(got[written], want[written])

@@ -29,92 +29,136 @@ def _rows(op, dtype="fp32"):
     return [pytest.param(planned, id=name) for name, planned in loadable_rows(op, dtype)]
 
 
-def _kv_inputs(rows=8, tokens=3, heads=4, head_dim=16):
-    generator = torch.Generator().manual_seed(7)
-    kv = torch.randn(tokens, heads, head_dim, generator=generator).to(DEVICE)
-    buffer = torch.randn(rows, heads, head_dim, generator=generator).to(DEVICE)
-    return kv, buffer
-
-
 # ---------------------------------------------------------------------------
-# KV writes: ids past the end, padding, repeats
+# KV writes (the GQA KV buffer and the MLA latent cache): ids past the end, padding, repeats
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
-def test_kv_write_ids_past_the_end_raise_when_checked(planned):
+class _KvWrite:
+    """update_kv_buffer(_fp8): token data (kv,), a row of the cache is kv[token]."""
+
+    op, fp8_op, scale_count = "kvcache.update_kv_buffer", "kvcache.update_kv_buffer_fp8", 2
+
+    @staticmethod
+    def inputs(rows=8, tokens=3, row_width=64):
+        generator = torch.Generator().manual_seed(7)
+        kv = torch.randn(tokens, 4, row_width // 4, generator=generator).to(DEVICE)
+        buffer = torch.randn(rows, 4, row_width // 4, generator=generator).to(DEVICE)
+        return (kv,), buffer
+
+    @staticmethod
+    def row(data, token):
+        return data[0][token]
+
+
+class _MlaWrite:
+    """update_mla_buffer(_fp8): token data (latent, rope), a row of the cache is latent[token] | rope[token]."""
+
+    op, fp8_op, scale_count = "kvcache.update_mla_buffer", "kvcache.update_mla_buffer_fp8", 1
+
+    @staticmethod
+    def inputs(rows=8, tokens=3, row_width=64):
+        generator = torch.Generator().manual_seed(7)
+        rope_dim = row_width // 8
+        # latent and rope sliced from one projection output, as engines pass them
+        projection = torch.randn(tokens, row_width + 16, generator=generator).to(DEVICE)
+        buffer = torch.randn(rows, row_width, generator=generator).to(DEVICE)
+        return (projection[:, :row_width - rope_dim], projection[:, row_width - rope_dim:row_width]), buffer
+
+    @staticmethod
+    def row(data, token):
+        return torch.cat((data[0][token], data[1][token]))
+
+
+_WRITES = (_KvWrite, _MlaWrite)
+
+
+def _write_rows(fp8=False):
+    """(PlannedOp, write) for every row of the KV writes (fp8: their e4m3 variants) that runs here."""
+    return [pytest.param(planned, write, id=name)
+            for write in _WRITES for name, planned in loadable_rows(write.fp8_op if fp8 else write.op)]
+
+
+def _ids(*values):
+    return torch.tensor(values, device=DEVICE)
+
+
+@pytest.mark.parametrize("planned, write", _write_rows())
+def test_kv_write_ids_past_the_end_raise_when_checked(planned, write):
     """Catches a row that writes (or crashes on) slot 8 of an 8-row buffer while another raises."""
-    kv, buffer = _kv_inputs()
+    data, buffer = write.inputs()
     before = buffer.clone()
     with value_checks(True), pytest.raises(OpInputError) as info:
-        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer)
+        planned(*data, _ids(0, 1, 8), buffer)
     assert info.value.argument == "loc" and "8" in str(info.value)
     assert torch.equal(buffer, before), "a rejected write must leave the buffer untouched"
 
 
-@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
-def test_kv_write_ids_past_the_end_are_dropped_by_every_row_when_unchecked(planned):
+@pytest.mark.parametrize("planned, write", _write_rows())
+def test_kv_write_ids_past_the_end_are_dropped_by_every_row_when_unchecked(planned, write):
     """Catches rows disagreeing on unchecked input: every row writes slots 0 and 1 and drops slot 8."""
-    kv, buffer = _kv_inputs()
+    data, buffer = write.inputs()
     expected = buffer.clone()
-    expected[0], expected[1] = kv[0], kv[1]
+    expected[0], expected[1] = write.row(data, 0), write.row(data, 1)
     with value_checks(False):
-        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer)
+        planned(*data, _ids(0, 1, 8), buffer)
     assert torch.equal(buffer, expected)
 
 
-@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
-def test_kv_write_negative_slots_are_padding(planned):
+@pytest.mark.parametrize("planned, write", _write_rows())
+def test_kv_write_negative_slots_are_padding(planned, write):
     """Catches a row writing (or raising on) slot -1: padding tokens of a batch must be skipped."""
-    kv, buffer = _kv_inputs()
+    data, buffer = write.inputs()
     expected = buffer.clone()
-    expected[5] = kv[1]
-    planned(kv, torch.tensor([-1, 5, -3], device=DEVICE), buffer)
+    expected[5] = write.row(data, 1)
+    planned(*data, _ids(-1, 5, -3), buffer)
     assert torch.equal(buffer, expected)
 
 
-@pytest.mark.parametrize("planned", _rows("kvcache.update_kv_buffer"))
-def test_kv_write_repeated_slot_holds_elements_of_the_tokens_naming_it(planned):
+@pytest.mark.parametrize("planned, write", _write_rows())
+def test_kv_write_repeated_slot_holds_elements_of_the_tokens_naming_it(planned, write):
     """Pins the contract for a repeated id: each element of the row comes from one of the tokens naming it
     (rows written by several programs may mix them element by element), and no other row changes."""
-    kv, buffer = _kv_inputs(rows=8, tokens=4, heads=8, head_dim=128)
+    data, buffer = write.inputs(rows=8, tokens=4, row_width=2048)  # rows of several blocks or programs
     before = buffer.clone()
-    planned(kv, torch.tensor([3, 6, 3, 3], device=DEVICE), buffer)
-    candidates = torch.stack((kv[0], kv[2], kv[3]))
+    planned(*data, _ids(3, 6, 3, 3), buffer)
+    candidates = torch.stack([write.row(data, token) for token in (0, 2, 3)])
     assert ((buffer[3][None] == candidates).any(dim=0)).all(), "an element of row 3 matches no token naming it"
-    assert torch.equal(buffer[6], kv[1])
+    assert torch.equal(buffer[6], write.row(data, 1))
     others = [r for r in range(8) if r not in (3, 6)]
     assert torch.equal(buffer[others], before[others])
 
 
-def _fp8_rows():
-    return _rows("kvcache.update_kv_buffer_fp8")
+def _fp8_scales(write, bad=None):
+    """The write's scales (0.5, then 0.25), the first replaced by a tensor of `bad` if given."""
+    values = (0.5, 0.25)[:write.scale_count]
+    if bad is not None:
+        values = (bad,) + values[1:]
+    return tuple(torch.tensor([value], device=DEVICE) for value in values)
 
 
-@pytest.mark.parametrize("planned", _fp8_rows())
-def test_fp8_kv_write_ids_past_the_end_and_padding(planned):
-    """The fp8 write shares the slot rules: checked ids past the end raise, negative slots are skipped."""
-    kv, _ = _kv_inputs()
-    buffer = torch.zeros(8, 4, 16, dtype=torch.float8_e4m3fn, device=DEVICE)
-    scales = torch.tensor([0.5], device=DEVICE), torch.tensor([0.25], device=DEVICE)
+@pytest.mark.parametrize("planned, write", _write_rows(fp8=True))
+def test_fp8_kv_write_ids_past_the_end_and_padding(planned, write):
+    """The fp8 writes share the slot rules: checked ids past the end raise, negative slots are skipped."""
+    data, float_buffer = write.inputs()
+    buffer = torch.zeros_like(float_buffer, dtype=torch.float8_e4m3fn)
     with value_checks(True), pytest.raises(OpInputError):
-        planned(kv, torch.tensor([0, 1, 8], device=DEVICE), buffer, *scales)
+        planned(*data, _ids(0, 1, 8), buffer, *_fp8_scales(write))
     with value_checks(False):
-        planned(kv, torch.tensor([-1, 2, 8], device=DEVICE), buffer, *scales)
+        planned(*data, _ids(-1, 2, 8), buffer, *_fp8_scales(write))
     written = buffer.view(torch.uint8).reshape(8, -1).ne(0).any(dim=1).nonzero().flatten().tolist()
     assert written == [2], f"rows written: {written} (expected only slot 2)"
 
 
-@pytest.mark.parametrize("planned", _fp8_rows())
+@pytest.mark.parametrize("planned, write", _write_rows(fp8=True))
 @pytest.mark.parametrize("bad", [0.0, -0.5, float("inf"), float("nan")])
-def test_fp8_kv_write_rejects_non_positive_or_non_finite_scales_when_checked(planned, bad):
-    """Catches k_scale=0 (inf/NaN codes in the cache) or a negative scale (sign-flipped K) being accepted."""
-    kv, _ = _kv_inputs()
-    buffer = torch.zeros(8, 4, 16, dtype=torch.float8_e4m3fn, device=DEVICE)
+def test_fp8_kv_write_rejects_non_positive_or_non_finite_scales_when_checked(planned, write, bad):
+    """Catches a scale of 0 (inf/NaN codes in the cache) or a negative scale (sign-flipped K) being accepted."""
+    data, float_buffer = write.inputs()
+    buffer = torch.zeros_like(float_buffer, dtype=torch.float8_e4m3fn)
     with value_checks(True), pytest.raises(OpInputError) as info:
-        planned(kv, torch.tensor([0, 1, 2], device=DEVICE), buffer, torch.tensor([bad], device=DEVICE),
-                torch.tensor([0.5], device=DEVICE))
-    assert info.value.argument == "k_scale" and "positive" in str(info.value)
+        planned(*data, _ids(0, 1, 2), buffer, *_fp8_scales(write, bad))
+    assert info.value.argument in ("k_scale", "scale") and "positive" in str(info.value)
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,11 @@ the prefill peer.
     test_mla_decode[flash_mla/dense_decode-B64-L4096-h128-page64-bf16]
 
 Each arm is checked against the reference row (conformance's tolerance) before it is timed with CUDA
-events (L2 flushed); rows with graph_safe=True are also timed in CUDA-graph replay at decode sizes. The
+events (L2 flushed); rows with graph_safe=True are also timed in CUDA-graph replay at decode sizes.
+Peers: torch SDPA (prefill), and FlashInfer driven as an engine drives it, plan() once per step
+outside the timing ("peer/flashinfer.decode(planned)", "peer/flashinfer.prefill(planned)"): its rows
+plan in every call, which is what a caller of the row pays but not what FlashInfer's kernels cost.
+Decode also runs with the fp8-e4m3 KV buffer kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). The
 reference rows are the correctness floor, not a contender: they are checked against, not timed (they
 would spend most of the GPU session at these shapes). Decode bytes = the KV (or latent) bytes the
 sequences read; prefill and MLA FLOPs count the causal half: 4*B*H*S^2*D/2 (Q.K and P.V).
@@ -47,12 +51,14 @@ class AttentionShape:
     page_size: int = 16
     new_tokens: int = 0  # prefill_paged: the chunk per sequence (history = length - new_tokens)
     dtype: str = "bf16"
+    kv_fp8: bool = False  # decode: the KV buffer in fp8 e4m3 with per-tensor scales
 
     @property
     def id(self) -> str:
         chunk = f"-chunk{self.new_tokens}" if self.new_tokens else ""
+        kv = "-kvfp8" if self.kv_fp8 else ""
         return (f"B{self.batch}-L{self.length}{chunk}-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}"
-                f"-page{self.page_size}-{self.dtype}")
+                f"-page{self.page_size}-{self.dtype}{kv}")
 
 
 def _page_table(batch, length, page_size, device):
@@ -91,13 +97,28 @@ def _run_arm(op, arm, case_id, dtype, args, shape, layout):
 # ---------------------------------------------------------------------------
 
 DECODE = "attention.decode"
-DECODE_SHAPES = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
-                 AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
+_DECODE_BF16 = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
+                AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
+DECODE_SHAPES = _DECODE_BF16 + [AttentionShape(c.batch, c.length, 32, 8, 128, kv_fp8=True) for c in _DECODE_BF16[:3]]
+#: FlashInfer driven as an engine drives it: plan() once per step outside the timing, run() timed.
+FLASHINFER_PLANNED_DECODE = "peer/flashinfer.decode(planned)"
+FLASHINFER_PLANNED_PREFILL = "peer/flashinfer.prefill(planned)"
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(DECODE)
-                                      for c in DECODE_SHAPES])
-def test_decode(benchmark, gpu_session, arm, case):
+def _flashinfer_adapters():
+    """rapid_llm.kernels.backends.flashinfer.attention, or pytest.skip when FlashInfer does not load here."""
+    from rapid_llm.kernels.backends import flashinfer as backend
+
+    ok, reason = backend.available()
+    if not ok:
+        pytest.skip(f"FlashInfer peer: {reason}")
+    from rapid_llm.kernels.backends.flashinfer import attention
+
+    return attention
+
+
+def _decode_inputs(case):
+    """(args of attention.decode, KV bytes read) for the case: a random-permutation page table, K ~ N(0, 1)."""
     import torch
 
     from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
@@ -106,14 +127,34 @@ def test_decode(benchmark, gpu_session, arm, case):
     generator = torch.Generator(device="cuda").manual_seed(case.batch + case.length)
     table, pages = _page_table(case.batch, case.length, case.page_size, "cuda")
     buffer = _randn((pages * case.page_size, 2 * case.num_kv_heads, case.head_dim), dtype, generator)
+    scales = (None, None)
+    if case.kv_fp8:
+        # what kvcache.update_kv_buffer_fp8 leaves: values / scale in e4m3, the scales beside
+        scale = (buffer.float().abs().amax() / 448.0).reshape(1)
+        buffer = (buffer.float() / scale).to(torch.float8_e4m3fn)
+        scales = (scale, scale.clone())
     q = _randn((case.batch, case.num_q_heads, case.head_dim), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    args = (q, buffer, table, seq_lens, case.page_size, case.head_dim ** -0.5)
-    shape = {"num_tokens": case.batch, "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
-             "head_dim": case.head_dim, "page_size": case.page_size}
-    fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args, shape,
-                                    frozenset({"q:heads", "kv:paged", "index:contiguous"}))
-    kv_bytes = case.batch * case.length * 2 * case.num_kv_heads * case.head_dim * dtype.itemsize
+    args = (q, buffer, table, seq_lens, case.page_size, case.head_dim ** -0.5, *scales)
+    return args, case.batch * case.length * 2 * case.num_kv_heads * case.head_dim * buffer.element_size()
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
+                                      for a in _contenders(DECODE) + [FLASHINFER_PLANNED_DECODE]
+                                      for c in DECODE_SHAPES])
+def test_decode(benchmark, gpu_session, arm, case):
+    from rapid_llm.kernels.ops.attention.checks import check_decode
+
+    args, kv_bytes = _decode_inputs(case)
+    _, layout, dims = check_decode(*args)
+    if arm == FLASHINFER_PLANNED_DECODE:
+        if case.kv_fp8:
+            pytest.skip("FlashInfer peer: bf16 KV only (the row FlashInfer serves)")
+        run = _flashinfer_adapters().plan_decode(*args[:6])
+        q, buffer = args[0], args[1]
+        fn, graph_safe, info = (lambda: run(q, buffer)), False, {"correctness": "peer: plan once, run timed"}
+    else:
+        fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args, dict(dims), layout)
     benchmark.extra_info.update(op=DECODE, row=arm, case=case.id, **info,
                                 bytes_formula="K and V of every sequence read once (q and out are < 1%)")
     gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=kv_bytes, graph=case.batch == 1,
@@ -165,6 +206,9 @@ def _prefill_case(benchmark, gpu_session, op, arm, case, head_dim_v):
     args = (q, k, v, cu, case.length, case.head_dim ** -0.5, True, False)
     if arm == SDPA:
         fn, graph_safe, info = _sdpa_peer(q, k, v, case), True, {"correctness": "peer: not checked"}
+    elif arm == FLASHINFER_PLANNED_PREFILL:
+        run = _flashinfer_adapters().plan_prefill(q, k, v, cu, case.head_dim ** -0.5, causal=True)
+        fn, graph_safe, info = (lambda: run(q, k, v)), False, {"correctness": "peer: plan once, run timed"}
     else:
         shape = {"num_tokens": q.shape[0], "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
                  "head_dim": case.head_dim, "head_dim_v": head_dim_v}
@@ -179,7 +223,8 @@ def _prefill_case(benchmark, gpu_session, op, arm, case, head_dim_v):
     benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(PREFILL) + [SDPA]
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
+                                      for a in _contenders(PREFILL) + [SDPA, FLASHINFER_PLANNED_PREFILL]
                                       for c in PREFILL_SHAPES])
 def test_prefill(benchmark, gpu_session, arm, case):
     _prefill_case(benchmark, gpu_session, PREFILL, arm, case, case.head_dim)

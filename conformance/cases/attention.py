@@ -99,17 +99,41 @@ def _cache(rows, width_shape, dtype, device, generator, row_pad=0):
     return wide[:, :flat].view(rows, *width_shape)
 
 
+def _fp8_cache(rows, num_kv_heads, head_dim, device, generator, row_pad=0, scale_views=False):
+    """An e4m3 KV buffer [rows, 2*Hk, D] as kvcache.update_kv_buffer_fp8 leaves it (K ~ N(0, 1) * 3, V ~ N(0, 1),
+    each quantized by its own per-tensor scale absmax / 448), and its (k_scale, v_scale) on `device`; with
+    scale_views, the scales are offset views into one table (an engine's per-layer scale table)."""
+    values = _cache(rows, (2 * num_kv_heads, head_dim), torch.float32, "cpu", generator, row_pad)
+    values[:, :num_kv_heads] *= 3.0
+    k_scale = values[:, :num_kv_heads].abs().amax().clamp_min(1e-6) / 448.0
+    v_scale = values[:, num_kv_heads:].abs().amax().clamp_min(1e-6) / 448.0
+    quantized = torch.cat([values[:, :num_kv_heads] / k_scale, values[:, num_kv_heads:] / v_scale], dim=1)
+    buffer = torch.zeros((rows, 2 * num_kv_heads * head_dim + row_pad), dtype=torch.float8_e4m3fn)
+    flat = buffer[:, :2 * num_kv_heads * head_dim]
+    flat.copy_(quantized.reshape(rows, -1).to(torch.float8_e4m3fn))
+    buffer = buffer.to(device)[:, :2 * num_kv_heads * head_dim].view(rows, 2 * num_kv_heads, head_dim)
+    if scale_views:
+        table = torch.tensor([9.0, float(k_scale), 9.0, float(v_scale)], device=device)
+        return buffer, table[1:2], table[3:4]
+    return buffer, k_scale.reshape(1).to(device), v_scale.reshape(1).to(device)
+
+
 def _decode_case(seq_lens, num_q_heads, num_kv_heads, head_dim, page_size, *, scale=1.0, share_prefix=True,
-                 strided_q=False, strided_index=False, row_pad=0):
+                 strided_q=False, strided_index=False, row_pad=0, fp8=False):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
-        buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
+        if fp8:
+            buffer, k_scale, v_scale = _fp8_cache(pages * page_size, num_kv_heads, head_dim, device, generator,
+                                                  row_pad, scale_views=strided_index)
+        else:
+            buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
+            k_scale = v_scale = None
         if strided_q:
             q = _randn((len(seq_lens), num_q_heads, 2 * head_dim), dtype, device, generator, scale)[..., head_dim:]
         else:
             q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
-        args = (q, buffer, table, lens, page_size, head_dim ** -0.5)
+        args = (q, buffer, table, lens, page_size, head_dim ** -0.5, k_scale, v_scale)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
     return make
@@ -187,16 +211,18 @@ def _gather_positions(table_row, length, page_size):
     return [int(table_row[p // page_size]) * page_size + p % page_size for p in range(length)]
 
 
-def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
         rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
-        kv = kv_buffer[rows]
+        kv = kv_buffer[rows].double()
+        keys, values = kv[:, :heads], kv[:, heads:]
+        if k_scale is not None:  # an fp8 buffer: dequantize (exact in float64)
+            keys, values = keys * float(k_scale), values * float(v_scale)
         visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b:b + 1], _ = _attend64(q[b:b + 1], _expand(kv[:, :heads], group), _expand(kv[:, heads:], group),
-                                    sm_scale, visible)
+        out[b:b + 1], _ = _attend64(q[b:b + 1], _expand(keys, group), _expand(values, group), sm_scale, visible)
     return out.to(q.dtype)
 
 
@@ -285,6 +311,13 @@ DECODE_CASES = (
     Case("batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16), gpu_only=True),
     Case("many_sequences", _decode_case(tuple(1 + (i * 37) % 300 for i in range(3000)), 32, 8, 128, 16),
          gpu_only=True),
+    # the fp8 KV buffer kvcache.update_kv_buffer_fp8 writes, with its per-tensor scales
+    Case("fp8_kv_ragged_page16", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True)),
+    Case("fp8_kv_page_size_1_strided", _decode_case((9, 40), 4, 1, 128, 1, fp8=True, strided_q=True,
+                                                    strided_index=True)),
+    Case("fp8_kv_padded_rows_large_logits", _decode_case((50, 9), 4, 2, 64, 16, fp8=True, row_pad=64, scale=10.0)),
+    Case("fp8_kv_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, fp8=True), gpu_only=True),
+    Case("fp8_kv_long_context_32k", _decode_case((32768,), 32, 8, 128, 16, fp8=True), gpu_only=True),
 )
 
 MLA_DECODE_CASES = (

@@ -18,12 +18,13 @@ from .ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAG
 from .ops.elementwise import SCALE
 from .ops.embedding import ROTARY, VOCAB_EMBEDDING
 from .ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
-from .ops.kvcache import UPDATE_KV_BUFFER, UPDATE_KV_BUFFER_FP8
+from .ops.kvcache import UPDATE_KV_BUFFER, UPDATE_KV_BUFFER_FP8, UPDATE_MLA_BUFFER, UPDATE_MLA_BUFFER_FP8
 from .ops.norm import FUSED_ADD_RMS_NORM, RMS_NORM
 from .ops.quantization import PER_TOKEN_FP8, PER_TOKEN_GROUP_FP8
 
 __all__ = ["scale", "rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_tanh_and_mul", "vocab_embedding",
-           "rotary", "update_kv_buffer", "update_kv_buffer_fp8", "per_token_fp8", "per_token_group_fp8",
+           "rotary", "update_kv_buffer", "update_kv_buffer_fp8", "update_mla_buffer", "update_mla_buffer_fp8",
+           "per_token_fp8", "per_token_group_fp8",
            "prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill",
            "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
 
@@ -78,6 +79,18 @@ def update_kv_buffer_fp8(kv, loc, buffer, k_scale, v_scale):
     return _call(UPDATE_KV_BUFFER_FP8, (kv, loc, buffer, k_scale, v_scale))
 
 
+def update_mla_buffer(latent, rope, loc, buffer):
+    """buffer[loc[i]] = latent[i] | rope[i] (the MLA latent cache row), in place; returns buffer.
+    Contract: kvcache.update_mla_buffer."""
+    return _call(UPDATE_MLA_BUFFER, (latent, rope, loc, buffer))
+
+
+def update_mla_buffer_fp8(latent, rope, loc, buffer, scale):
+    """buffer[loc[i]] = e4m3((latent[i] | rope[i]) / scale), in place; returns buffer.
+    Contract: kvcache.update_mla_buffer_fp8."""
+    return _call(UPDATE_MLA_BUFFER_FP8, (latent, rope, loc, buffer, scale))
+
+
 def per_token_fp8(x):
     """(q e4m3 [T, H], scale fp32 [T, 1]). Contract: quantization.per_token_fp8."""
     return _call(PER_TOKEN_FP8, (x,))
@@ -100,9 +113,10 @@ def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q
                                  causal, return_lse))
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float):
-    """One query token per sequence against its paged KV; out [B, Hq, D]. Contract: attention.decode."""
-    return _call(DECODE, (q, kv_buffer, page_table, seq_lens, page_size, sm_scale))
+def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float, k_scale=None, v_scale=None):
+    """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
+    out [B, Hq, D]. Contract: attention.decode."""
+    return _call(DECODE, (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale))
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size: int, sm_scale: float):

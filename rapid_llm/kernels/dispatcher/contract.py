@@ -95,13 +95,19 @@ LAYOUT_TAGS = {
     "qk:rows": "q [T, Hq*D], k [T, Hk*D] and cos_sin_cache [P, R] each have unit stride along their last dim "
                "(any token stride)",
     "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
-    "buffer:rows": "the KV buffer [rows, 2*Hk, D] views as [rows, 2*Hk*D] without a copy (as kv:rows)",
+    "buffer:rows": "a KV write's buffer views as [rows, row width] with unit stride along the row (any row "
+                   "stride): [rows, 2*Hk, D] as [rows, 2*Hk*D] without a copy (as kv:rows), the MLA buffer "
+                   "[rows, R + P] as it is",
+    "latent_rope:rows": "latent [T, R] and rope [T, P] of an MLA cache write each have unit stride along their "
+                        "last dim (any token stride)",
     # attention family
     "q:heads": "q [N, Hq, D] has unit stride along D, its other strides and its data pointer 16-byte aligned "
                "(what TMA-based library kernels load without a copy)",
     "kv:heads": "k and v of a ragged prefill [T, Hk, D] each as q:heads",
     "v:same_head_dim": "v's head_dim equals q's and k's (libraries compile a fixed set of (D, Dv) pairs)",
     "kv:paged": "the KV buffer [rows, 2*Hk, D] as q:heads (any 16-byte-aligned row stride)",
+    "kv:q_dtype": "the decode KV buffer holds q's dtype (no scales)",
+    "kv:fp8_e4m3": "the decode KV buffer is float8_e4m3fn with its per-tensor k_scale and v_scale",
     "latent:rows": "the MLA latent cache [rows, 576] as q:heads",
     "index:contiguous": "the index tensors (cu_seqlens, seq_lens, page_table) are contiguous",
     # gemm family

@@ -18,6 +18,12 @@ TRITON_DEVICES = (
 #: interpreter: its fp32 -> e4m3 cast drops the carry when rounding up a mantissa (127.99 becomes
 #: 64, not 128), so its results are wrong; these rows are verified on the GPU only.
 TRITON_FP8_DEVICES = (CapabilityRequirement("cuda", min_sm=89),)
+#: Native rows that only read fp8 e4m3 (an fp8 KV cache) and widen it: the hardware conversion of sm89+,
+#: or the CPU interpreter, whose e4m3 -> fp16/fp32 widening is exact (only its rounding casts are wrong).
+TRITON_FP8_READ_DEVICES = (
+    CapabilityRequirement("cuda", min_sm=89),
+    CapabilityRequirement("cpu", triton_interpreter=True),
+)
 
 #: Rows of the CUDA extension (aot/ and jit/): CUDA sm80+ like the native rows; the code runs on
 #: the archs the build targets (TORCH_CUDA_ARCH_LIST).
@@ -32,3 +38,10 @@ H200_PARITY = "perf/results/h200/parity_2026-11-30.json"
 #: (phase bench: each library row beside our native row) their priorities come from.
 LIBRARY_PARITY = "perf/results/h200/libraries_2026-12-01/parity_libraries.json"
 LIBRARY_BENCH = "perf/results/h200/libraries_2026-12-01/bench_libraries.json"
+
+#: The native attention rows' evidence (ci/gpu_attention_evidence on the H200, the libraries present as
+#: peers): one parity run per row (parity_native_<row>.json, cited by that row's golden record), the
+#: benchmark run beside the library rows (priorities) and the tile sweep (launch heuristics).
+ATTENTION_RESULTS = "perf/results/h200/attention_2026-12-01"
+ATTENTION_BENCH = "perf/results/h200/attention_2026-12-01/bench_attention.json"
+ATTENTION_SWEEP = "perf/results/h200/attention_2026-12-01/sweep_attention_tiles.json"

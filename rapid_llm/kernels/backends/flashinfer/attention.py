@@ -8,9 +8,12 @@ buffer kvcache.update_kv_buffer writes, [rows, 2*Hk, D]. FlashInfer wants:
   - the pages in CSR form: indptr [B + 1], indices (the used page ids, packed),
     last_page_len [B]: built on the device from page_table and seq_lens;
   - a plan() per batch, which copies indptr to the host (a device sync) and
-    sizes the split-KV schedule. We plan inside every call, so these rows are
+    sizes the split-KV schedule. The rows plan inside every call, so they are
     not CUDA-graph capturable (graph_safe=False); a plan made with
-    graph_safe_only=True picks another row.
+    graph_safe_only=True picks another row. The preparation is also exposed
+    on its own: plan_decode / plan_prefill plan once and return a run
+    function for every layer of the step (what an engine driving FlashInfer
+    does; the benchmarks time FlashInfer that way too, as a peer).
 FlashInfer's lse is base 2; ours is natural log (lse * ln 2).
 
 Buffers reused across calls (not per-step state): one 128 MiB float workspace
@@ -75,9 +78,43 @@ def _csr_pages(page_table, seq_lens, page_size: int):
     return indptr, indices.to(torch.int32), last_page_len.to(torch.int32)
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+    """The per-step preparation of attention.decode, exposed: plan once (host sync, schedule), run per layer.
+
+    Returns run(q, kv_buffer) -> out for tensors of the planned shapes and dtypes (every layer of one decode
+    step shares page_table and seq_lens). The plan owns its wrapper and workspace (128 MiB), so several
+    plans can be alive at once; an engine keeps one per step. This is how FlashInfer is meant to be driven
+    and how the benchmarks time it beside our rows ("planned"); the row itself plans in every call."""
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    num_kv_heads = kv_buffer.shape[1] // 2
+    with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
+        wrapper.plan(indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2], page_size,
+                     q_data_type=q.dtype, kv_data_type=kv_buffer.dtype, sm_scale=float(sm_scale))
+
+    def run(q, kv_buffer):
+        return wrapper.run(q, _paged_views(kv_buffer, page_size))
+    return run
+
+
+def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
+    """The per-step preparation of attention.prefill, exposed like plan_decode: returns run(q, k, v) -> out."""
+    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+    with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
+        wrapper.plan(cu_seqlens, cu_seqlens, q.shape[1], k.shape[1], q.shape[2], head_dim_vo=v.shape[2],
+                     causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype, kv_data_type=k.dtype)
+
+    def run(q, k, v):
+        return wrapper.run(q, k, v)
+    return run
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
-    variant at GQA 4 on the H200, ../shared/ANCHORS.md)."""
+    variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
+    always None here (an fp8 buffer goes to another row)."""
     wrapper = _wrapper("decode", q.device, lambda ws: flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD"))
     indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
     num_kv_heads = kv_buffer.shape[1] // 2

@@ -1,8 +1,10 @@
 """attention family: op contracts and rows (data only, torch-free).
 
-Files: checks.py (the ops' argument checks), reference.py (torch rows). The
-external libraries' adapters live in rapid_llm/kernels/backends/<library>/attention.py;
-the native Triton kernels arrive with their own issue.
+Files: checks.py (the ops' argument checks), reference.py (torch rows),
+prefill.py (native ragged and paged prefill), decode.py (native paged decode,
+bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
+decode). The external libraries' adapters live in
+rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
   - softmax(q . k * sm_scale) over the keys a query may see, fp32 accumulation,
@@ -26,6 +28,8 @@ from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
 from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
 from ...backends.flashinfer import REQUIREMENT as FLASHINFER
 from ..common_rows import LIBRARY_BENCH, LIBRARY_PARITY  # noqa: F401  (LIBRARY_BENCH: cited at ROWS)
+from ..common_rows import ATTENTION_BENCH  # noqa: F401  (cited at ROWS)
+from ..common_rows import ATTENTION_RESULTS, TRITON, TRITON_DEVICES, TRITON_FP8_READ_DEVICES
 
 PREFILL = "attention.prefill"
 PREFILL_PAGED = "attention.prefill_paged"
@@ -112,20 +116,25 @@ entries of page_table are not read.""",
     ),
     OpContract(
         op=DECODE,
-        parameters=("q", "kv_buffer", "page_table", "seq_lens", "page_size", "sm_scale"),
+        parameters=("q", "kv_buffer", "page_table", "seq_lens", "page_size", "sm_scale", "k_scale", "v_scale"),
         dtypes=ATTENTION_DTYPES,
         # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT), ("head_dim", EXACT),
               ("page_size", EXACT)),
-        layouts=("q:heads", "kv:paged", "index:contiguous"),
+        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3"),
         check=f"{_HERE}.checks:check_decode",
-        doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale) -> out
+        doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None) -> out
 
 One query token per sequence against its paged KV (page_size >= 1; 1 is
 token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
-dtype, rows a multiple of page_size; page_table: int32 [B, max_pages];
-seq_lens: int32 [B]. Query b attends KV positions 0 .. seq_lens[b]-1 (its own
-K/V already written). out: new [B, Hq, D] of q's dtype.
+dtype (layout tag kv:q_dtype), or float8_e4m3fn (kv:fp8_e4m3: the buffer
+kvcache.update_kv_buffer_fp8 writes) with k_scale and v_scale its one-element
+fp32 per-tensor scales on q's device (K = k_buffer.float() * k_scale, V
+likewise; positive and finite, checked like the index values); the scales must
+be None for a buffer of q's dtype. rows a multiple of page_size; page_table:
+int32 [B, max_pages]; seq_lens: int32 [B]. Query b attends KV positions
+0 .. seq_lens[b]-1 (its own K/V already written). out: new [B, Hq, D] of q's
+dtype.
 {_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
 uses < rows / page_size; other entries of page_table are not read.""",
     ),
@@ -208,6 +217,39 @@ _PAGED = ("q:heads", "kv:paged", "index:contiguous")
 _LATENT = ("q:heads", "latent:rows", "index:contiguous")
 _HEAD_DIMS = ShapeConstraint("head_dim", one_of=(64, 128, 256))
 
+#: Head dims the native kernels take: a power of two, or the sum of two with the smaller >= 16 (two
+#: tensor-core products per tile: 192 = 128 + 64); value dims (and prefill_paged's, which reads V
+#: with the same width) a power of two.
+_NATIVE_HEAD_DIMS = ShapeConstraint("head_dim", one_of=(32, 48, 64, 80, 96, 128, 160, 192, 256))
+_NATIVE_POW2_HEAD_DIMS = ShapeConstraint("head_dim", one_of=(32, 64, 128, 256))
+_NATIVE_VALUE_DIMS = ShapeConstraint("head_dim_v", one_of=(32, 64, 128, 256))
+
+
+def _native_row(name, op, module, function, *, shape=(), layout=(), capability=TRITON_DEVICES, max_abs_diff,
+                priority, description):
+    """A native Triton row (ops/attention/<module>.py). Every tensor is read through its strides, so it
+    needs no layout tag but the dtype ones; no host sync and no per-call host data (split counts come from
+    host-known sizes): capturable in a CUDA graph (measured: conformance/test_attention_native.py on the
+    H200). max_abs_diff: the largest |diff| against the torch row over every parity case in fp32, fp16 and
+    bf16 on the H200 (the row's own parity run in ATTENTION_RESULTS); priority: from ATTENTION_BENCH (the
+    comments at ROWS)."""
+    return KernelSpec(
+        name=name,
+        op=op,
+        backend="native",
+        target=f"{_HERE}.{module}:{function}",
+        libraries=(TRITON,),
+        capability=capability,
+        dtypes=ATTENTION_DTYPES,
+        shape=shape,
+        layout=layout,
+        golden=GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline=f"torch/{function}",
+                            evidence=f"{ATTENTION_RESULTS}/parity_{name.replace('/', '_')}.json"),
+        priority=priority,
+        graph_safe=True,
+        description=description,
+    )
+
 # Priorities (LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
 #   prefill, GQA 32/8 d128 causal: FA3 825.7 us at 4 x 4096 tokens and 322.6 us at 16 x 1024, FlashInfer
 #     1652.1 / 1044.5 us (plan() in every call); mla_prefill 4 x 4096, 16 heads 192/128: FA3 512.5, FlashInfer
@@ -216,14 +258,42 @@ _HEAD_DIMS = ShapeConstraint("head_dim", one_of=(64, 128, 256))
 #     B=1 L=32768 with 16 / 128 heads; FlashInfer 906-910 us at B=64 and 358-906 us at B=1. FlashMLA 20.
 #   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
 #     779.0 us for 4 chunks of 512 after 4096): 10.
+# The native rows (ATTENTION_BENCH: one run beside the library rows, bf16):
+#   decode GQA 32/8 d128 page 16: native 254.6 / 81.3 / 52.0 / 18.3 us at B=64 L=4096 / B=8 L=8192 /
+#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 746.9 / 420.2 / 387.2 / 339.6 (and FlashInfer
+#     planned once per step, a peer: 390.1 / 106.6 / 60.9 / 15.3): native 30. decode_fp8: the only row
+#     for an fp8 buffer besides the reference: 10.
+#   prefill: native 1301.2 / 499.1 us at 4 x 4096 / 16 x 1024 causal, FA3 841.0 / 324.4, the FlashInfer row
+#     1746.0 / 1132.8: native 15, between them. mla_prefill: native 987.7, FA3 513.8, FlashInfer 1509.8: 15.
+#   prefill_paged: native 529.3 us, the FlashInfer row 1481.4: native 20.
+#   mla_decode page 64: native 476.3 / 154.2 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 144.0 / 129.8, the
+#     FlashInfer row 909.9 / 909.2); 44.1 / 82.5 us at B=1 L=32768 Hq=16 / 128 (FlashMLA 125.5 / 64.4):
+#     native 15, below FlashMLA (faster at B=64, where an engine spends its decode time), above FlashInfer.
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),
     _reference(PREFILL_PAGED, "prefill_paged"),
     _reference(DECODE, "decode"),
     _reference(MLA_DECODE, "mla_decode"),
+    _native_row("native/prefill", PREFILL, "prefill", "prefill", shape=(_NATIVE_HEAD_DIMS, _NATIVE_VALUE_DIMS),
+                max_abs_diff=0.015625, priority=15,
+                description="Triton FlashAttention-2-style tiles: BLOCK_M queries x BLOCK_N keys, online exp2 softmax"),
+    _native_row("native/mla_prefill", MLA_PREFILL, "prefill", "mla_prefill", max_abs_diff=0.015625, priority=15,
+                description="Triton prefill tiles with q/k head_dim 192 as 128 + 64 (two products per tile)"),
+    _native_row("native/prefill_paged", PREFILL_PAGED, "prefill", "prefill_paged", shape=(_NATIVE_POW2_HEAD_DIMS,),
+                max_abs_diff=0.015625, priority=20,
+                description="Triton prefill tiles reading K/V through the page table, bottom-right causal"),
+    _native_row("native/decode", DECODE, "decode", "decode", shape=(_NATIVE_HEAD_DIMS,), layout=("kv:q_dtype",),
+                max_abs_diff=0.015625, priority=30,
+                description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge"),
+    _native_row("native/decode_fp8", DECODE, "decode", "decode", shape=(_NATIVE_HEAD_DIMS,),
+                layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, max_abs_diff=0.0078125, priority=10,
+                description="Triton paged decode over an fp8-e4m3 KV buffer (scales folded into the softmax)"),
+    _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
+                description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
-                 layout=(*_RAGGED, "v:same_head_dim"), shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
+                 layout=(*_RAGGED, "v:same_head_dim"),
+                 shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
                  graph_safe=True, max_abs_diff=0.015625, priority=20,
                  description="FlashAttention-3 varlen forward (bf16 build)"),
     _library_row("flash_attn/varlen_fwd_mla", MLA_PREFILL, FLASH_ATTN, "mla_prefill", dtypes={"bf16"},
@@ -239,10 +309,12 @@ ROWS = (
     _library_row("flashinfer/paged_prefill", PREFILL_PAGED, FLASHINFER, "prefill_paged", dtypes=_FLASHINFER_DTYPES,
                  layout=_PAGED, shape=(_HEAD_DIMS,), graph_safe=False, max_abs_diff=0.0078125, priority=10,
                  description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)"),
-    _library_row("flashinfer/paged_decode", DECODE, FLASHINFER, "decode", dtypes=_FLASHINFER_DTYPES, layout=_PAGED,
+    _library_row("flashinfer/paged_decode", DECODE, FLASHINFER, "decode", dtypes=_FLASHINFER_DTYPES,
+                 layout=(*_PAGED, "kv:q_dtype"),
                  shape=(_HEAD_DIMS,), graph_safe=False, max_abs_diff=0.00390625, priority=10,
                  description="FlashInfer BatchDecodeWithPagedKVCacheWrapper, CUDA cores (plan per call: host sync)"),
-    _library_row("flashinfer/mla_decode", MLA_DECODE, FLASHINFER, "mla_decode", dtypes=_FLASHINFER_DTYPES, layout=_LATENT,
+    _library_row("flashinfer/mla_decode", MLA_DECODE, FLASHINFER, "mla_decode", dtypes=_FLASHINFER_DTYPES,
+                 layout=_LATENT,
                  graph_safe=False, max_abs_diff=0.015625, priority=10,
                  description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)"),
     # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to

@@ -6,6 +6,8 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   kv:heads          the same for k and v of the ragged prefill ops
   kv:paged          kv_buffer [rows, 2*Hk, D] likewise (any row stride that keeps the alignment)
   latent:rows       latent_cache [rows, 576] likewise
+  kv:q_dtype        decode's kv_buffer holds q's dtype (no scales)
+  kv:fp8_e4m3       decode's kv_buffer is float8_e4m3fn, with its k_scale and v_scale
   v:same_head_dim   v's head_dim equals q's (ragged prefill ops)
   index:contiguous  cu_seqlens / seq_lens / page_table are contiguous
 """
@@ -21,6 +23,7 @@ from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PR
 _ALIGN_BYTES = 16
 _RAGGED_TAGS = tag_table("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous")
 _PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous")
+_DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3")
 _LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous")
 
 
@@ -162,12 +165,14 @@ def _check_pages(op, page_table, seq_lens, page_size, rows, min_lens, min_lens_t
                            "the pages a sequence uses", f"a page id of {bad}")
 
 
-def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale):
+def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale, allow_fp8=False):
     expect_float_tensor(op, "q", q)
     if q.dim() != 3 or q.shape[1] == 0 or q.shape[2] == 0:
         raise OpInputError(op, "q", "shape [N, Hq, D] with Hq, D > 0", f"shape {list(q.shape)}")
     expect_tensor(op, cache_name, cache)
-    _expect_same_dtype(op, cache_name, cache, "q", q)
+    if cache.dtype != q.dtype and not (allow_fp8 and cache.dtype == torch.float8_e4m3fn):
+        expected = f"q's dtype ({q.dtype})" + (" or torch.float8_e4m3fn (with k_scale, v_scale)" if allow_fp8 else "")
+        raise OpInputError(op, cache_name, expected, str(cache.dtype))
     expect_same_device(op, cache_name, cache, "q", q)
     expect_int(op, "page_size", page_size, minimum=1)
     if cache.shape[0] % page_size:
@@ -191,18 +196,42 @@ def _kv_buffer_heads(op, kv_buffer, num_q_heads: int, head_dim: int) -> int:
     return num_kv_heads
 
 
-def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+def _check_kv_scales(op, kv_buffer, k_scale, v_scale, q) -> bool:
+    """True for an fp8 buffer with valid scales; False for a buffer of q's dtype without scales."""
+    fp8 = kv_buffer.dtype == torch.float8_e4m3fn
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if not fp8:
+            if scale is not None:
+                raise OpInputError(op, name, "None (scales belong to an fp8 kv_buffer)", type(scale).__name__)
+            continue
+        if scale is None:
+            raise OpInputError(op, name, "a one-element torch.float32 tensor (an fp8 kv_buffer's dequant scale)",
+                               "None")
+        expect_tensor(op, name, scale)
+        if scale.dtype != torch.float32 or scale.numel() != 1:
+            raise OpInputError(op, name, "a one-element torch.float32 tensor (the per-tensor dequant scale)",
+                               f"{scale.dtype} with {scale.numel()} elements")
+        expect_same_device(op, name, scale, "q", q)
+        if values_checked(scale):
+            value = float(scale.reshape(()))
+            if not 0.0 < value < float("inf"):
+                raise OpInputError(op, name, "a positive, finite scale", repr(value))
+    return fp8
+
+
+def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
-    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale)
+    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
+    fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 1, "lengths >= 1")
-    tags = _PAGED_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
-                        page_table.is_contiguous() and seq_lens.is_contiguous())]
+    tags = _DECODE_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
+                         page_table.is_contiguous() and seq_lens.is_contiguous(), not fp8, fp8)]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
             ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims

@@ -99,8 +99,8 @@ def _paged_rows(page_table, seq_lens, page_size: int, rows: int, first: int, las
     return torch.where(valid, ids, torch.zeros_like(ids)), valid
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
-    """attention.decode: each query against its gathered pages."""
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """attention.decode: each query against its gathered pages (an fp8 buffer dequantized by its scales)."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     width = page_table.shape[1] * page_size
@@ -112,6 +112,8 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
         kv = kv_buffer[ids].float()                                     # [G, L, 2*Hk, D]
         keys = kv[:, :, :num_kv_heads].transpose(1, 2)
         values = kv[:, :, num_kv_heads:].transpose(1, 2)
+        if k_scale is not None:  # fp8 buffer: K = k * k_scale, V = v * v_scale (device scalars, no sync)
+            keys, values = keys * k_scale.reshape(()), values * v_scale.reshape(())
         queries = q[first:last].float().unsqueeze(2)                   # [G, Hq, 1, D]
         out_g, _ = _masked_attention(queries, keys, values, valid.unsqueeze(1), sm_scale)
         out[first:last] = out_g.squeeze(2).to(q.dtype)

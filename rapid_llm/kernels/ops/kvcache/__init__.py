@@ -1,18 +1,23 @@
 """kvcache family: op contracts and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
-update_kv_buffer.py and update_kv_buffer_fp8.py (native Triton rows),
-update_kv_buffer_cuda.py (the CUDA extension's rows).
+update_kv_buffer.py, update_kv_buffer_fp8.py, update_mla_buffer.py and
+update_mla_buffer_fp8.py (native Triton rows), update_kv_buffer_cuda.py (the
+CUDA extension's rows).
 """
 
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
+from ...dispatcher.spec import UNMEASURED, GoldenRecord, KernelSpec
 from ..common_rows import CUDA_EXTENSION_DEVICES, H200_PARITY, TRITON, TRITON_DEVICES, TRITON_FP8_DEVICES
 
 UPDATE_KV_BUFFER = "kvcache.update_kv_buffer"
 UPDATE_KV_BUFFER_FP8 = "kvcache.update_kv_buffer_fp8"
+UPDATE_MLA_BUFFER = "kvcache.update_mla_buffer"
+UPDATE_MLA_BUFFER_FP8 = "kvcache.update_mla_buffer_fp8"
 _HERE = __name__
 _DIMS = (("num_tokens", TOKEN_BUCKETS), ("num_kv_heads", EXACT), ("head_dim", EXACT))
+_MLA_DIMS = (("num_tokens", TOKEN_BUCKETS), ("kv_lora_rank", EXACT), ("rope_dim", EXACT))
+_MLA_LAYOUTS = ("latent_rope:rows", "buffer:rows")
 
 _SLOTS = """loc: int32/int64 [T] buffer row ids, any order, any stride. Slot ids:
   - negative ids are padding: that token is not written, by every row;
@@ -23,8 +28,25 @@ _SLOTS = """loc: int32/int64 [T] buffer row ids, any order, any stride. Slot ids
     holding the same element of one of the tokens naming it, and the rows
     that write a row in several programs may mix tokens element by element
     (no order between tokens is promised).
-Rows not named in loc are untouched. kv and loc must not share memory with
-buffer."""
+Rows not named in loc are untouched. The token data (kv; latent and rope) and
+loc must not share memory with buffer."""
+
+#: The fp8 writes' per-tensor scales (k_scale and v_scale; scale).
+_SCALE = """Each scale is a one-element fp32 tensor on the input's device (a
+per-tensor dequant scale, as vLLM's/SGLang's k_scale and v_scale: a reader
+computes q.float() * s), positive and finite: a scale <= 0 or non-finite is
+an error reported like an id >= rows (CPU always, CUDA under
+RAPID_LLM_CHECK_BOUNDS=1), and unspecified output otherwise."""
+
+_MLA_SHAPES = """latent: [T, R] (the compressed KV, kv_lora_rank R >= 1: 512 in
+DeepSeek-V2/V3); rope: [T, P] (the rotated key's rope part, shared by every
+head, rope_dim P >= 1: 64), latent's dtype and device; both any strides
+(slices of one projection output [T, R + P] are the usual call). buffer:
+[rows, R + P], any strides: the latent cache attention.mla_decode reads
+(R = 512, P = 64: [rows, 576]). Layout tags: latent_rope:rows (latent and
+rope with unit stride along their last dim) and buffer:rows (buffer with
+unit stride along its last dim); rows that need them serve only calls
+providing them, the reference serves any strides."""
 
 CONTRACTS = (
     OpContract(
@@ -53,27 +75,68 @@ The fp8 KV cache: buffer[loc[i], h] = e4m3(clamp(kv[i, h] * (1 / s), -448, 448))
 with s = k_scale for the K heads (h < Hk) and v_scale for the V heads, fp32
 math (IEEE reciprocal, one multiply per element), round-to-nearest-even
 cast. kv: [T, 2*Hk, D] fp32/fp16/bf16 (the dispatch dtype); buffer: [rows,
-2*Hk, D] float8_e4m3fn; k_scale, v_scale: one-element fp32 tensors on kv's
-device (per-tensor dequant scales, as vLLM's/SGLang's k_scale and v_scale: a
-reader computes q.float() * s), positive and finite: a scale <= 0 or
-non-finite is an error reported like an id >= rows (CPU always, CUDA under
-RAPID_LLM_CHECK_BOUNDS=1), and unspecified output otherwise.
+2*Hk, D] float8_e4m3fn; k_scale, v_scale: the K and V scales.
+{_SCALE}
+{_SLOTS}""",
+    ),
+    OpContract(
+        op=UPDATE_MLA_BUFFER,
+        parameters=("latent", "rope", "loc", "buffer"),
+        dtypes=FLOAT_DTYPE_LABELS,
+        dims=_MLA_DIMS,
+        layouts=_MLA_LAYOUTS,
+        check=f"{_HERE}.checks:check_update_mla_buffer",
+        doc=f"""update_mla_buffer(latent, rope, loc, buffer) -> buffer, written in place
+
+DeepSeek MLA's latent KV-cache write (SGLang's set_mla_kv_buffer): one row
+per token, the latent first, then the rope part:
+    buffer[loc[i], :R] = latent[i],  buffer[loc[i], R:] = rope[i]
+{_MLA_SHAPES} buffer has latent's dtype.
+{_SLOTS}""",
+    ),
+    OpContract(
+        op=UPDATE_MLA_BUFFER_FP8,
+        parameters=("latent", "rope", "loc", "buffer", "scale"),
+        dtypes=FLOAT_DTYPE_LABELS,
+        dims=_MLA_DIMS,
+        layouts=_MLA_LAYOUTS,
+        check=f"{_HERE}.checks:check_update_mla_buffer_fp8",
+        doc=f"""update_mla_buffer_fp8(latent, rope, loc, buffer, scale) -> buffer, written in place
+
+The fp8 latent cache: update_mla_buffer's rows quantized with one scale s,
+    buffer[loc[i]] = e4m3(clamp(concat(latent[i], rope[i]) * (1 / s), -448, 448))
+with update_kv_buffer_fp8's fp32 math (IEEE reciprocal, one multiply per
+element, round-to-nearest-even cast). latent and rope fp32/fp16/bf16 (the
+dispatch dtype); buffer float8_e4m3fn (a cache for readers that dequantize:
+attention.mla_decode reads a latent cache of q's dtype); scale: s.
+{_SCALE}
+{_MLA_SHAPES}
 {_SLOTS}""",
     ),
 )
 
+
+def _reference_row(op, function, description):
+    """The op's torch row. Not graph-safe: selecting the tokens with valid slots (padding and unchecked
+    ids dropped) reads loc on the host."""
+    return KernelSpec(name=f"torch/{function}", op=op, backend="torch", target=f"{_HERE}.reference:{function}",
+                      dtypes=FLOAT_DTYPE_LABELS, golden=GoldenRecord.reference(), graph_safe=False,
+                      description=description)
+
+
+def _unmeasured_mla_row(op, function, capability, description):
+    """A native MLA-write row not yet verified or measured: excluded from default dispatch (forcing still runs
+    it) until the H200 parity run (conformance with RAPID_LLM_PARITY_REPORT) and the kvcache benchmark
+    (perf/test_kvcache_bench.py::test_update_mla_buffer) measure it; then its golden record cites that run
+    and its priority ranks it where the numbers say."""
+    return KernelSpec(name=f"native/{function}", op=op, backend="native", target=f"{_HERE}.{function}:{function}",
+                      dtypes=FLOAT_DTYPE_LABELS, libraries=(TRITON,), capability=capability, layout=_MLA_LAYOUTS,
+                      golden=GoldenRecord.unverified(), priority=UNMEASURED, description=description)
+
+
 ROWS = (
-    KernelSpec(
-        name="torch/update_kv_buffer",
-        op=UPDATE_KV_BUFFER,
-        backend="torch",
-        target=f"{_HERE}.reference:update_kv_buffer",
-        dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        # Selecting the valid slots (padding and unchecked ids dropped) reads loc on the host.
-        graph_safe=False,
-        description="PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)",
-    ),
+    _reference_row(UPDATE_KV_BUFFER, "update_kv_buffer",
+                   "PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)"),
     KernelSpec(
         name="native/update_kv_buffer",
         op=UPDATE_KV_BUFFER,
@@ -125,17 +188,9 @@ ROWS = (
         priority=5,
         description="the same CUDA source built on first use (RAPID_LLM_JIT=1) into the JIT cache",
     ),
-    KernelSpec(
-        name="torch/update_kv_buffer_fp8",
-        op=UPDATE_KV_BUFFER_FP8,
-        backend="torch",
-        target=f"{_HERE}.reference:update_kv_buffer_fp8",
-        dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        graph_safe=False,  # the valid-slot selection reads loc on the host, as torch/update_kv_buffer
-        description="PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, byte "
-                    "index_copy_",
-    ),
+    _reference_row(UPDATE_KV_BUFFER_FP8, "update_kv_buffer_fp8",
+                   "PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, byte "
+                   "index_copy_"),
     KernelSpec(
         name="native/update_kv_buffer_fp8",
         op=UPDATE_KV_BUFFER_FP8,
@@ -154,4 +209,16 @@ ROWS = (
         priority=10,
         description="Triton: quantize to e4m3 in registers and scatter, one program per (token, row block)",
     ),
+    _reference_row(UPDATE_MLA_BUFFER, "update_mla_buffer",
+                   "PyTorch reference: latent | rope of the tokens with valid slots, index_copy_ (one host sync)"),
+    # Unverified and UNMEASURED: the H200 parity run and benchmark will verify and rank it (_unmeasured_mla_row).
+    _unmeasured_mla_row(UPDATE_MLA_BUFFER, "update_mla_buffer", TRITON_DEVICES,
+                        "Triton: one program per token, latent and rope copied into its row, int64 offsets, no "
+                        "host sync"),
+    _reference_row(UPDATE_MLA_BUFFER_FP8, "update_mla_buffer_fp8",
+                   "PyTorch reference: fp32 multiply by the scale's reciprocal, clamp, e4m3 cast, byte index_copy_"),
+    # sm89+ only: the e4m3 cast (TRITON_FP8_DEVICES says why not the interpreter). Unverified and UNMEASURED
+    # until the H200 parity run and benchmark, as native/update_mla_buffer.
+    _unmeasured_mla_row(UPDATE_MLA_BUFFER_FP8, "update_mla_buffer_fp8", TRITON_FP8_DEVICES,
+                        "Triton: quantize latent | rope to e4m3 in registers and scatter, one program per token"),
 )

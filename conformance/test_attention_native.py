@@ -1,0 +1,123 @@
+"""What the native attention kernels promise beyond the parity cases.
+
+- Split-K: decode and MLA decode cut each sequence into `splits` chunks of its own length and merge
+  the partial outputs by their log-sum-exp. On the CPU the heuristic always picks one split, so
+  the merge path is forced here (1, 2, 3 and 7 splits, more splits than tiles included) against
+  the float64 oracle. Catches a merge that weighs splits wrongly, drops the last chunk, or
+  mishandles an empty split (lse = -inf).
+- Unchecked bad index values (on CUDA without RAPID_LLM_CHECK_BOUNDS) give an unspecified result,
+  never an out-of-bounds read: every row that runs here is called with page ids and lengths past
+  the page table and the buffer. Catches a kernel that gathers through an unclamped id.
+- CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
+  replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
+  syncs or plans on the host.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.cases import CASES, ORACLES, TOLERANCES, TORCH_DTYPES
+from conformance.rows_here import TABLE, loadable_rows, planner_forcing, skip_reason, torch_device
+from rapid_llm.kernels.dispatcher import NoEligibleKernel
+from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, PREFILL_PAGED
+from rapid_llm.kernels.ops.checks import value_checks
+
+DEVICE = torch_device()
+_NATIVE_SPLITS = [("native/decode", DECODE, "ragged_page16"), ("native/decode", DECODE, "page_size_1"),
+                  ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
+                  ("native/mla_decode", MLA_DECODE, "ragged_page64"), ("native/mla_decode", MLA_DECODE, "page_size_16")]
+
+
+def _case(op, case_id, dtype="fp32", seed=3):
+    case = next(c for c in CASES[op] if c.id == case_id)
+    return case.make(TORCH_DTYPES[dtype], DEVICE, torch.Generator().manual_seed(seed))
+
+
+def _plan(op, row, dtype, dims, layout):
+    """The PlannedOp forcing `row` for a call with these dims and layout, or pytest.skip with the reason."""
+    try:
+        return planner_forcing(op, row).plan(op, dtype=dtype, shape=dims, layout=layout)
+    except NoEligibleKernel as error:
+        pytest.skip(skip_reason(row, error))
+
+
+@pytest.mark.parametrize("row,op,case_id", _NATIVE_SPLITS, ids=[f"{r}-{c}" for r, _, c in _NATIVE_SPLITS])
+@pytest.mark.parametrize("splits", [1, 2, 3, 7])
+def test_split_k_merge_matches_the_oracle(row, op, case_id, splits):
+    args, dims, layout = _case(op, case_id)
+    _plan(op, row, "fp32", dims, layout)  # skips where the row cannot run
+    from rapid_llm.kernels.ops.attention import decode, mla_decode
+
+    kernel = mla_decode.mla_decode if op == MLA_DECODE else decode.decode
+    got = kernel(*args, splits=splits)
+    want = ORACLES[op](*args)
+    atol, rtol = TOLERANCES[(op, "fp32")][0]
+    torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
+
+
+def _bad_index_calls():
+    for op, case_id in ((DECODE, "ragged_page16"), (MLA_DECODE, "ragged_page64"), (PREFILL_PAGED, "chunk_after_history")):
+        for name, _ in loadable_rows(op, "fp32"):
+            yield pytest.param(op, case_id, name, id=f"{name}-{case_id}")
+
+
+@pytest.mark.parametrize("op,case_id,row", list(_bad_index_calls()))
+def test_unchecked_bad_page_ids_and_lengths_give_a_result_not_a_crash(op, case_id, row):
+    args, dims, layout = _case(op, case_id)
+    args = list(args)
+    table_index, lens_index = 2, (4 if op == PREFILL_PAGED else 3)
+    page_size = args[5 if op == PREFILL_PAGED else 4]
+    reach = args[table_index].shape[1] * page_size
+    args[table_index] = torch.full_like(args[table_index], 1 << 20)   # page ids far past the buffer
+    args[lens_index] = torch.full_like(args[lens_index], reach + 7)    # lengths past the page table's reach
+    planned = _plan(op, row, "fp32", dims, layout)
+    with value_checks(False):
+        out = planned(*args)
+    out = out[0] if isinstance(out, tuple) else out
+    if out.is_cuda:
+        torch.cuda.synchronize()  # an illegal address would surface here
+    assert out.shape[0] == args[0].shape[0]
+
+
+def _graph_safe_rows():
+    for op in (DECODE, MLA_DECODE, PREFILL_PAGED, "attention.prefill", "attention.mla_prefill"):
+        for row in TABLE.rows(op):
+            if row.graph_safe and not row.is_reference:
+                yield pytest.param(op, row.name, id=row.name)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA-graph capture needs a CUDA device")
+@pytest.mark.parametrize("op,row", list(_graph_safe_rows()))
+def test_graph_safe_rows_replay_equal_to_eager(op, row):
+    # the first small bf16 case the row accepts (native/decode_fp8 takes only the fp8-buffer cases)
+    planned = None
+    for case in (c for c in CASES[op] if not c.gpu_only and "bf16" in c.dtypes):
+        args, dims, layout = case.make(torch.bfloat16, "cuda", torch.Generator().manual_seed(5))
+        try:
+            planned = planner_forcing(op, row).plan(op, dtype="bf16", shape=dims, layout=layout)
+            break
+        except NoEligibleKernel as error:
+            reason = skip_reason(row, error)
+    if planned is None:
+        pytest.skip(reason)
+    eager = planned.impl(*args)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        planned.impl(*args)  # warm-up on the capture stream (compiles, allocates)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = planned.impl(*args)
+    fresh, _, _ = case.make(torch.bfloat16, "cuda", torch.Generator().manual_seed(6))
+    for target, source in zip(args, fresh):
+        if isinstance(target, torch.Tensor) and target.is_floating_point():
+            target.copy_(source)
+    graph.replay()
+    expected = planned.impl(*args)
+    first = captured[0] if isinstance(captured, tuple) else captured
+    want = expected[0] if isinstance(expected, tuple) else expected
+    torch.testing.assert_close(first, want, atol=0, rtol=0)
+    assert eager is not None

@@ -1,0 +1,212 @@
+"""Tile sweeps of the native attention kernels on a GPU (the evidence for their launch_config()).
+
+    python -m perf.sweeps.attention_tiles --out DIR [--compile-only] [--only SECTION ...]
+
+One process times every configuration (perf/gpu_timing.py: CUDA events, 512 MiB L2 flush before
+each call, median; B=1 decode also in CUDA-graph replay), so every figure is comparable with the
+same run's copy bandwidth. --compile-only calls each configuration once without timing: run it
+first (several processes with disjoint --only sections) to fill Triton's cache, so the timing run
+compiles nothing.
+
+  decode      attention.decode, GQA 32/8 d128 page 16, bf16 and fp8 KV, B=64 L=4096, B=8 L=8192,
+              B=1 L=32768: BLOCK_N x num_warps x num_stages, and the split count (heuristic, x0.5, x2)
+  mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 at B=1 L=32768:
+              BLOCK_H x BLOCK_N x num_warps x num_stages
+  prefill     attention.prefill causal GQA 32/8 d128: 4 x 4096 and 16 x 1024 tokens:
+              BLOCK_M x BLOCK_N x num_warps x num_stages
+
+Each entry records the configuration, whether launch_config() picks it ("heuristic"), µs, and TB/s
+(decode: KV / latent bytes read) or TFLOP/s (prefill, MLA: the causal half). Writes
+DIR/sweep_attention_tiles.json and prints the best configuration per shape last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+
+if not __package__:  # run as a file: the repository root on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import torch
+import triton
+
+from perf import gpu_timing
+
+COMPILE_ONLY = False
+FLUSH = None
+
+
+def _time(fn, *, graph=False) -> dict:
+    if COMPILE_ONLY:
+        fn()
+        torch.cuda.synchronize()
+        return {}
+    entry = {"event_us": round(gpu_timing.event_timer(fn, flush=FLUSH, iterations=30).median_us, 2)}
+    if graph:
+        entry["graph_us"] = round(gpu_timing.graph_timer(fn).median_us, 2)
+    return entry
+
+
+def _pages(batch, length, page_size):
+    per = triton.cdiv(length, page_size)
+    order = torch.randperm(batch * per, generator=torch.Generator().manual_seed(batch + length)).to(torch.int32)
+    return order.view(batch, per).cuda(), batch * per
+
+
+def _attempt(rows, entry, fn, *, graph=False):
+    try:
+        entry.update(_time(fn, graph=graph))
+    except Exception as error:  # a configuration that does not compile (shared memory) is a result too
+        entry["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+    rows.append(entry)
+
+
+def sweep_decode():
+    from rapid_llm.kernels.ops.attention import decode as module
+
+    rows = []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for batch, length in ((64, 4096), (8, 8192), (1, 32768)):
+        table, pages = _pages(batch, length, 16)
+        values = torch.randn((pages * 16, 16, 128), device="cuda", generator=g)
+        q = torch.randn((batch, 32, 128), device="cuda", generator=g).bfloat16()
+        lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+        for kv in ("bf16", "fp8"):
+            if kv == "fp8":
+                scale = (values.abs().amax() / 448).reshape(1)
+                buffer, scales = (values / scale).to(torch.float8_e4m3fn), (scale, scale)
+            else:
+                buffer, scales = values.bfloat16(), (None, None)
+            nbytes = batch * length * 16 * 128 * buffer.element_size()
+            picked = module.launch_config(128, 4, buffer.dtype, q.device)
+            base = module.num_splits(batch, 8, table.shape[1] * 16, q.device)
+            for block_n, warps, stages, split_factor in itertools.product((32, 64, 128), (4, 8), (2, 3),
+                                                                          (0.5, 1, 2)):
+                splits = max(1, min(module.MAX_SPLITS, int(base * split_factor)))
+                config = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+                if split_factor != 1 and config != picked:
+                    continue  # the split count is swept at the picked tiles only
+                entry = {"batch": batch, "length": length, "kv": kv, "splits": splits, **config,
+                         "heuristic": config == picked and split_factor == 1}
+                args = (q, buffer, table, lens, 16, 128 ** -0.5, *scales)
+                _attempt(rows, entry, lambda: module.decode(*args, splits=splits, config=config), graph=batch == 1)
+                if "event_us" in entry:
+                    entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
+    return rows
+
+
+def sweep_mla_decode():
+    from rapid_llm.kernels.ops.attention import mla_decode as module
+
+    rows = []
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for batch, length, heads in ((64, 4096, 128), (64, 4096, 16), (1, 32768, 16), (1, 32768, 128)):
+        table, pages = _pages(batch, length, 64)
+        cache = torch.randn((pages * 64, 576), device="cuda", generator=g).bfloat16()
+        q = torch.randn((batch, heads, 576), device="cuda", generator=g).bfloat16()
+        lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+        nbytes = batch * length * 576 * 2
+        flops = 2 * batch * heads * length * (576 + 512)
+        picked = module.launch_config(heads, q.dtype, q.device)
+        for block_h, block_n, warps, stages in itertools.product((16, 32, 64), (16, 32, 64), (4, 8), (1, 2)):
+            if block_h > max(16, heads) or (block_h == 64 and warps == 4):
+                continue  # more heads than exist; a 64 x 512 fp32 accumulator in one warpgroup (256 registers)
+            config = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+            entry = {"batch": batch, "length": length, "heads": heads, **config, "heuristic": config == picked}
+            args = (q, cache, table, lens, 64, 192 ** -0.5)
+            _attempt(rows, entry, lambda: module.mla_decode(*args, config=config), graph=batch == 1)
+            if "event_us" in entry:
+                entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
+                entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
+    return rows
+
+
+def sweep_prefill():
+    from rapid_llm.kernels.ops.attention import prefill as module
+
+    rows = []
+    g = torch.Generator(device="cuda").manual_seed(2)
+    for batch, length in ((4, 4096), (16, 1024)):
+        tokens = batch * length
+        q = torch.randn((tokens, 32, 128), device="cuda", generator=g).bfloat16()
+        k = torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16()
+        v = torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16()
+        cu = torch.arange(0, tokens + 1, length, dtype=torch.int32, device="cuda")
+        flops = 4 * batch * 32 * length ** 2 * 128 / 2
+        picked = module.launch_config(128, 128, q.dtype, q.device)
+        for block_m, block_n, warps, stages in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)):
+            config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+            entry = {"batch": batch, "length": length, **config, "heuristic": config == picked}
+            _attempt(rows, entry, lambda: module.prefill(q, k, v, cu, length, 128 ** -0.5, True, False, config=config))
+            if "event_us" in entry:
+                entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
+    return rows
+
+
+SECTIONS = {"decode": sweep_decode, "mla_decode": sweep_mla_decode, "prefill": sweep_prefill}
+
+
+def _best(rows, keys, metric="event_us"):
+    best = {}
+    for row in rows:
+        if metric not in row:
+            continue
+        key = tuple(row.get(k) for k in keys)
+        if key not in best or row[metric] < best[key][metric]:
+            best[key] = row
+    return best
+
+
+def main(argv=None) -> int:
+    global COMPILE_ONLY, FLUSH
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
+    parser.add_argument("--compile-only", action="store_true")
+    args = parser.parse_args(argv)
+    COMPILE_ONLY = args.compile_only
+    os.makedirs(args.out, exist_ok=True)
+    FLUSH = torch.empty(gpu_timing.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+               "command": "python -m perf.sweeps.attention_tiles " + " ".join(argv or sys.argv[1:]),
+               "sections": {}}
+    if not COMPILE_ONLY:
+        results["copy"] = gpu_timing.measure_copy_bandwidth()
+    suffix = "_" + "_".join(args.only) if args.only else ""
+    path = os.path.join(args.out, f"sweep_attention_tiles{suffix}.json")
+    for name in args.only or SECTIONS:
+        started = time.time()
+        try:
+            results["sections"][name] = SECTIONS[name]()
+        except Exception:
+            results["sections"][name] = {"error": traceback.format_exc()}
+        print(f"[{name}] {time.time() - started:.1f} s", flush=True)
+        if not COMPILE_ONLY:  # after every section: a run stopped by its time limit keeps what it measured
+            with open(path, "w") as handle:
+                json.dump(results, handle, indent=1)
+    if COMPILE_ONLY:
+        return 0
+    keys = {"decode": ("batch", "length", "kv"), "mla_decode": ("batch", "length", "heads"),
+            "prefill": ("batch", "length")}
+    for name, rows in results["sections"].items():
+        if isinstance(rows, dict):
+            print(f"{name}: error\n{rows['error'][-800:]}")
+            continue
+        picked = {tuple(r.get(k) for k in keys[name]): r for r in rows if r.get("heuristic") and "event_us" in r}
+        for key, row in _best(rows, keys[name]).items():
+            mine = picked.get(key, {})
+            config = {k: row[k] for k in row if k.isupper() or k in ("num_warps", "num_stages", "splits")}
+            print(f"{name} {key}: best {row['event_us']} us {config} | heuristic {mine.get('event_us')} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

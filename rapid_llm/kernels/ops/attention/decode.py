@@ -1,0 +1,233 @@
+"""Native Triton paged decode attention (attention.decode), bf16/fp16/fp32 KV or an fp8-e4m3 KV buffer.
+
+    out[b, h] = sum_j softmax_j(q[b, h] . k[j, h // G] * sm_scale) v[j, h // G],  j < seq_lens[b]
+
+Mapping (memory-bound: the KV read is the cost): one program per (sequence b, KV head, split s). It
+holds all G = Hq / Hk query heads of its KV head as the rows of one [G_PAD, D] tile (G_PAD = G
+rounded up to 16, the tensor-core minimum), so each K/V row is read from memory once for the whole
+group; it walks its split's positions in BLOCK_N tiles, gathering rows through the page table
+(token position p of b is row page_table[b, p // P] * P + p % P; P = PAGE_SIZE is a constexpr, so
+the division is a shift for powers of two), with an online softmax in fp32 and base-2 logits.
+
+Split-K (long contexts, small batches): sequence b's positions are cut into NUM_SPLITS equal
+chunks of its own length (rounded up to BLOCK_N), computed on the device from seq_lens[b], so the
+work per program follows the real lengths and no device value is read on the host: the launch is
+capturable in a CUDA graph. NUM_SPLITS comes from host-known sizes only (batch, KV heads, the page
+table's reach, the SM count: `num_splits`). Each split writes its normalised partial output and
+its base-2 log-sum-exp; `merge_splits` weighs them by exp2(lse_s - max lse) (an empty split has
+lse = -inf, weight 0). With one split the kernel writes the output directly.
+
+fp8 KV (the buffer kvcache.update_kv_buffer_fp8 writes, per-tensor k_scale / v_scale): K and V are
+loaded as e4m3, converted to q's dtype (exact) for the tensor cores; k_scale is folded into the
+logit scale and v_scale into the final normalisation, so the bytes read halve and no per-element
+multiply is added.
+
+Grid: (B, Hk, NUM_SPLITS): B on axis 0 (up to 2**31 - 1), Hk and the splits (<= 256) on axes 1-2.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common_rows import ATTENTION_SWEEP  # noqa: F401  (cited by the launch heuristics' docstrings)
+from ..device_facts import multiprocessor_count
+from .prefill import paged_rows, softmax_step, split_head_dim
+
+_LOG2E = 1.4426950408889634
+#: Upper bound of the split count (and the merge kernel's tile): 256 splits of a 32k context are
+#: 128 positions each, already below a tile per program at BLOCK_N = 64.
+MAX_SPLITS = 256
+#: A split should cover at least this many positions of the page table's reach.
+MIN_SPLIT_POSITIONS = 256
+
+
+def launch_config(head_dim: int, group: int, kv_dtype: torch.dtype, device: torch.device) -> dict:
+    """BLOCK_N and warps of the decode kernel (no first-call tuning).
+
+    sm80+: 64 positions per tile for head dims <= 128 (a K and a V tile of 64 x 128 bf16 = 32 KiB in
+    flight per program with 2 stages), 32 for 256; 4 warps: the logits tile is only G_PAD x BLOCK_N,
+    so more warps add nothing but scheduling. fp8 KV doubles BLOCK_N (same bytes per tile). The CPU
+    interpreter takes 32 (its cost is per operation). H200 sweep (ATTENTION_SWEEP): at B=64 L=4096, bf16
+    64 x 4 warps 254.9 us (4.21 TB/s, 100% of the copy's 4.23); fp8 128 x 4 warps 276.0 us, the best
+    249.8 us with 2 splits: the fp8 row reads half the bytes but is not faster yet (see the README).
+    """
+    if device.type != "cuda":
+        return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    block_n = 64 if head_dim <= 128 else 32
+    if kv_dtype == torch.float8_e4m3fn:
+        block_n *= 2
+    return {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}
+
+
+def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device) -> int:
+    """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
+    per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
+    4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
+    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, ATTENTION_SWEEP): B=64 L=4096
+    (512 programs) 254.9 us with 1 split, 275.6 with 2; B=8 L=8192 80.9 us with 9 splits, 95.0 with 4,
+    86.5 with 18; B=1 L=32768 51.8 us with 66, 57.0 with 33, 54.5 with 132."""
+    if device.type != "cuda" or batch == 0:
+        return 1
+    programs = batch * programs_per_sequence
+    if programs >= 2 * multiprocessor_count(device):
+        return 1
+    wanted = triton.cdiv(4 * multiprocessor_count(device), programs)
+    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
+    return max(1, min(wanted, reach, MAX_SPLITS))
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None, *, splits=None,
+           config=None):
+    """attention.decode (unchecked kernel entry: the op's check ran). With an fp8 buffer, k_scale and
+    v_scale are its one-element fp32 dequantization scales (device tensors: read by the kernel).
+    `splits` and `config` override the heuristics (tests and sweeps)."""
+    batch, num_q_heads, head_dim = q.shape
+    num_kv_heads = kv_buffer.shape[1] // 2
+    group = num_q_heads // num_kv_heads
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    fp8 = kv_buffer.dtype == torch.float8_e4m3fn
+    config = dict(config or launch_config(head_dim, group, kv_buffer.dtype, q.device))
+    if splits is None:
+        splits = num_splits(batch, num_kv_heads, page_table.shape[1] * int(page_size), q.device)
+    d_a, d_b = split_head_dim(head_dim)
+    if splits > 1:
+        partial = torch.empty((batch, num_q_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty((batch, num_q_heads, splits), dtype=torch.float32, device=q.device)
+    else:
+        partial, partial_lse = out, out  # not read: the kernel writes out directly
+    scales = (k_scale, v_scale) if fp8 else (seq_lens, seq_lens)  # pointers a non-fp8 launch does not read
+    _decode_kernel[(batch, num_kv_heads, splits)](
+        q, kv_buffer, page_table, seq_lens, out, partial, partial_lse, scales[0], scales[1],
+        q.stride(0), q.stride(1), q.stride(2), kv_buffer.stride(0), kv_buffer.stride(1), kv_buffer.stride(2),
+        page_table.stride(0), page_table.stride(1), seq_lens.stride(0),
+        num_kv_heads, group, float(sm_scale) * _LOG2E,
+        splits, kv_buffer.shape[0], page_table.shape[1],
+        PAGE_SIZE=int(page_size), SINGLE=splits == 1, G_PAD=max(16, triton.next_power_of_2(group)),
+        D_A=d_a, D_B=d_b, D_B_PAD=max(d_b, 16), FP8=fp8,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **config,
+    )
+    if splits > 1:
+        merge_splits(partial, partial_lse, out)
+    return out
+
+
+def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor) -> None:
+    """out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s, w_s = exp2(lse_s - max_s lse_s) (base-2 lse).
+    partial [B, H, S, Dv] fp32 contiguous, partial_lse [B, H, S]; out [B, H, Dv] any strides."""
+    batch, heads, splits, width = partial.shape
+    _merge_kernel[(batch, heads)](
+        partial, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), heads, splits, width,
+        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=min(triton.next_power_of_2(width), 128),
+        num_warps=4,
+    )
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, kv_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr, k_scale_ptr, v_scale_ptr,
+    stride_qb, stride_qh, stride_qd, stride_row, stride_head, stride_d, table_stride0, table_stride1,
+    stride_sl, num_kv_heads, group, qk_scale,
+    num_splits, num_rows, max_pages,
+    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, G_PAD: tl.constexpr,
+    D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, FP8: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    sequence = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
+    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, seq_len)
+
+    heads = kv_head * group + tl.arange(0, G_PAD)
+    head_valid = tl.arange(0, G_PAD) < group
+    offs_da = tl.arange(0, D_A)
+    offs_db = D_A + tl.arange(0, D_B_PAD)
+    q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
+    q_a = tl.load(q_rows + offs_da[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    if D_B > 0:
+        q_b = tl.load(q_rows + offs_db[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    if FP8:
+        qk_scale = qk_scale * tl.load(k_scale_ptr)
+    k_base = kv_ptr + kv_head * stride_head
+    v_base = kv_ptr + (num_kv_heads + kv_head) * stride_head
+    offs_n = tl.arange(0, BLOCK_N)
+
+    m_i = tl.full((G_PAD,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((G_PAD,), dtype=tl.float32)
+    acc_a = tl.zeros((G_PAD, D_A), dtype=tl.float32)
+    acc_b = tl.zeros((G_PAD, D_B_PAD), dtype=tl.float32)
+    for tile in range(start, end, BLOCK_N):
+        positions = tile + offs_n
+        valid = positions < end
+        rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
+                          PAGE_SIZE)
+        k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
+                      other=0.0)
+        if FP8:
+            k_a = k_a.to(q_a.dtype)
+        qk = tl.dot(q_a, tl.trans(k_a), input_precision=PRECISION)
+        if D_B > 0:
+            k_b = tl.load(k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
+                          other=0.0)
+            if FP8:
+                k_b = k_b.to(q_a.dtype)
+            qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
+        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
+        v_a = tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
+                      other=0.0).to(q_a.dtype)
+        acc_a = acc_a * alpha[:, None] + tl.dot(p.to(q_a.dtype), v_a, input_precision=PRECISION)
+        if D_B > 0:
+            v_b = tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
+                          other=0.0).to(q_a.dtype)
+            acc_b = acc_b * alpha[:, None] + tl.dot(p.to(q_a.dtype), v_b, input_precision=PRECISION)
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    norm = 1.0 / l_safe
+    if FP8:
+        norm = norm * tl.load(v_scale_ptr)
+    out_a = acc_a * norm[:, None]
+    out_b = acc_b * norm[:, None]
+    if SINGLE:
+        # out: new contiguous [B, Hq, D]
+        out_rows = out_ptr + sequence * (num_kv_heads * group) * (D_A + D_B) + heads[:, None] * (D_A + D_B)
+        tl.store(out_rows + offs_da[None, :], out_a.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+        if D_B > 0:
+            tl.store(out_rows + offs_db[None, :], out_b.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+    else:
+        # partial [B, Hq, S, D] and partial_lse [B, Hq, S], contiguous
+        slots = (sequence * (num_kv_heads * group) + heads) * num_splits + split
+        partial_rows = partial_ptr + slots[:, None] * (D_A + D_B)
+        tl.store(partial_rows + offs_da[None, :], out_a, mask=head_valid[:, None])
+        if D_B > 0:
+            tl.store(partial_rows + offs_db[None, :], out_b, mask=head_valid[:, None])
+        lse = tl.where(l_i > 0.0, m_i + tl.math.log2(l_safe), float("-inf"))
+        tl.store(partial_lse_ptr + slots, lse, mask=head_valid)
+
+
+@triton.jit
+def _merge_kernel(partial_ptr, partial_lse_ptr, out_ptr, stride_ob, stride_oh, stride_od, heads, splits, width,
+                  SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+    sequence = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    slot = sequence * heads + head
+    offs_s = tl.arange(0, SPLITS_PAD)
+    lse = tl.load(partial_lse_ptr + slot * splits + offs_s, mask=offs_s < splits, other=float("-inf"))
+    top = tl.max(lse, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    weights = tl.math.exp2(lse - top)
+    total = tl.sum(weights, 0)
+    weights = weights / tl.where(total > 0.0, total, 1.0)
+    for d in range(0, width, BLOCK_D):
+        offs_d = d + tl.arange(0, BLOCK_D)
+        values = tl.load(partial_ptr + (slot * splits + offs_s)[:, None] * width + offs_d[None, :],
+                         mask=(offs_s < splits)[:, None] & (offs_d < width)[None, :], other=0.0)
+        merged = tl.sum(values * weights[:, None], 0)
+        tl.store(out_ptr + sequence * stride_ob + head * stride_oh + offs_d * stride_od,
+                 merged.to(out_ptr.dtype.element_ty), mask=offs_d < width)

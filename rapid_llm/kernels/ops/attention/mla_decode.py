@@ -1,0 +1,137 @@
+"""Native Triton MLA decode (attention.mla_decode): DeepSeek's absorbed form over a paged latent cache.
+
+    out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512],   c[j] = latent_cache row of position j
+
+q [B, Hq, 576] (512 latent + 64 rope dims), latent_cache [rows, 576] paged like attention.decode,
+out [B, Hq, 512]. Every query head reads the same latent rows, so one program holds BLOCK_H heads
+as the rows of its tiles: per BLOCK_N positions it loads the latent tile once ([BLOCK_N, 512] and
+[BLOCK_N, 64]), takes the logits as two tensor-core products (q_nope . c_nope^T + q_rope . c_rope^T)
+and accumulates P . c_nope into a [BLOCK_H, 512] fp32 accumulator (online softmax, base-2 logits).
+At Hq = 128 the op is compute-bound (2 * Hq * (576 + 512) FLOPs per 1152 cache bytes); at Hq = 16
+(one GPU of TP=8) it is bound by the cache read.
+
+Split-K exactly as decode.py: NUM_SPLITS equal chunks of each sequence's own length (device side),
+the split count from host-known sizes (graph-capturable), partial outputs merged by
+decode.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H), NUM_SPLITS).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common_rows import ATTENTION_SWEEP  # noqa: F401  (cited by launch_config's docstring)
+from . import MLA_LATENT_DIM, MLA_VALUE_DIM
+from .decode import merge_splits, num_splits
+from .prefill import paged_rows, softmax_step
+
+_LOG2E = 1.4426950408889634
+_ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
+
+
+def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning).
+
+    sm90: BLOCK_H = 64 heads with 8 warps (two warpgroups; the [64, 512] fp32 accumulator is 128
+    registers per thread) when Hq >= 64, so a latent tile feeds 64 heads' products, and BLOCK_N = 64
+    positions; fewer heads take BLOCK_H = 16 (the tensor-core minimum; Hq = 16 is one program per
+    sequence and split) with 4 warps and BLOCK_N = 32. fp32 halves BLOCK_H (IEEE products, twice the
+    bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (ATTENTION_SWEEP): Hq=128 B=64
+    L=4096 467.6 us with 64 x 64 x 8 warps (597.5 with BLOCK_N 32), 3.2x FlashMLA's time: the kernel, not
+    its tiles, falls short there; Hq=16 B=64 147.5 us with 16 x 32 x 4 warps (the best).
+    """
+    if device.type != "cuda":
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    if num_q_heads >= 64:
+        config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    else:
+        config = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    if dtype == torch.float32:
+        config["BLOCK_H"] = max(16, config["BLOCK_H"] // 2)
+        config["num_stages"] = 1
+    return config
+
+
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None):
+    """attention.mla_decode (unchecked kernel entry: the op's check ran). `splits` and `config` override
+    the heuristics (tests and sweeps)."""
+    batch, num_q_heads, _ = q.shape
+    out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    config = dict(config or launch_config(num_q_heads, q.dtype, q.device))
+    head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
+    if splits is None:
+        splits = num_splits(batch, head_blocks, page_table.shape[1] * int(page_size), q.device)
+    if splits > 1:
+        partial = torch.empty((batch, num_q_heads, splits, MLA_VALUE_DIM), dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty((batch, num_q_heads, splits), dtype=torch.float32, device=q.device)
+    else:
+        partial, partial_lse = out, out  # not read: the kernel writes out directly
+    _mla_decode_kernel[(batch, head_blocks, splits)](
+        q, latent_cache, page_table, seq_lens, out, partial, partial_lse,
+        q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
+        page_table.stride(0), page_table.stride(1), seq_lens.stride(0), num_q_heads, float(sm_scale) * _LOG2E,
+        splits, latent_cache.shape[0], page_table.shape[1],
+        PAGE_SIZE=int(page_size), SINGLE=splits == 1, DV=MLA_VALUE_DIM, DR=_ROPE_DIM,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **config,
+    )
+    if splits > 1:
+        merge_splits(partial, partial_lse, out)
+    return out
+
+
+@triton.jit
+def _mla_decode_kernel(
+    q_ptr, cache_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr,
+    stride_qb, stride_qh, stride_qd, stride_row, stride_d, table_stride0, table_stride1, stride_sl,
+    num_q_heads, qk_scale,
+    num_splits, num_rows, max_pages,
+    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    sequence = tl.program_id(0).to(tl.int64)
+    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    split = tl.program_id(2)
+    head_valid = heads < num_q_heads
+    seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
+    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, seq_len)
+
+    offs_v = tl.arange(0, DV)
+    offs_r = DV + tl.arange(0, DR)
+    q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
+    q_nope = tl.load(q_rows + offs_v[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    q_rope = tl.load(q_rows + offs_r[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_H, DV), dtype=tl.float32)
+    for tile in range(start, end, BLOCK_N):
+        positions = tile + offs_n
+        valid = positions < end
+        rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
+                          PAGE_SIZE)
+        row_ptrs = cache_ptr + rows[:, None] * stride_row
+        c_nope = tl.load(row_ptrs + offs_v[None, :] * stride_d, mask=valid[:, None], other=0.0)
+        c_rope = tl.load(row_ptrs + offs_r[None, :] * stride_d, mask=valid[:, None], other=0.0)
+        qk = tl.dot(q_nope, tl.trans(c_nope), input_precision=PRECISION)
+        qk += tl.dot(q_rope, tl.trans(c_rope), input_precision=PRECISION)
+        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c_nope.dtype), c_nope, input_precision=PRECISION)
+
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    result = acc / l_safe[:, None]
+    if SINGLE:
+        # out: new contiguous [B, Hq, DV]
+        out_rows = out_ptr + (sequence * num_q_heads + heads)[:, None] * DV
+        tl.store(out_rows + offs_v[None, :], result.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+    else:
+        slots = (sequence * num_q_heads + heads) * num_splits + split
+        tl.store(partial_ptr + slots[:, None] * DV + offs_v[None, :], result, mask=head_valid[:, None])
+        lse = tl.where(l_i > 0.0, m_i + tl.math.log2(l_safe), float("-inf"))
+        tl.store(partial_lse_ptr + slots, lse, mask=head_valid)
