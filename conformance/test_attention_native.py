@@ -102,7 +102,7 @@ def test_graph_safe_rows_replay_equal_to_eager(op, row):
             reason = skip_reason(row, error)
     if planned is None:
         pytest.skip(reason)
-    eager = planned.impl(*args)
+    planned.impl(*args)  # first call: compiles
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -120,4 +120,3 @@ def test_graph_safe_rows_replay_equal_to_eager(op, row):
     first = captured[0] if isinstance(captured, tuple) else captured
     want = expected[0] if isinstance(expected, tuple) else expected
     torch.testing.assert_close(first, want, atol=0, rtol=0)
-    assert eager is not None

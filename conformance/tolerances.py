@@ -10,6 +10,8 @@ GEMMs: the tensor-core accumulation term of their contract, per element,
 computed from the call's inputs). NaN must match NaN.
 """
 
+import torch
+
 from conformance.cases import ACCUMULATION_BOUNDS, TOLERANCES
 
 
@@ -36,8 +38,6 @@ def assert_within_tolerance(op: str, dtype: str, output: int, out, want, *, args
     `args` are the call's untouched inputs (for the accumulation term; None: no term). `specified`
     is a bool mask of the elements the contract specifies (None: all).
     """
-    import torch
-
     atol, rtol = tolerance(op, dtype, output)
     extra = accumulation_bound(op, args, output) if args is not None else None
     if specified is not None:

@@ -85,7 +85,7 @@ def sweep_decode():
             else:
                 buffer, scales = values.bfloat16(), (None, None)
             nbytes = batch * length * 16 * 128 * buffer.element_size()
-            picked = module.launch_config(128, 4, buffer.dtype, q.device)
+            picked = module.launch_config(128, buffer.dtype, q.device)
             base = module.num_splits(batch, 8, table.shape[1] * 16, q.device)
             for block_n, warps, stages, split_factor in itertools.product((32, 64, 128), (4, 8), (2, 3),
                                                                           (0.5, 1, 2)):

@@ -8,7 +8,7 @@ FlashInfer's rows adapt in backends/flashinfer/activation.py.
 from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import H200_PARITY, LIBRARY_BENCH, LIBRARY_PARITY, TRITON, TRITON_DEVICES
+from ..common_rows import H200_PARITY, LIBRARY_PARITY, TRITON, TRITON_DEVICES
 
 SILU_AND_MUL = "activation.silu_and_mul"
 GELU_TANH_AND_MUL = "activation.gelu_tanh_and_mul"
@@ -122,7 +122,7 @@ ROWS = (
                                 evidence=LIBRARY_PARITY),
             # Below the native rows (10): slower at every size measured, bf16 intermediate 14336, 1/64/4096/32768
             # tokens: silu 6.8/8.2/94.2/681.6 us against 4.8/6.3/86.9/646.0, gelu_tanh 6.9/8.2/96.4/699.1
-            # against 4.9/6.9/86.9/645.4; graph replay at 1 token 3.2-3.4 us against 1.4 us (LIBRARY_BENCH).
+            # against 4.9/6.9/86.9/645.4; graph replay at 1 token 3.2-3.4 us against 1.4 us (common_rows.LIBRARY_BENCH).
             priority=5,
             # One launch, no host sync, no per-call host data.
             graph_safe=True,

@@ -27,8 +27,7 @@ from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, 
 from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
 from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
 from ...backends.flashinfer import REQUIREMENT as FLASHINFER
-from ..common_rows import LIBRARY_BENCH, LIBRARY_PARITY  # noqa: F401  (LIBRARY_BENCH: cited at ROWS)
-from ..common_rows import ATTENTION_BENCH  # noqa: F401  (cited at ROWS)
+from ..common_rows import LIBRARY_PARITY
 from ..common_rows import ATTENTION_RESULTS, TRITON, TRITON_DEVICES, TRITON_FP8_READ_DEVICES
 
 PREFILL = "attention.prefill"
@@ -189,7 +188,7 @@ def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph
     """A row served by an external library's adapter (backends/<library>/attention.py).
 
     max_abs_diff: the largest |diff| against the op's torch row over its parity cases on the H200
-    (LIBRARY_PARITY, the golden record); priority: from LIBRARY_BENCH (the comments at ROWS)."""
+    (LIBRARY_PARITY, the golden record); priority: from common_rows.LIBRARY_BENCH (the comments at ROWS)."""
     backend, _, _ = name.partition("/")
     package = f"{_BACKENDS}.{backend}"
     return KernelSpec(
@@ -231,7 +230,7 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
     needs no layout tag but the dtype ones; no host sync and no per-call host data (split counts come from
     host-known sizes): capturable in a CUDA graph (measured: conformance/test_attention_native.py on the
     H200). max_abs_diff: the largest |diff| against the torch row over every parity case in fp32, fp16 and
-    bf16 on the H200 (the row's own parity run in ATTENTION_RESULTS); priority: from ATTENTION_BENCH (the
+    bf16 on the H200 (the row's own parity run in ATTENTION_RESULTS); priority: from common_rows.ATTENTION_BENCH (the
     comments at ROWS)."""
     return KernelSpec(
         name=name,
@@ -250,7 +249,7 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
         description=description,
     )
 
-# Priorities (LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
+# Priorities (common_rows.LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
 #   prefill, GQA 32/8 d128 causal: FA3 825.7 us at 4 x 4096 tokens and 322.6 us at 16 x 1024, FlashInfer
 #     1652.1 / 1044.5 us (plan() in every call); mla_prefill 4 x 4096, 16 heads 192/128: FA3 512.5, FlashInfer
 #     980.4 us. So FA3 20, FlashInfer 10.
@@ -258,7 +257,7 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     B=1 L=32768 with 16 / 128 heads; FlashInfer 906-910 us at B=64 and 358-906 us at B=1. FlashMLA 20.
 #   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
 #     779.0 us for 4 chunks of 512 after 4096): 10.
-# The native rows (ATTENTION_BENCH: one run beside the library rows, bf16):
+# The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16):
 #   decode GQA 32/8 d128 page 16: native 254.6 / 81.3 / 52.0 / 18.3 us at B=64 L=4096 / B=8 L=8192 /
 #     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 746.9 / 420.2 / 387.2 / 339.6 (and FlashInfer
 #     planned once per step, a peer: 390.1 / 106.6 / 60.9 / 15.3): native 30. decode_fp8: the only row

@@ -31,7 +31,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common_rows import ATTENTION_SWEEP  # noqa: F401  (cited by the launch heuristics' docstrings)
 from ..device_facts import multiprocessor_count
 from .prefill import paged_rows, softmax_step, split_head_dim
 
@@ -43,13 +42,13 @@ MAX_SPLITS = 256
 MIN_SPLIT_POSITIONS = 256
 
 
-def launch_config(head_dim: int, group: int, kv_dtype: torch.dtype, device: torch.device) -> dict:
+def launch_config(head_dim: int, kv_dtype: torch.dtype, device: torch.device) -> dict:
     """BLOCK_N and warps of the decode kernel (no first-call tuning).
 
     sm80+: 64 positions per tile for head dims <= 128 (a K and a V tile of 64 x 128 bf16 = 32 KiB in
     flight per program with 2 stages), 32 for 256; 4 warps: the logits tile is only G_PAD x BLOCK_N,
     so more warps add nothing but scheduling. fp8 KV doubles BLOCK_N (same bytes per tile). The CPU
-    interpreter takes 32 (its cost is per operation). H200 sweep (ATTENTION_SWEEP): at B=64 L=4096, bf16
+    interpreter takes 32 (its cost is per operation). H200 sweep (common_rows.ATTENTION_SWEEP): at B=64 L=4096, bf16
     64 x 4 warps 254.9 us (4.21 TB/s, 100% of the copy's 4.23); fp8 128 x 4 warps 276.0 us, the best
     249.8 us with 2 splits: the fp8 row reads half the bytes but is not faster yet (see the README).
     """
@@ -65,7 +64,7 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
     per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
     4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
-    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, ATTENTION_SWEEP): B=64 L=4096
+    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, common_rows.ATTENTION_SWEEP): B=64 L=4096
     (512 programs) 254.9 us with 1 split, 275.6 with 2; B=8 L=8192 80.9 us with 9 splits, 95.0 with 4,
     86.5 with 18; B=1 L=32768 51.8 us with 66, 57.0 with 33, 54.5 with 132."""
     if device.type != "cuda" or batch == 0:
@@ -90,7 +89,7 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     if batch == 0:
         return out
     fp8 = kv_buffer.dtype == torch.float8_e4m3fn
-    config = dict(config or launch_config(head_dim, group, kv_buffer.dtype, q.device))
+    config = dict(config or launch_config(head_dim, kv_buffer.dtype, q.device))
     if splits is None:
         splits = num_splits(batch, num_kv_heads, page_table.shape[1] * int(page_size), q.device)
     d_a, d_b = split_head_dim(head_dim)

@@ -21,7 +21,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common_rows import ATTENTION_SWEEP  # noqa: F401  (cited by launch_config's docstring)
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
 from .decode import merge_splits, num_splits
 from .prefill import paged_rows, softmax_step
@@ -37,7 +36,7 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device) ->
     registers per thread) when Hq >= 64, so a latent tile feeds 64 heads' products, and BLOCK_N = 64
     positions; fewer heads take BLOCK_H = 16 (the tensor-core minimum; Hq = 16 is one program per
     sequence and split) with 4 warps and BLOCK_N = 32. fp32 halves BLOCK_H (IEEE products, twice the
-    bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (ATTENTION_SWEEP): Hq=128 B=64
+    bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP): Hq=128 B=64
     L=4096 467.6 us with 64 x 64 x 8 warps (597.5 with BLOCK_N 32), 3.2x FlashMLA's time: the kernel, not
     its tiles, falls short there; Hq=16 B=64 147.5 us with 16 x 32 x 4 warps (the best).
     """

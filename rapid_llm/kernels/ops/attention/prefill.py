@@ -33,8 +33,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common_rows import ATTENTION_SWEEP  # noqa: F401  (cited by launch_config's docstring)
-from ..device_facts import compute_capability
 
 _LOG2E = 1.4426950408889634
 
@@ -49,7 +47,7 @@ def split_head_dim(head_dim: int) -> tuple[int, int]:
 
 
 def launch_config(head_dim: int, head_dim_v: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Tile sizes per SM tier, from the head dims (no first-call tuning).
+    """Tile sizes from the head dims and dtype (no first-call tuning), one table for sm80+ (measured on sm90).
 
     sm90 / sm80 (228 / 164 KiB shared memory, 64K registers per SM): BLOCK_M = 128 query rows and
     8 warps (16 rows per warp: the m16 tensor-core tile) for head dims up to 128, so each K/V tile
@@ -57,8 +55,8 @@ def launch_config(head_dim: int, head_dim_v: int, dtype: torch.dtype, device: to
     the accumulator (128 x Dv) in registers. Head dims above 128 halve BLOCK_N (the q tile grows),
     and Dv 256 halves BLOCK_M (the accumulator doubles). fp32 inputs halve both (twice the bytes
     per element, IEEE dot products).
-    H200 sweep (perf/sweeps/attention_tiles.py, ATTENTION_SWEEP): 4 x 4096 causal GQA 32/8 d128
-    1287 us (427 TFLOP/s) with these tiles, the best of the 24 shapes swept; 16 x 1024 500.5 us, 458.9
+    H200 sweep (perf/sweeps/attention_tiles.py, common_rows.ATTENTION_SWEEP): 4 x 4096 causal GQA 32/8
+    d128 1287 us (427 TFLOP/s) with these tiles, the best of the 24 shapes swept; 16 x 1024 500.5 us, 458.9
     with 64 x 64 x 4 warps. The kernel, not its tiles, falls short of FA3 and SDPA there (README).
 
     The CPU interpreter pays per operation, not per element: 64 x 32 tiles (still BLOCK_M > BLOCK_N, as on
@@ -73,8 +71,6 @@ def launch_config(head_dim: int, head_dim_v: int, dtype: torch.dtype, device: to
         block_m = 64
     if dtype == torch.float32:
         block_m, block_n, stages = block_m // 2, max(16, block_n // 2), 2
-    if compute_capability(device) < (8, 0):
-        stages = 1
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
 
 

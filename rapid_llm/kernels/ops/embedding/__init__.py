@@ -9,7 +9,7 @@ FlashInfer's rotary row adapts in backends/flashinfer/rotary.py.
 from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import H200_PARITY, LIBRARY_BENCH, LIBRARY_PARITY, TRITON, TRITON_DEVICES
+from ..common_rows import H200_PARITY, LIBRARY_PARITY, TRITON, TRITON_DEVICES
 
 VOCAB_EMBEDDING = "embedding.vocab_embedding"
 ROTARY = "embedding.rotary"
@@ -140,7 +140,7 @@ ROWS = (
         # Largest |diff| vs torch/rotary over its parity cases, bf16 and fp16, on the H200.
         golden=GoldenRecord(verified=True, max_abs_diff=0.015625, baseline="torch/rotary", evidence=LIBRARY_PARITY),
         # Below native/rotary (10): slower at every size measured, bf16 GQA 32/8 d128, 1/64/4096/32768 tokens:
-        # 15.1/15.6/39.2/201.8 us against 4.7/5.4/26.3/177.1 us (LIBRARY_BENCH).
+        # 15.1/15.6/39.2/201.8 us against 4.7/5.4/26.3/177.1 us (common_rows.LIBRARY_BENCH).
         priority=5,
         # No host sync, no per-call host data: the position remap is 2-3 small device ops, the identity
         # row a buffer built once per (device, rotary_dim, cache address mod row size).

@@ -8,7 +8,7 @@ adapt in backends/flashinfer/norm.py.
 from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import H200_PARITY, LIBRARY_BENCH, LIBRARY_PARITY, TRITON, TRITON_DEVICES
+from ..common_rows import H200_PARITY, LIBRARY_PARITY, TRITON, TRITON_DEVICES
 
 RMS_NORM = "norm.rms_norm"
 FUSED_ADD_RMS_NORM = "norm.fused_add_rms_norm"
@@ -132,7 +132,8 @@ ROWS = (
         # Largest |diff| vs torch/rms_norm over its parity cases, bf16 and fp16, on the H200.
         golden=GoldenRecord(verified=True, max_abs_diff=0.03125, baseline="torch/rms_norm", evidence=LIBRARY_PARITY),
         # Below native/rms_norm (10): slower at every size measured, bf16 hidden 4096, 1/64/4096/32768 tokens:
-        # 5.6/5.8/28.1/173.8 us against 5.0/5.5/22.3/134.6 us; equal in graph replay (1.7/1.9 us) (LIBRARY_BENCH).
+        # 5.6/5.8/28.1/173.8 us against 5.0/5.5/22.3/134.6 us; equal in graph replay (1.7/1.9 us)
+        # (common_rows.LIBRARY_BENCH).
         priority=5,
         # One launch, no host sync, no per-call host data (the output is allocated like the native row's).
         graph_safe=True,
@@ -163,7 +164,7 @@ ROWS = (
         golden=GoldenRecord(verified=True, max_abs_diff=0.125, baseline="torch/fused_add_rms_norm",
                             evidence=LIBRARY_PARITY),
         # Below native/fused_add_rms_norm (10): even with it at 4096 and 32768 tokens (38.5 vs 38.0 us, 266.1 vs
-        # 268.8 us: within 1%), slower at 64 tokens (6.1 vs 5.8 us); bf16 hidden 4096 (LIBRARY_BENCH).
+        # 268.8 us: within 1%), slower at 64 tokens (6.1 vs 5.8 us); bf16 hidden 4096 (common_rows.LIBRARY_BENCH).
         priority=5,
         graph_safe=True,
         description="FlashInfer fused_add_rmsnorm: add, store residual, normalise the fp32 sum; one CTA per row",
