@@ -8,6 +8,13 @@
 - Unchecked bad index values (on CUDA without RAPID_LLM_CHECK_BOUNDS) give an unspecified result,
   never an out-of-bounds read: every row that runs here is called with page ids and lengths past
   the page table and the buffer. Catches a kernel that gathers through an unclamped id.
+- The TMA prefill kernel (sm90's path for attention.prefill / mla_prefill) equals the pointer
+  kernel on every ragged prefill case the interpreter runs: its descriptors' boxes read rows of the
+  neighbouring sequence, and this catches one of them leaking into a result (on the CPU it is called
+  directly; tma_ready() is False there). On the GPU the parity cases run it through the row.
+- fp8-KV decode with a bf16 q takes its products in fp16 after scaling q by a power of two chosen on
+  the device: queries of magnitude 1e-6 .. 1e5 (fp16 overflows at 65504) stay within the bf16
+  tolerance of the float64 oracle. Catches a missing or wrong scale (inf / NaN or a scaled result).
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -120,3 +127,37 @@ def test_graph_safe_rows_replay_equal_to_eager(op, row):
     first = captured[0] if isinstance(captured, tuple) else captured
     want = expected[0] if isinstance(expected, tuple) else expected
     torch.testing.assert_close(first, want, atol=0, rtol=0)
+
+
+_TMA_CASES = [(op, case.id) for op in ("attention.prefill", "attention.mla_prefill") for case in CASES[op]
+              if not case.gpu_only]
+
+
+@pytest.mark.parametrize("op,case_id", _TMA_CASES, ids=[f"{op}-{c}" for op, c in _TMA_CASES])
+def test_tma_prefill_kernel_equals_the_pointer_kernel(op, case_id):
+    args, dims, layout = _case(op, case_id, dtype="fp16")
+    _plan(op, "native/prefill" if op == "attention.prefill" else "native/mla_prefill", "fp16", dims, layout)
+    from rapid_llm.kernels.ops.attention import prefill, prefill_tma  # after the skip: Triton may be hidden
+    q, k, v = args[:3]
+    if q.dtype != torch.float16 or q.shape[0] == 0 or q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
+        pytest.skip("tma_ready() refuses these inputs (fp16 with unit head-dim strides only; empty q has no "
+                    "descriptor): the pointer kernel serves them")
+    want = prefill.prefill(*args, tma=False)
+    got = prefill_tma.prefill(*args, config={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1})
+    for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(mine.float(), theirs.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e3, 1e5])
+def test_fp8_decode_scales_a_bf16_query_into_fp16(magnitude):
+    args, dims, layout = _case(DECODE, "fp8_kv_ragged_page16")
+    _plan(DECODE, "native/decode_fp8", "bf16", dims, layout)
+    from rapid_llm.kernels.ops.attention import decode  # after the skip: Triton may be hidden
+
+    q = (args[0].double() * magnitude).bfloat16()
+    args = (q, *args[1:])
+    got = decode.decode(*args, splits=2)
+    want = ORACLES[DECODE](*args)
+    assert torch.isfinite(got).all(), "an fp16 overflow of the scaled query reached the output"
+    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]
+    torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)

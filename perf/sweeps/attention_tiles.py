@@ -1,19 +1,21 @@
 """Tile sweeps of the native attention kernels on a GPU (the evidence for their launch_config()).
 
-    python -m perf.sweeps.attention_tiles --out DIR [--compile-only] [--only SECTION ...]
+    python -m perf.sweeps.attention_tiles --out DIR [--compile-only [--shard I/N]] [--only SECTION ...]
 
 One process times every configuration (perf/gpu_timing.py: CUDA events, 512 MiB L2 flush before
 each call, median; B=1 decode also in CUDA-graph replay), so every figure is comparable with the
 same run's copy bandwidth. --compile-only calls each configuration once without timing: run it
-first (several processes with disjoint --only sections) to fill Triton's cache, so the timing run
-compiles nothing.
+first (several processes with disjoint --only sections, or --shard I/N of one section) to fill
+Triton's cache, so the timing run compiles nothing.
 
   decode      attention.decode, GQA 32/8 d128 page 16, bf16 and fp8 KV, B=64 L=4096, B=8 L=8192,
               B=1 L=32768: BLOCK_N x num_warps x num_stages, and the split count (heuristic, x0.5, x2)
-  mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 at B=1 L=32768:
-              BLOCK_H x BLOCK_N x num_warps x num_stages
-  prefill     attention.prefill causal GQA 32/8 d128: 4 x 4096 and 16 x 1024 tokens:
-              BLOCK_M x BLOCK_N x num_warps x num_stages
+  mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 and 128 at B=1
+              L=32768: BLOCK_H x BLOCK_N x num_warps x num_stages x split count (MLA_SPLITS)
+  prefill     attention.prefill causal GQA 32/8 d128 at 4 x 4096 and 16 x 1024 tokens, and the MLA
+              prefill shape (16 heads, 192 / 128) at 4 x 4096: the TMA kernel's BLOCK_N x num_warps x
+              num_stages x warp specialization at BLOCK_M 128 (and two 64-row tiles), and the pointer
+              kernel's BLOCK_M x BLOCK_N x num_warps x num_stages at 4 x 4096
 
 Each entry records the configuration, whether launch_config() picks it ("heuristic"), µs, and TB/s
 (decode: KV / latent bytes read) or TFLOP/s (prefill, MLA: the causal half). Writes
@@ -41,6 +43,9 @@ from perf import gpu_timing
 
 COMPILE_ONLY = False
 FLUSH = None
+#: (index, count) of a --compile-only process: it compiles every count-th configuration from index.
+SHARD = (0, 1)
+ATTEMPTS = 0
 
 
 def _time(fn, *, graph=False) -> dict:
@@ -61,6 +66,10 @@ def _pages(batch, length, page_size):
 
 
 def _attempt(rows, entry, fn, *, graph=False):
+    global ATTEMPTS
+    ATTEMPTS += 1
+    if COMPILE_ONLY and ATTEMPTS % SHARD[1] != SHARD[0]:
+        return  # another --shard process compiles this configuration
     try:
         entry.update(_time(fn, graph=graph))
     except Exception as error:  # a configuration that does not compile (shared memory) is a result too
@@ -87,12 +96,18 @@ def sweep_decode():
             nbytes = batch * length * 16 * 128 * buffer.element_size()
             picked = module.launch_config(128, buffer.dtype, q.device)
             base = module.num_splits(batch, 8, table.shape[1] * 16, q.device)
-            for block_n, warps, stages, split_factor in itertools.product((32, 64, 128), (4, 8), (2, 3),
-                                                                          (0.5, 1, 2)):
+            for block_n, warps, stages, split_factor, registers in itertools.product(
+                    (32, 64, 128, 256), (4, 8), (2, 3, 4), (0.5, 1, 2), (None, 128, 168)):
                 splits = max(1, min(module.MAX_SPLITS, int(base * split_factor)))
                 config = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+                if registers:  # a register cap: more programs per SM (ptxas may spill)
+                    config["maxnreg"] = registers
+                    if kv == "bf16" or warps == 8 or block_n not in (64, 128):
+                        continue  # fp8 at 4 warps, 64 / 128 positions: 210 registers at 128 (ncu, 12-01)
                 if split_factor != 1 and config != picked:
                     continue  # the split count is swept at the picked tiles only
+                if kv == "bf16" and (block_n > 128 or stages > 3):
+                    continue  # bf16: the tiles of the 12-01 sweep; fp8 (fp16 products since 12-01 pm) all
                 entry = {"batch": batch, "length": length, "kv": kv, "splits": splits, **config,
                          "heuristic": config == picked and split_factor == 1}
                 args = (q, buffer, table, lens, 16, 128 ** -0.5, *scales)
@@ -115,13 +130,27 @@ def sweep_mla_decode():
         nbytes = batch * length * 576 * 2
         flops = 2 * batch * heads * length * (576 + 512)
         picked = module.launch_config(heads, q.dtype, q.device)
-        for block_h, block_n, warps, stages in itertools.product((16, 32, 64), (16, 32, 64), (4, 8), (1, 2)):
+        resident = picked.pop("resident")
+        head_blocks = triton.cdiv(heads, picked["BLOCK_H"])
+        picked_splits = module.mla_num_splits(batch, head_blocks, table.shape[1] * 64, resident, q.device)
+        split_choices = {picked_splits, *MLA_SPLITS.get((batch, heads), ())}
+        for block_h, block_n, warps, stages, splits, registers in itertools.product(
+                (16, 32, 64), (16, 32, 64), (4, 8), (1, 2, 3, 4), sorted(split_choices), (None, 128, 168)):
             if block_h > max(16, heads) or (block_h == 64 and warps == 4):
                 continue  # more heads than exist; a 64 x 512 fp32 accumulator in one warpgroup (256 registers)
+            if registers and (heads >= 64 or warps == 8 or stages == 1 or splits not in (4, 6, 128, 256)):
+                continue  # a register cap for Hq=16 (219 registers, 2 programs per SM: ncu, 12-01)
+            if heads >= 64 and (block_h != 64 or block_n == 16):
+                continue  # Hq=128: 16 / 32 heads per program and 16-position tiles lost by 2x on 12-01
+            if heads < 64 and block_n == 16:
+                continue
             config = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-            entry = {"batch": batch, "length": length, "heads": heads, **config, "heuristic": config == picked}
+            if registers:
+                config["maxnreg"] = registers
+            entry = {"batch": batch, "length": length, "heads": heads, "splits": splits, **config,
+                     "heuristic": config == picked and splits == picked_splits}
             args = (q, cache, table, lens, 64, 192 ** -0.5)
-            _attempt(rows, entry, lambda: module.mla_decode(*args, config=config), graph=batch == 1)
+            _attempt(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=config), graph=batch == 1)
             if "event_us" in entry:
                 entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
                 entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
@@ -133,22 +162,37 @@ def sweep_prefill():
 
     rows = []
     g = torch.Generator(device="cuda").manual_seed(2)
-    for batch, length in ((4, 4096), (16, 1024)):
+    for batch, length, heads, kv_heads, dim, dim_v in ((4, 4096, 32, 8, 128, 128), (16, 1024, 32, 8, 128, 128),
+                                                       (4, 4096, 16, 16, 192, 128)):
         tokens = batch * length
-        q = torch.randn((tokens, 32, 128), device="cuda", generator=g).bfloat16()
-        k = torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16()
-        v = torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16()
+        q = torch.randn((tokens, heads, dim), device="cuda", generator=g).bfloat16()
+        k = torch.randn((tokens, kv_heads, dim), device="cuda", generator=g).bfloat16()
+        v = torch.randn((tokens, kv_heads, dim_v), device="cuda", generator=g).bfloat16()
         cu = torch.arange(0, tokens + 1, length, dtype=torch.int32, device="cuda")
-        flops = 4 * batch * 32 * length ** 2 * 128 / 2
-        picked = module.launch_config(128, 128, q.dtype, q.device)
-        for block_m, block_n, warps, stages in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3)):
+        flops = 2 * batch * heads * length ** 2 * (dim + dim_v) / 2
+        tma_ready = module.prefill_tma.tma_ready(q, k, v)
+        picked = (module.prefill_tma if tma_ready else module).launch_config(dim, dim_v, q.dtype, q.device)
+        grid = [(True, 128, n, w, st, ws) for n, w, st, ws in itertools.product((64, 128), (4, 8), (2, 3), (0, 1))]
+        grid += [(True, 64, 64, 4, 2, 0), (True, 64, 32, 4, 2, 0)]
+        if (dim, batch) == (128, 4):  # the pointer kernel (the fallback of odd strides): its 12-01 grid
+            grid += [(False, m, n, w, st, 0) for m, n, w, st in itertools.product((64, 128), (32, 64, 128), (4, 8),
+                                                                                 (2, 3))]
+        for tma, block_m, block_n, warps, stages, specialize in grid:
             config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-            entry = {"batch": batch, "length": length, **config, "heuristic": config == picked}
-            _attempt(rows, entry, lambda: module.prefill(q, k, v, cu, length, 128 ** -0.5, True, False, config=config))
+            if specialize:
+                config["WARP_SPECIALIZE"] = True
+            entry = {"batch": batch, "length": length, "heads": heads, "dim": dim, "tma": tma, **config,
+                     "heuristic": config == picked and tma == tma_ready}
+            _attempt(rows, entry, lambda: module.prefill(q, k, v, cu, length, dim ** -0.5, True, False,
+                                                         config=config, tma=tma))
             if "event_us" in entry:
                 entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
     return rows
 
+
+#: Split counts swept beside mla_num_splits()'s (batch, Hq): whole waves of 132 SMs at 1-2 programs each.
+MLA_SPLITS = {(64, 16): (2, 3, 4, 6, 8, 12, 16), (64, 128): (1, 2), (1, 16): (66, 128, 132, 256),
+              (1, 128): (16, 33, 66)}
 
 SECTIONS = {"decode": sweep_decode, "mla_decode": sweep_mla_decode, "prefill": sweep_prefill}
 
@@ -165,13 +209,16 @@ def _best(rows, keys, metric="event_us"):
 
 
 def main(argv=None) -> int:
-    global COMPILE_ONLY, FLUSH
+    global COMPILE_ONLY, FLUSH, SHARD
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--shard", default="0/1", help="I/N: with --compile-only, compile every N-th configuration "
+                        "from the I-th (N processes share a section)")
     args = parser.parse_args(argv)
     COMPILE_ONLY = args.compile_only
+    SHARD = tuple(int(part) for part in args.shard.split("/"))
     os.makedirs(args.out, exist_ok=True)
     FLUSH = torch.empty(gpu_timing.FLUSH_BYTES, dtype=torch.int8, device="cuda")
     results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -195,7 +242,7 @@ def main(argv=None) -> int:
     if COMPILE_ONLY:
         return 0
     keys = {"decode": ("batch", "length", "kv"), "mla_decode": ("batch", "length", "heads"),
-            "prefill": ("batch", "length")}
+            "prefill": ("batch", "length", "dim", "tma")}
     for name, rows in results["sections"].items():
         if isinstance(rows, dict):
             print(f"{name}: error\n{rows['error'][-800:]}")
@@ -203,7 +250,7 @@ def main(argv=None) -> int:
         picked = {tuple(r.get(k) for k in keys[name]): r for r in rows if r.get("heuristic") and "event_us" in r}
         for key, row in _best(rows, keys[name]).items():
             mine = picked.get(key, {})
-            config = {k: row[k] for k in row if k.isupper() or k in ("num_warps", "num_stages", "splits")}
+            config = {k: row[k] for k in row if k.isupper() or k in ("num_warps", "num_stages", "splits", "maxnreg")}
             print(f"{name} {key}: best {row['event_us']} us {config} | heuristic {mine.get('event_us')} us")
     return 0
 

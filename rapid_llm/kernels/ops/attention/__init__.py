@@ -1,7 +1,8 @@
 """attention family: op contracts and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
-prefill.py (native ragged and paged prefill), decode.py (native paged decode,
+prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
+prefill with TMA tile loads, sm90+), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
 decode). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
@@ -258,16 +259,17 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
 #     779.0 us for 4 chunks of 512 after 4096): 10.
 # The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16):
-#   decode GQA 32/8 d128 page 16: native 254.6 / 81.3 / 52.0 / 18.3 us at B=64 L=4096 / B=8 L=8192 /
-#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 746.9 / 420.2 / 387.2 / 339.6 (and FlashInfer
-#     planned once per step, a peer: 390.1 / 106.6 / 60.9 / 15.3): native 30. decode_fp8: the only row
-#     for an fp8 buffer besides the reference: 10.
-#   prefill: native 1301.2 / 499.1 us at 4 x 4096 / 16 x 1024 causal, FA3 841.0 / 324.4, the FlashInfer row
-#     1746.0 / 1132.8: native 15, between them. mla_prefill: native 987.7, FA3 513.8, FlashInfer 1509.8: 15.
-#   prefill_paged: native 529.3 us, the FlashInfer row 1481.4: native 20.
-#   mla_decode page 64: native 476.3 / 154.2 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 144.0 / 129.8, the
-#     FlashInfer row 909.9 / 909.2); 44.1 / 82.5 us at B=1 L=32768 Hq=16 / 128 (FlashMLA 125.5 / 64.4):
-#     native 15, below FlashMLA (faster at B=64, where an engine spends its decode time), above FlashInfer.
+#   decode GQA 32/8 d128 page 16: native 259.3 / 81.8 / 51.5 / 17.7 us at B=64 L=4096 / B=8 L=8192 /
+#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 719.8 / 419.5 / 356.2 / 577.5 (and FlashInfer
+#     planned once per step, a peer: 390.5 / 106.2 / 60.5 / 15.1): native 30. decode_fp8: the only row
+#     for an fp8 buffer besides the reference (206.8 / 66.3 / 42.3 us at the same shapes): 10.
+#   prefill: native 1097.7 / 380.4 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 836.2 / 322.0, the
+#     FlashInfer row 2297.2 / 1590.1: native 15, between them. mla_prefill: native 747.2, FA3 520.0,
+#     FlashInfer 1471.2: 15.
+#   prefill_paged: native 524.0 us, the FlashInfer row 966.8: native 20.
+#   mla_decode page 64: native 336.7 / 131.3 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 144.3 / 130.5, the
+#     FlashInfer row 909.4 / 909.8); 34.2 / 67.4 us at B=1 L=32768 Hq=16 / 128 (FlashMLA 73.2 / 63.8):
+#     native 15, below FlashMLA (2.3x faster at Hq=128 B=64, even at Hq=16), above FlashInfer.
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),

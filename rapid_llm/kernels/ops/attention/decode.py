@@ -18,8 +18,13 @@ its base-2 log-sum-exp; `merge_splits` weighs them by exp2(lse_s - max lse) (an 
 lse = -inf, weight 0). With one split the kernel writes the output directly.
 
 fp8 KV (the buffer kvcache.update_kv_buffer_fp8 writes, per-tensor k_scale / v_scale): K and V are
-loaded as e4m3, converted to q's dtype (exact) for the tensor cores; k_scale is folded into the
-logit scale and v_scale into the final normalisation, so the bytes read halve and no per-element
+loaded as e4m3 and the products run in fp16 for a bf16 or fp16 q (fp32 for an fp32 q): e4m3 -> fp16
+is exact and one conversion per two elements on sm89+, while e4m3 -> bf16 detours through fp32 (bf16 products:
+276 us at B=64 L=4096 on the morning's sweep; fp16: 227, and 205 with the register cap below).
+A bf16 q enters fp16 scaled by a power of two 2^s chosen on the device so its largest element of
+the group lands in [2^14, 2^15) (exact: fp16 holds every bf16 value of that range); 2^-s, k_scale
+and the logit scale fold into one multiplier, v_scale into the final normalisation. P enters the
+P.V product in fp16 (10 mantissa bits against bf16's 7). The bytes read halve and no per-element
 multiply is added.
 
 Grid: (B, Hk, NUM_SPLITS): B on axis 0 (up to 2**31 - 1), Hk and the splits (<= 256) on axes 1-2.
@@ -40,31 +45,39 @@ _LOG2E = 1.4426950408889634
 MAX_SPLITS = 256
 #: A split should cover at least this many positions of the page table's reach.
 MIN_SPLIT_POSITIONS = 256
+#: Head-dim columns per merge program.
+MERGE_BLOCK_D = 64
 
 
 def launch_config(head_dim: int, kv_dtype: torch.dtype, device: torch.device) -> dict:
-    """BLOCK_N and warps of the decode kernel (no first-call tuning).
+    """BLOCK_N, warps, stages (and a register cap) of the decode kernel (no first-call tuning).
 
     sm80+: 64 positions per tile for head dims <= 128 (a K and a V tile of 64 x 128 bf16 = 32 KiB in
     flight per program with 2 stages), 32 for 256; 4 warps: the logits tile is only G_PAD x BLOCK_N,
-    so more warps add nothing but scheduling. fp8 KV doubles BLOCK_N (same bytes per tile). The CPU
-    interpreter takes 32 (its cost is per operation). H200 sweep (common_rows.ATTENTION_SWEEP): at B=64 L=4096, bf16
-    64 x 4 warps 254.9 us (4.21 TB/s, 100% of the copy's 4.23); fp8 128 x 4 warps 276.0 us, the best
-    249.8 us with 2 splits: the fp8 row reads half the bytes but is not faster yet (see the README).
+    so more warps add nothing but scheduling. fp8 KV doubles BLOCK_N (same bytes per tile) and, for
+    head dims <= 128, caps registers at 128 per thread: the fp16 operands of a 128-position tile take
+    210 (ncu), two programs per SM; at 128 four fit. The CPU interpreter takes 32 (its cost is per
+    operation). H200 sweep (common_rows.ATTENTION_SWEEP) at B=64 L=4096: bf16 64 x 4 warps 260.2 us
+    (4.13 TB/s, 97% of the copy's 4.25); fp8 128 x 4 warps 204.9 us capped at 128 registers, 226.9
+    uncapped, 236.5 capped at 168, 232.8 at 64 positions: 1.27x the bf16 row's tokens per second,
+    short of the 1.6x the issue asks (README).
     """
     if device.type != "cuda":
         return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
     block_n = 64 if head_dim <= 128 else 32
+    config = {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}
     if kv_dtype == torch.float8_e4m3fn:
-        block_n *= 2
-    return {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}
+        config["BLOCK_N"] = 2 * block_n
+        if head_dim <= 128:
+            config["maxnreg"] = 128
+    return config
 
 
 def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device) -> int:
     """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
     per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
     4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
-    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, common_rows.ATTENTION_SWEEP): B=64 L=4096
+    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, the morning's run): B=64 L=4096
     (512 programs) 254.9 us with 1 split, 275.6 with 2; B=8 L=8192 80.9 us with 9 splits, 95.0 with 4,
     86.5 with 18; B=1 L=32768 51.8 us with 66, 57.0 with 33, 54.5 with 132."""
     if device.type != "cuda" or batch == 0:
@@ -116,12 +129,14 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
 
 def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor) -> None:
     """out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s, w_s = exp2(lse_s - max_s lse_s) (base-2 lse).
-    partial [B, H, S, Dv] fp32 contiguous, partial_lse [B, H, S]; out [B, H, Dv] any strides."""
+    partial [B, H, S, Dv] fp32 contiguous, partial_lse [B, H, S]; out [B, H, Dv] any strides.
+    Grid (B, H, Dv / MERGE_BLOCK_D): a small batch still spreads the partials' read over many SMs
+    (B=1, 16 MLA heads, 128 splits: 4 MiB of partials in 64 programs, not 16)."""
     batch, heads, splits, width = partial.shape
-    _merge_kernel[(batch, heads)](
+    block_d = min(triton.next_power_of_2(width), MERGE_BLOCK_D)
+    _merge_kernel[(batch, heads, triton.cdiv(width, block_d))](
         partial, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), heads, splits, width,
-        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=min(triton.next_power_of_2(width), 128),
-        num_warps=4,
+        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=block_d, num_warps=4,
     )
 
 
@@ -153,6 +168,19 @@ def _decode_kernel(
         q_b = tl.load(q_rows + offs_db[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
     if FP8:
         qk_scale = qk_scale * tl.load(k_scale_ptr)
+        if q_a.dtype == tl.bfloat16:
+            # q -> fp16 scaled by 2^s (exact; see the module docstring), 2^-s folded into the logit scale
+            q_max = tl.max(tl.max(tl.abs(q_a.to(tl.float32)), 1), 0)
+            if D_B > 0:
+                q_max = tl.maximum(q_max, tl.max(tl.max(tl.abs(q_b.to(tl.float32)), 1), 0))
+            exponent = (q_max.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased: 2^(e-127) <= q_max
+            scale_bits = tl.minimum(tl.maximum(268 - exponent, 1), 254)  # 2^(141 - e) as an fp32 exponent
+            scale_bits = tl.where(exponent == 0, 127, scale_bits)  # q == 0 (or subnormal): no scaling
+            scale = (scale_bits << 23).to(tl.float32, bitcast=True)
+            q_a = (q_a.to(tl.float32) * scale).to(tl.float16)
+            if D_B > 0:
+                q_b = (q_b.to(tl.float32) * scale).to(tl.float16)
+            qk_scale = qk_scale / scale
     k_base = kv_ptr + kv_head * stride_head
     v_base = kv_ptr + (num_kv_heads + kv_head) * stride_head
     offs_n = tl.arange(0, BLOCK_N)
@@ -179,13 +207,14 @@ def _decode_kernel(
             qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
         qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
+        # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
         v_a = tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
                       other=0.0).to(q_a.dtype)
-        acc_a = acc_a * alpha[:, None] + tl.dot(p.to(q_a.dtype), v_a, input_precision=PRECISION)
+        acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
         if D_B > 0:
             v_b = tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
                           other=0.0).to(q_a.dtype)
-            acc_b = acc_b * alpha[:, None] + tl.dot(p.to(q_a.dtype), v_b, input_precision=PRECISION)
+            acc_b = tl.dot(p.to(q_a.dtype), v_b, acc_b * alpha[:, None], input_precision=PRECISION)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     norm = 1.0 / l_safe
@@ -215,6 +244,7 @@ def _merge_kernel(partial_ptr, partial_lse_ptr, out_ptr, stride_ob, stride_oh, s
                   SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
     sequence = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
+    chunk = tl.program_id(2)
     slot = sequence * heads + head
     offs_s = tl.arange(0, SPLITS_PAD)
     lse = tl.load(partial_lse_ptr + slot * splits + offs_s, mask=offs_s < splits, other=float("-inf"))
@@ -223,10 +253,9 @@ def _merge_kernel(partial_ptr, partial_lse_ptr, out_ptr, stride_ob, stride_oh, s
     weights = tl.math.exp2(lse - top)
     total = tl.sum(weights, 0)
     weights = weights / tl.where(total > 0.0, total, 1.0)
-    for d in range(0, width, BLOCK_D):
-        offs_d = d + tl.arange(0, BLOCK_D)
-        values = tl.load(partial_ptr + (slot * splits + offs_s)[:, None] * width + offs_d[None, :],
-                         mask=(offs_s < splits)[:, None] & (offs_d < width)[None, :], other=0.0)
-        merged = tl.sum(values * weights[:, None], 0)
-        tl.store(out_ptr + sequence * stride_ob + head * stride_oh + offs_d * stride_od,
-                 merged.to(out_ptr.dtype.element_ty), mask=offs_d < width)
+    offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
+    values = tl.load(partial_ptr + (slot * splits + offs_s)[:, None] * width + offs_d[None, :],
+                     mask=(offs_s < splits)[:, None] & (offs_d < width)[None, :], other=0.0)
+    merged = tl.sum(values * weights[:, None], 0)
+    tl.store(out_ptr + sequence * stride_ob + head * stride_oh + offs_d * stride_od,
+             merged.to(out_ptr.dtype.element_ty), mask=offs_d < width)

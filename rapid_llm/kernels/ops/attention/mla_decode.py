@@ -10,9 +10,9 @@ and accumulates P . c_nope into a [BLOCK_H, 512] fp32 accumulator (online softma
 At Hq = 128 the op is compute-bound (2 * Hq * (576 + 512) FLOPs per 1152 cache bytes); at Hq = 16
 (one GPU of TP=8) it is bound by the cache read.
 
-Split-K exactly as decode.py: NUM_SPLITS equal chunks of each sequence's own length (device side),
-the split count from host-known sizes (graph-capturable), partial outputs merged by
-decode.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H), NUM_SPLITS).
+Split-K as decode.py: NUM_SPLITS equal chunks of each sequence's own length (device side), the
+split count from host-known sizes (graph-capturable: mla_num_splits, one wave of programs), partial
+outputs merged by decode.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H), NUM_SPLITS).
 """
 
 from __future__ import annotations
@@ -22,34 +22,53 @@ import triton
 import triton.language as tl
 
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
-from .decode import merge_splits, num_splits
+from ..device_facts import multiprocessor_count
+from .decode import MAX_SPLITS, merge_splits
 from .prefill import paged_rows, softmax_step
 
 _LOG2E = 1.4426950408889634
 _ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
+#: A split should cover at least this many positions of the page table's reach (B=1 L=32768: 256 splits).
+MIN_SPLIT_POSITIONS = 128
 
 
 def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning).
+    """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning), and how many programs of
+    that shape an SM holds ("resident", read by num_splits; not a kernel argument).
 
     sm90: BLOCK_H = 64 heads with 8 warps (two warpgroups; the [64, 512] fp32 accumulator is 128
-    registers per thread) when Hq >= 64, so a latent tile feeds 64 heads' products, and BLOCK_N = 64
-    positions; fewer heads take BLOCK_H = 16 (the tensor-core minimum; Hq = 16 is one program per
-    sequence and split) with 4 warps and BLOCK_N = 32. fp32 halves BLOCK_H (IEEE products, twice the
-    bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP): Hq=128 B=64
-    L=4096 467.6 us with 64 x 64 x 8 warps (597.5 with BLOCK_N 32), 3.2x FlashMLA's time: the kernel, not
-    its tiles, falls short there; Hq=16 B=64 147.5 us with 16 x 32 x 4 warps (the best).
+    registers per thread) when Hq >= 64, so a latent tile feeds 64 heads' products, BLOCK_N = 64
+    positions, 3 stages: 222 KiB of shared memory, one program per SM. Fewer heads take BLOCK_H = 16
+    (the tensor-core minimum; Hq = 16 is one program per sequence and split) with 4 warps, BLOCK_N 64,
+    3 stages: 95 KiB and 219 registers, two per SM (ncu). fp32 halves BLOCK_H (IEEE products, twice
+    the bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP):
+    Hq=128 B=64 L=4096 324.0 us (1 split; 360.3 with 2 stages, 378.5 with 2 splits), 2.2x FlashMLA's time;
+    Hq=16 B=64 127.5 us with 4 splits (the best of 2-16 splits, tiles 32 / 64, 2-4 stages, register caps).
     """
     if device.type != "cuda":
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1}
     if num_q_heads >= 64:
-        config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+        config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "resident": 1}
     else:
-        config = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+        config = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "resident": 2}
     if dtype == torch.float32:
         config["BLOCK_H"] = max(16, config["BLOCK_H"] // 2)
         config["num_stages"] = 1
     return config
+
+
+def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, device: torch.device) -> int:
+    """Splits per sequence: one wave of programs, batch * head_blocks * splits ~= SMs * resident (a
+    second, partial wave costs a whole program's time; a split adds an fp32 partial of 2 KiB per head),
+    at least MIN_SPLIT_POSITIONS positions of the page table's reach per split, at most MAX_SPLITS.
+    One split on the CPU. H200 sweep (page 64, common_rows.ATTENTION_SWEEP): Hq=16 B=64 -> 4 (127.5 us),
+    Hq=128 B=64 -> 1 (324.0; 2 splits 378.5), Hq=16 B=1 L=32768 -> 256 (32.7, 23.3 in graph replay),
+    Hq=128 B=1 -> 66 (65.3)."""
+    if device.type != "cuda" or batch == 0:
+        return 1
+    wanted = (multiprocessor_count(device) * resident) // (batch * head_blocks)
+    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
+    return max(1, min(wanted, reach, MAX_SPLITS))
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None):
@@ -60,9 +79,10 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     if batch == 0:
         return out
     config = dict(config or launch_config(num_q_heads, q.dtype, q.device))
+    resident = config.pop("resident", 1)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
-        splits = num_splits(batch, head_blocks, page_table.shape[1] * int(page_size), q.device)
+        splits = mla_num_splits(batch, head_blocks, page_table.shape[1] * int(page_size), resident, q.device)
     if splits > 1:
         partial = torch.empty((batch, num_q_heads, splits, MLA_VALUE_DIM), dtype=torch.float32, device=q.device)
         partial_lse = torch.empty((batch, num_q_heads, splits), dtype=torch.float32, device=q.device)
@@ -121,7 +141,7 @@ def _mla_decode_kernel(
         qk += tl.dot(q_rope, tl.trans(c_rope), input_precision=PRECISION)
         qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c_nope.dtype), c_nope, input_precision=PRECISION)
+        acc = tl.dot(p.to(c_nope.dtype), c_nope, acc * alpha[:, None], input_precision=PRECISION)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
     result = acc / l_safe[:, None]

@@ -55,9 +55,9 @@ def launch_config(head_dim: int, head_dim_v: int, dtype: torch.dtype, device: to
     the accumulator (128 x Dv) in registers. Head dims above 128 halve BLOCK_N (the q tile grows),
     and Dv 256 halves BLOCK_M (the accumulator doubles). fp32 inputs halve both (twice the bytes
     per element, IEEE dot products).
-    H200 sweep (perf/sweeps/attention_tiles.py, common_rows.ATTENTION_SWEEP): 4 x 4096 causal GQA 32/8
-    d128 1287 us (427 TFLOP/s) with these tiles, the best of the 24 shapes swept; 16 x 1024 500.5 us, 458.9
-    with 64 x 64 x 4 warps. The kernel, not its tiles, falls short of FA3 and SDPA there (README).
+    These tiles serve where prefill_tma.py cannot (fp32, strides TMA refuses, pre-sm90). H200 sweep
+    (common_rows.ATTENTION_SWEEP): 4 x 4096 causal GQA 32/8 d128 1292.6 us (425 TFLOP/s) with these
+    tiles, the best of the pointer kernel's 12 shapes there; the TMA kernel takes 1096.2.
 
     The CPU interpreter pays per operation, not per element: 64 x 32 tiles (still BLOCK_M > BLOCK_N, as on
     the GPU, so a query block's diagonal spans several key tiles) keep its parity cases fast.
@@ -105,9 +105,12 @@ def _launch(q, k, v, out, lse, *, cu_seqlens_q, seq_lens, page_table, page_size,
     )
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None):
-    """attention.prefill (unchecked kernel entry: the op's check ran). `config` overrides launch_config
-    (sweeps)."""
+def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None, tma=None):
+    """attention.prefill (unchecked kernel entry: the op's check ran). On sm90+ with TMA-compatible
+    q/k/v (prefill_tma.tma_ready) the TMA kernel serves, otherwise this module's pointer kernel;
+    `tma` forces the choice and `config` overrides launch_config (sweeps)."""
+    if tma if tma is not None else prefill_tma.tma_ready(q, k, v):
+        return prefill_tma.prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, config=config)
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
     _launch(q, k, v, out, lse, cu_seqlens_q=cu_seqlens, seq_lens=None, page_table=None, page_size=1,
@@ -116,9 +119,9 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     return (out, lse) if return_lse else out
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None):
-    """attention.mla_prefill: the ragged kernel with q/k head_dim 192 (128 + 64) and v 128."""
-    return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, config=config)
+def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None, tma=None):
+    """attention.mla_prefill: the ragged kernels with q/k head_dim 192 (128 + 64) and v 128."""
+    return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, config=config, tma=tma)
 
 
 def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
@@ -199,7 +202,7 @@ def _attend_tile(acc, m_i, l_i, q_a, q_b, k_rows, v_rows, key_valid, visible, of
         v = tl.load(v_rows + offs_dv[None, :], mask=key_valid[:, None], other=0.0)
     else:
         v = tl.load(v_rows + offs_dv[None, :])
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=precision)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=precision)
     return acc, m_new, l_i
 
 
@@ -298,5 +301,8 @@ def _prefill_kernel(
         lse = (m_i + tl.math.log2(l_safe)) * 0.6931471805599453
         tl.store(lse_ptr + out_index * stride_lt + head * stride_lh, lse, mask=row_valid)
 
+
+# Last: prefill_tma imports this module's helpers (a cycle Python resolves at call time).
+from . import prefill_tma  # noqa: E402
 
 __all__ = ["launch_config", "mla_prefill", "paged_rows", "prefill", "prefill_paged", "softmax_step", "split_head_dim"]

@@ -1,0 +1,80 @@
+"""One native attention kernel at a benchmark shape, called twice (the second call is the one to profile).
+
+    ncu --clock-control none -k regex:_kernel --launch-skip 1 --launch-count 1 \\
+        python -m perf.profiles.attention_kernels CASE
+
+CASE: decode_bf16 | decode_fp8 (GQA 32/8 d128 page 16, B=64 L=4096), mla_16 | mla_128 (page 64, B=64
+L=4096, Hq 16 / 128), prefill (4 x 4096 causal GQA 32/8 d128). The launch configuration is the
+kernel's heuristic unless RAPID_LLM_PROFILE_CONFIG holds a JSON dict (and "splits") to force one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from perf.sweeps.attention_tiles import _pages
+
+
+def _decode(kv: str):
+    from rapid_llm.kernels.ops.attention import decode
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    table, pages = _pages(64, 4096, 16)
+    values = torch.randn((pages * 16, 16, 128), device="cuda", generator=g)
+    q = torch.randn((64, 32, 128), device="cuda", generator=g).bfloat16()
+    lens = torch.full((64,), 4096, dtype=torch.int32, device="cuda")
+    if kv == "fp8":
+        scale = (values.abs().amax() / 448).reshape(1)
+        args = (q, (values / scale).to(torch.float8_e4m3fn), table, lens, 16, 128 ** -0.5, scale, scale)
+    else:
+        args = (q, values.bfloat16(), table, lens, 16, 128 ** -0.5)
+    return lambda **kw: decode.decode(*args, **kw)
+
+
+def _mla(heads: int):
+    from rapid_llm.kernels.ops.attention import mla_decode
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    table, pages = _pages(64, 4096, 64)
+    cache = torch.randn((pages * 64, 576), device="cuda", generator=g).bfloat16()
+    q = torch.randn((64, heads, 576), device="cuda", generator=g).bfloat16()
+    lens = torch.full((64,), 4096, dtype=torch.int32, device="cuda")
+    return lambda **kw: mla_decode.mla_decode(q, cache, table, lens, 64, 192 ** -0.5, **kw)
+
+
+def _prefill():
+    from rapid_llm.kernels.ops.attention import prefill
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    q = torch.randn((16384, 32, 128), device="cuda", generator=g).bfloat16()
+    k = torch.randn((16384, 8, 128), device="cuda", generator=g).bfloat16()
+    v = torch.randn((16384, 8, 128), device="cuda", generator=g).bfloat16()
+    cu = torch.arange(0, 16385, 4096, dtype=torch.int32, device="cuda")
+    return lambda **kw: prefill.prefill(q, k, v, cu, 4096, 128 ** -0.5, True, False, **kw)
+
+
+CASES = {"decode_bf16": lambda: _decode("bf16"), "decode_fp8": lambda: _decode("fp8"), "mla_16": lambda: _mla(16),
+         "mla_128": lambda: _mla(128), "prefill": _prefill}
+
+
+def main(argv=None) -> int:
+    case = (argv or sys.argv[1:])[0]
+    call = CASES[case]()
+    forced = json.loads(os.environ.get("RAPID_LLM_PROFILE_CONFIG", "{}"))
+    kwargs = {}
+    if "splits" in forced:
+        kwargs["splits"] = forced.pop("splits")
+    if forced:
+        kwargs["config"] = forced
+    for _ in range(2):
+        call(**kwargs)
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
