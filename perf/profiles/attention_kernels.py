@@ -4,7 +4,8 @@
         python -m perf.profiles.attention_kernels CASE
 
 CASE: decode_bf16 | decode_fp8 (GQA 32/8 d128 page 16, B=64 L=4096), mla_16 | mla_128 (page 64, B=64
-L=4096, Hq 16 / 128), prefill (4 x 4096 causal GQA 32/8 d128). The launch configuration is the
+L=4096, Hq 16 / 128), prefill (4 x 4096 causal GQA 32/8 d128), mla_prefill (4 x 4096, 16 heads, 192 / 128),
+prefill_paged (4 chunks of 512 after 4096, page 16). The launch configuration is the
 kernel's heuristic unless RAPID_LLM_PROFILE_CONFIG holds a JSON dict (and "splits") to force one.
 """
 
@@ -46,19 +47,32 @@ def _mla(heads: int):
     return lambda **kw: mla_decode.mla_decode(q, cache, table, lens, 64, 192 ** -0.5, **kw)
 
 
-def _prefill():
+def _prefill(heads=32, kv_heads=8, dim=128, dim_v=128):
     from rapid_llm.kernels.ops.attention import prefill
 
     g = torch.Generator(device="cuda").manual_seed(2)
-    q = torch.randn((16384, 32, 128), device="cuda", generator=g).bfloat16()
-    k = torch.randn((16384, 8, 128), device="cuda", generator=g).bfloat16()
-    v = torch.randn((16384, 8, 128), device="cuda", generator=g).bfloat16()
+    q = torch.randn((16384, heads, dim), device="cuda", generator=g).bfloat16()
+    k = torch.randn((16384, kv_heads, dim), device="cuda", generator=g).bfloat16()
+    v = torch.randn((16384, kv_heads, dim_v), device="cuda", generator=g).bfloat16()
     cu = torch.arange(0, 16385, 4096, dtype=torch.int32, device="cuda")
-    return lambda **kw: prefill.prefill(q, k, v, cu, 4096, 128 ** -0.5, True, False, **kw)
+    return lambda **kw: prefill.prefill(q, k, v, cu, 4096, dim ** -0.5, True, False, **kw)
+
+
+def _prefill_paged():
+    from rapid_llm.kernels.ops.attention import prefill
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    table, pages = _pages(4, 4608, 16)
+    buffer = torch.randn((pages * 16, 16, 128), device="cuda", generator=g).bfloat16()
+    q = torch.randn((4 * 512, 32, 128), device="cuda", generator=g).bfloat16()
+    cu = torch.arange(0, 4 * 512 + 1, 512, dtype=torch.int32, device="cuda")
+    lens = torch.full((4,), 4608, dtype=torch.int32, device="cuda")
+    return lambda **kw: prefill.prefill_paged(q, buffer, table, cu, lens, 512, 16, 128 ** -0.5, True, False, **kw)
 
 
 CASES = {"decode_bf16": lambda: _decode("bf16"), "decode_fp8": lambda: _decode("fp8"), "mla_16": lambda: _mla(16),
-         "mla_128": lambda: _mla(128), "prefill": _prefill}
+         "mla_128": lambda: _mla(128), "prefill": _prefill, "mla_prefill": lambda: _prefill(16, 16, 192, 128),
+         "prefill_paged": _prefill_paged}
 
 
 def main(argv=None) -> int:

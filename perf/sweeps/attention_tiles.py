@@ -95,11 +95,17 @@ def sweep_decode():
                 buffer, scales = values.bfloat16(), (None, None)
             nbytes = batch * length * 16 * 128 * buffer.element_size()
             picked = module.launch_config(128, buffer.dtype, q.device)
+            if kv == "fp8":
+                picked["CVT_ASM"] = True  # decode() adds it on CUDA with a bf16 q
             base = module.num_splits(batch, 8, table.shape[1] * 16, q.device)
-            for block_n, warps, stages, split_factor, registers in itertools.product(
-                    (32, 64, 128, 256), (4, 8), (2, 3, 4), (0.5, 1, 2), (None, 128, 168)):
+            for block_n, warps, stages, split_factor, registers, asm in itertools.product(
+                    (32, 64, 128, 256), (4, 8), (2, 3, 4), (0.5, 1, 2), (None, 128, 168), (True, False)):
                 splits = max(1, min(module.MAX_SPLITS, int(base * split_factor)))
                 config = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+                if kv == "fp8":
+                    config["CVT_ASM"] = asm  # the inline-PTX e4m3 -> fp16 conversion, or .to(fp16)
+                elif not asm:
+                    continue
                 if registers:  # a register cap: more programs per SM (ptxas may spill)
                     config["maxnreg"] = registers
                     if kv == "bf16" or warps == 8 or block_n not in (64, 128):

@@ -20,7 +20,8 @@ lse = -inf, weight 0). With one split the kernel writes the output directly.
 fp8 KV (the buffer kvcache.update_kv_buffer_fp8 writes, per-tensor k_scale / v_scale): K and V are
 loaded as e4m3 and the products run in fp16 for a bf16 or fp16 q (fp32 for an fp32 q): e4m3 -> fp16
 is exact and one conversion per two elements on sm89+, while e4m3 -> bf16 detours through fp32 (bf16 products:
-276 us at B=64 L=4096 on the morning's sweep; fp16: 227, and 205 with the register cap below).
+276 us at B=64 L=4096 on the morning's sweep; fp16: 227; 177 with the register cap and the
+inline-PTX conversion, launch_config).
 A bf16 q enters fp16 scaled by a power of two 2^s chosen on the device so its largest element of
 the group lands in [2^14, 2^15) (exact: fp16 holds every bf16 value of that range); 2^-s, k_scale
 and the logit scale fold into one multiplier, v_scale into the final normalisation. P enters the
@@ -55,12 +56,14 @@ def launch_config(head_dim: int, kv_dtype: torch.dtype, device: torch.device) ->
     sm80+: 64 positions per tile for head dims <= 128 (a K and a V tile of 64 x 128 bf16 = 32 KiB in
     flight per program with 2 stages), 32 for 256; 4 warps: the logits tile is only G_PAD x BLOCK_N,
     so more warps add nothing but scheduling. fp8 KV doubles BLOCK_N (same bytes per tile) and, for
-    head dims <= 128, caps registers at 128 per thread: the fp16 operands of a 128-position tile take
-    210 (ncu), two programs per SM; at 128 four fit. The CPU interpreter takes 32 (its cost is per
-    operation). H200 sweep (common_rows.ATTENTION_SWEEP) at B=64 L=4096: bf16 64 x 4 warps 260.2 us
-    (4.13 TB/s, 97% of the copy's 4.25); fp8 128 x 4 warps 204.9 us capped at 128 registers, 226.9
-    uncapped, 236.5 capped at 168, 232.8 at 64 positions: 1.27x the bf16 row's tokens per second,
-    short of the 1.6x the issue asks (README).
+    head dims <= 128, caps registers at 128 per thread: the fp16 operands of a 128-position tile took
+    210 (ncu), two programs per SM; at 128 four fit. decode() adds CVT_ASM (the inline-PTX e4m3 ->
+    fp16 conversion, _e4m3_to_fp16) on CUDA. The CPU interpreter takes 32 (its cost is per
+    operation). H200 sweeps at B=64 L=4096: bf16 64 x 4 warps 260.2 us (4.13 TB/s, 97% of the copy;
+    common_rows.ATTENTION_SWEEP); fp8 (perf/results/h200/attention_2026-12-01/
+    sweep_attention_tiles_decode.json) 128 x 4 warps 176.9 us with the cap and CVT_ASM, 205.3 with the
+    cap alone, 249.5 with CVT_ASM alone, 226.9 with neither, 240.9 at 64 positions, 286.9 at 256:
+    1.43x the bf16 row's tokens per second, short of the 1.6x the issue asks (README).
     """
     if device.type != "cuda":
         return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
@@ -103,6 +106,8 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
         return out
     fp8 = kv_buffer.dtype == torch.float8_e4m3fn
     config = dict(config or launch_config(head_dim, kv_buffer.dtype, q.device))
+    # the inline-PTX conversion: CUDA and fp16 products (a bf16 / fp16 q) only
+    config["CVT_ASM"] = config.get("CVT_ASM", True) and fp8 and q.is_cuda and q.dtype != torch.float32
     if splits is None:
         splits = num_splits(batch, num_kv_heads, page_table.shape[1] * int(page_size), q.device)
     d_a, d_b = split_head_dim(head_dim)
@@ -141,6 +146,27 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
 
 
 @triton.jit
+def _e4m3_to_fp16(x):
+    """e4m3 -> fp16 (exact) with PTX's cvt.rn.f16x2.e4m3x2 (sm89+): two elements per instruction on four
+    packed bytes. Opaque to the compiler, so the loaded bytes are converted once in registers; with
+    `.to(tl.float16)` the compiler instead feeds the products from the e4m3 bytes in shared memory
+    element by element (SASS of that kernel: 200 LDS and 547 IMAD against the bf16 kernel's 28 LDSM and
+    191 IMAD; ncu/sass_histograms.txt). Measured: 205.3 -> 176.9 us at B=64 L=4096 (launch_config)."""
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=4)
+
+
+@triton.jit
+def _kv_to(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
+    """A loaded K/V tile in the product dtype: e4m3 through _e4m3_to_fp16 when CVT_ASM (CUDA, fp16
+    products), else a plain conversion (the interpreter; fp32 products; a bf16/fp16 buffer: no-op)."""
+    if CVT_ASM:
+        return _e4m3_to_fp16(x)
+    return x.to(dtype)
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr, kv_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr, k_scale_ptr, v_scale_ptr,
     stride_qb, stride_qh, stride_qd, stride_row, stride_head, stride_d, table_stride0, table_stride1,
@@ -148,7 +174,7 @@ def _decode_kernel(
     num_splits, num_rows, max_pages,
     PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, G_PAD: tl.constexpr,
     D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, FP8: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, CVT_ASM: tl.constexpr = False,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -197,23 +223,23 @@ def _decode_kernel(
         k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
                       other=0.0)
         if FP8:
-            k_a = k_a.to(q_a.dtype)
+            k_a = _kv_to(k_a, q_a.dtype, CVT_ASM)
         qk = tl.dot(q_a, tl.trans(k_a), input_precision=PRECISION)
         if D_B > 0:
             k_b = tl.load(k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
                           other=0.0)
             if FP8:
-                k_b = k_b.to(q_a.dtype)
+                k_b = _kv_to(k_b, q_a.dtype, CVT_ASM)
             qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
         qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
-        v_a = tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
-                      other=0.0).to(q_a.dtype)
+        v_a = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
+                             other=0.0), q_a.dtype, CVT_ASM)
         acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
         if D_B > 0:
-            v_b = tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
-                          other=0.0).to(q_a.dtype)
+            v_b = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d,
+                                 mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
             acc_b = tl.dot(p.to(q_a.dtype), v_b, acc_b * alpha[:, None], input_precision=PRECISION)
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)
