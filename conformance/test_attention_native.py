@@ -15,6 +15,9 @@
 - fp8-KV decode with a bf16 q takes its products in fp16 after scaling q by a power of two chosen on
   the device: queries of magnitude 1e-6 .. 1e5 (fp16 overflows at 65504) stay within the bf16
   tolerance of the float64 oracle. Catches a missing or wrong scale (inf / NaN or a scaled result).
+- MLA decode's UNMASKED_BODY variant (whole tiles without load masks, measured faster, not yet the
+  default) equals the masked kernel with every latent row no valid position reads set to NaN.
+  Catches a whole tile that reaches past its split's end (a NaN in the result).
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -161,3 +164,25 @@ def test_fp8_decode_scales_a_bf16_query_into_fp16(magnitude):
     assert torch.isfinite(got).all(), "an fp16 overflow of the scaled query reached the output"
     atol, rtol = TOLERANCES[(DECODE, "bf16")][0]
     torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("case_id", ["ragged_page64", "page_size_16"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_mla_unmasked_body_equals_the_masked_kernel(case_id, splits):
+    args, dims, layout = _case(MLA_DECODE, case_id, dtype="fp16")
+    _plan(MLA_DECODE, "native/mla_decode", "fp16", dims, layout)
+    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+
+    q, cache, table, seq_lens, page_size = args[:5]
+    used = torch.zeros(cache.shape[0], dtype=torch.bool, device=cache.device)
+    for b in range(q.shape[0]):
+        positions = torch.arange(int(seq_lens[b]), device=cache.device)
+        used[table[b, positions // page_size].long() * page_size + positions % page_size] = True
+    poisoned = cache.clone()
+    poisoned[~used] = float("nan")
+    config = mla_decode.launch_config(q.shape[1], q.dtype, q.device)
+    config.pop("resident")
+    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config)
+    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config={**config, "UNMASKED_BODY": True})
+    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
+    torch.testing.assert_close(got, want, atol=0, rtol=0)

@@ -11,7 +11,8 @@ Triton's cache, so the timing run compiles nothing.
   decode      attention.decode, GQA 32/8 d128 page 16, bf16 and fp8 KV, B=64 L=4096, B=8 L=8192,
               B=1 L=32768: BLOCK_N x num_warps x num_stages, and the split count (heuristic, x0.5, x2)
   mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 and 128 at B=1
-              L=32768: BLOCK_H x BLOCK_N x num_warps x num_stages x split count (MLA_SPLITS)
+              L=32768: BLOCK_H x BLOCK_N x num_warps x num_stages x split count (MLA_SPLITS) x
+              register cap x unmasked whole tiles (UNMASKED_BODY)
   prefill     attention.prefill causal GQA 32/8 d128 at 4 x 4096 and 16 x 1024 tokens, and the MLA
               prefill shape (16 heads, 192 / 128) at 4 x 4096: the TMA kernel's BLOCK_N x num_warps x
               num_stages x warp specialization at BLOCK_M 128 (and two 64-row tiles), and the pointer
@@ -140,8 +141,11 @@ def sweep_mla_decode():
         head_blocks = triton.cdiv(heads, picked["BLOCK_H"])
         picked_splits = module.mla_num_splits(batch, head_blocks, table.shape[1] * 64, resident, q.device)
         split_choices = {picked_splits, *MLA_SPLITS.get((batch, heads), ())}
-        for block_h, block_n, warps, stages, splits, registers in itertools.product(
-                (16, 32, 64), (16, 32, 64), (4, 8), (1, 2, 3, 4), sorted(split_choices), (None, 128, 168)):
+        for block_h, block_n, warps, stages, splits, registers, unmasked in itertools.product(
+                (16, 32, 64), (16, 32, 64), (4, 8), (1, 2, 3, 4), sorted(split_choices), (None, 128, 168),
+                (False, True)):
+            if unmasked and (registers or stages < 2 or block_n == 16):
+                continue  # whole tiles without load masks (UNMASKED_BODY): at the uncapped 2-4 stage tiles
             if block_h > max(16, heads) or (block_h == 64 and warps == 4):
                 continue  # more heads than exist; a 64 x 512 fp32 accumulator in one warpgroup (256 registers)
             if registers and (heads >= 64 or warps == 8 or stages == 1 or splits not in (4, 6, 128, 256)):
@@ -153,6 +157,8 @@ def sweep_mla_decode():
             config = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
             if registers:
                 config["maxnreg"] = registers
+            if unmasked:
+                config["UNMASKED_BODY"] = True
             entry = {"batch": batch, "length": length, "heads": heads, "splits": splits, **config,
                      "heuristic": config == picked and splits == picked_splits}
             args = (q, cache, table, lens, 64, 192 ** -0.5)
