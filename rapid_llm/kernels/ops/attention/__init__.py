@@ -278,9 +278,11 @@ ROWS = (
     _reference(MLA_DECODE, "mla_decode"),
     _native_row("native/prefill", PREFILL, "prefill", "prefill", shape=(_NATIVE_HEAD_DIMS, _NATIVE_VALUE_DIMS),
                 max_abs_diff=0.015625, priority=15,
-                description="Triton FlashAttention-2-style tiles: BLOCK_M queries x BLOCK_N keys, online exp2 softmax"),
+                description="Triton FlashAttention-2-style tiles: BLOCK_M queries x BLOCK_N keys, online exp2 softmax; "
+                            "TMA tile loads on sm90 when the strides allow (prefill_tma.py)"),
     _native_row("native/mla_prefill", MLA_PREFILL, "prefill", "mla_prefill", max_abs_diff=0.015625, priority=15,
-                description="Triton prefill tiles with q/k head_dim 192 as 128 + 64 (two products per tile)"),
+                description="Triton prefill tiles with q/k head_dim 192 as 128 + 64 (two products per tile), TMA "
+                            "loads on sm90"),
     _native_row("native/prefill_paged", PREFILL_PAGED, "prefill", "prefill_paged", shape=(_NATIVE_POW2_HEAD_DIMS,),
                 max_abs_diff=0.015625, priority=20,
                 description="Triton prefill tiles reading K/V through the page table, bottom-right causal"),
@@ -289,7 +291,8 @@ ROWS = (
                 description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge"),
     _native_row("native/decode_fp8", DECODE, "decode", "decode", shape=(_NATIVE_HEAD_DIMS,),
                 layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, max_abs_diff=0.0078125, priority=10,
-                description="Triton paged decode over an fp8-e4m3 KV buffer (scales folded into the softmax)"),
+                description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
+                            "conversion), scales folded into the softmax"),
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
                 description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
