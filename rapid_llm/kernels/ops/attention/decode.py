@@ -20,7 +20,7 @@ lse = -inf, weight 0). With one split the kernel writes the output directly.
 fp8 KV (the buffer kvcache.update_kv_buffer_fp8 writes, per-tensor k_scale / v_scale): K and V are
 loaded as e4m3 and the products run in fp16 for a bf16 or fp16 q (fp32 for an fp32 q): e4m3 -> fp16
 is exact and one conversion per two elements on sm89+, while e4m3 -> bf16 detours through fp32 (bf16 products:
-276 us at B=64 L=4096 on the morning's sweep; fp16: 227; 177 with the register cap and the
+276 us at B=64 L=4096 in the sweep of commit 037b68c; fp16: 227; 177 with the register cap and the
 inline-PTX conversion, launch_config).
 A bf16 q enters fp16 scaled by a power of two 2^s chosen on the device so its largest element of
 the group lands in [2^14, 2^15) (exact: fp16 holds every bf16 value of that range); 2^-s, k_scale
@@ -80,9 +80,9 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
     per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
     4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
-    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, the morning's run): B=64 L=4096
-    (512 programs) 254.9 us with 1 split, 275.6 with 2; B=8 L=8192 80.9 us with 9 splits, 95.0 with 4,
-    86.5 with 18; B=1 L=32768 51.8 us with 66, 57.0 with 33, 54.5 with 132."""
+    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, common_rows.ATTENTION_SWEEP): B=64
+    L=4096 (512 programs) 260.2 us with 1 split, 280.4 with 2; B=8 L=8192 81.6 us with 9 splits, 94.3 with
+    4, 85.6 with 18; B=1 L=32768 51.4 us with 66 (40.3 in graph replay), 56.9 with 33, 52.5 with 132."""
     if device.type != "cuda" or batch == 0:
         return 1
     programs = batch * programs_per_sequence

@@ -44,12 +44,12 @@ def tma_ready(*tensors: torch.Tensor) -> bool:
     """True when every [T, H, D] tensor can be read through a 2D TMA descriptor on this device (see the
     module docstring): CUDA sm90+, fp16/bf16, unit head-dim stride, 16-byte aligned base and strides,
     heads and tokens that do not overlap."""
-    if TensorDescriptor is None:
+    if TensorDescriptor is None or tensors[0].device.type != "cuda":
+        return False
+    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:  # one device: the op's check ran
         return False
     for tensor in tensors:
-        if tensor.device.type != "cuda" or tensor.dtype not in _TMA_DTYPES:
-            return False
-        if torch.cuda.get_device_capability(tensor.device)[0] < 9:
+        if tensor.dtype not in _TMA_DTYPES:
             return False
         tokens, heads, dim = tensor.shape
         stride_t, stride_h, stride_d = tensor.stride()

@@ -145,7 +145,6 @@ DEEP_GEMM_DEVICES = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),)
 _DEEP_GEMM_N = ShapeConstraint("n", multiple_of=64)
 
 
-
 def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) -> KernelSpec:
     """A DeepGEMM row (tokenspeed-deepgemm 2.5, backends/deep_gemm/gemm.py:<function>): JIT-compiled on the
     first call of each shape (host time, logged by the adapter; warm up before CUDA-graph capture). No host
