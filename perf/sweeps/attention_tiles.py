@@ -11,8 +11,8 @@ Triton's cache, so the timing run compiles nothing.
   decode      attention.decode, GQA 32/8 d128 page 16, bf16 and fp8 KV, B=64 L=4096, B=8 L=8192,
               B=1 L=32768: BLOCK_N x num_warps x num_stages, and the split count (heuristic, x0.5, x2)
   mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 and 128 at B=1
-              L=32768: BLOCK_H x BLOCK_N x num_warps x num_stages x split count (MLA_SPLITS) x
-              register cap x unmasked whole tiles (UNMASKED_BODY)
+              L=32768: kernel (TMA boxes, pointer loads with unmasked whole tiles, masked pointer
+              loads) x BLOCK_N x num_stages x split count (MLA_SPLITS)
   prefill     attention.prefill causal GQA 32/8 d128 at 4 x 4096 and 16 x 1024 tokens, and the MLA
               prefill shape (16 heads, 192 / 128) at 4 x 4096: the TMA kernel's BLOCK_N x num_warps x
               num_stages x warp specialization at BLOCK_M 128 (and two 64-row tiles), and the pointer
@@ -136,33 +136,34 @@ def sweep_mla_decode():
         lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
         nbytes = batch * length * 576 * 2
         flops = 2 * batch * heads * length * (576 + 512)
-        picked = module.launch_config(heads, q.dtype, q.device)
-        resident = picked.pop("resident")
-        head_blocks = triton.cdiv(heads, picked["BLOCK_H"])
-        picked_splits = module.mla_num_splits(batch, head_blocks, table.shape[1] * 64, resident, q.device)
+        capacity = table.shape[1] * 64
+        base = module.launch_config(heads, q.dtype, q.device)  # BLOCK_H and resident: any split count
+        picked_splits = module.mla_num_splits(batch, triton.cdiv(heads, base["BLOCK_H"]), capacity,
+                                              base["resident"], q.device)
+        picked = module.launch_config(heads, q.dtype, q.device, split_positions=capacity // picked_splits)
+        picked.pop("resident")
+        picked_tma = picked.pop("TMA") and module.mla_decode_tma.tma_ready(cache, 64, picked["BLOCK_N"])
+        if picked_tma:
+            picked.pop("UNMASKED_BODY")  # the TMA kernel takes no such flag
         split_choices = {picked_splits, *MLA_SPLITS.get((batch, heads), ())}
-        for block_h, block_n, warps, stages, splits, registers, unmasked in itertools.product(
-                (16, 32, 64), (16, 32, 64), (4, 8), (1, 2, 3, 4), sorted(split_choices), (None, 128, 168),
-                (False, True)):
-            if unmasked and (registers or stages < 2 or block_n == 16):
-                continue  # whole tiles without load masks (UNMASKED_BODY): at the uncapped 2-4 stage tiles
-            if block_h > max(16, heads) or (block_h == 64 and warps == 4):
-                continue  # more heads than exist; a 64 x 512 fp32 accumulator in one warpgroup (256 registers)
-            if registers and (heads >= 64 or warps == 8 or stages == 1 or splits not in (4, 6, 128, 256)):
-                continue  # a register cap for Hq=16 (219 registers, 2 programs per SM: ncu, 12-01)
-            if heads >= 64 and (block_h != 64 or block_n == 16):
-                continue  # Hq=128: 16 / 32 heads per program and 16-position tiles lost by 2x on 12-01
-            if heads < 64 and block_n == 16:
-                continue
+        block_h = 64 if heads >= 64 else 16
+        warps = 8 if heads >= 64 else 4
+        # (kernel, BLOCK_N, stages): the TMA kernel (mla_decode_tma), the pointer kernel with unmasked whole
+        # tiles, and the masked pointer kernel (the reference). Register caps, 16 / 32 head blocks for
+        # Hq=128, 4 warps for Hq=128 / 8 for Hq=16 and 4-stage masked tiles lost on 12-01 (that day's
+        # sweep_attention_tiles.json), so they are not swept again.
+        grid = [(kernel, n, st) for kernel, n, st in itertools.product(("tma", "unmasked"), (32, 64), (2, 3, 4))]
+        grid += [("masked", n, st) for n, st in itertools.product((32, 64), (2, 3))]
+        for (kernel, block_n, stages), splits in itertools.product(grid, sorted(split_choices)):
+            tma = kernel == "tma"
             config = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-            if registers:
-                config["maxnreg"] = registers
-            if unmasked:
+            if kernel == "unmasked":
                 config["UNMASKED_BODY"] = True
-            entry = {"batch": batch, "length": length, "heads": heads, "splits": splits, **config,
-                     "heuristic": config == picked and splits == picked_splits}
+            entry = {"batch": batch, "length": length, "heads": heads, "splits": splits, "tma": tma, **config,
+                     "heuristic": config == picked and splits == picked_splits and tma == picked_tma}
             args = (q, cache, table, lens, 64, 192 ** -0.5)
-            _attempt(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=config), graph=batch == 1)
+            _attempt(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=config, tma=tma),
+                     graph=batch == 1)
             if "event_us" in entry:
                 entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
                 entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
@@ -203,8 +204,7 @@ def sweep_prefill():
 
 
 #: Split counts swept beside mla_num_splits()'s (batch, Hq): whole waves of 132 SMs at 1-2 programs each.
-MLA_SPLITS = {(64, 16): (2, 3, 4, 6, 8, 12, 16), (64, 128): (1, 2), (1, 16): (66, 128, 132, 256),
-              (1, 128): (16, 33, 66)}
+MLA_SPLITS = {(64, 16): (2, 4, 8), (64, 128): (1, 2), (1, 16): (128, 256), (1, 128): (33, 66)}
 
 SECTIONS = {"decode": sweep_decode, "mla_decode": sweep_mla_decode, "prefill": sweep_prefill}
 

@@ -4,7 +4,7 @@ Files: checks.py (the ops' argument checks), reference.py (torch rows),
 prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
 prefill with TMA tile loads, sm90+), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
-decode). The external libraries' adapters live in
+decode) and mla_decode_tma.py (its TMA tile loads, sm90+). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -294,7 +294,8 @@ ROWS = (
                 description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
                             "conversion), scales folded into the softmax"),
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
-                description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge"),
+                description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
+                            "TMA tile loads on sm90 for pages that hold whole tiles (mla_decode_tma.py)"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
                  layout=(*_RAGGED, "v:same_head_dim"),
                  shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),

@@ -146,6 +146,16 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
 
 
 @triton.jit
+def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N: tl.constexpr):
+    """[start, end) of split `split` of `sequence`: NUM_SPLITS equal chunks of its own length, each rounded
+    up to whole BLOCK_N tiles (a split past the end is empty: end <= start)."""
+    seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
+    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    return start, tl.minimum(start + chunk, seq_len)
+
+
+@triton.jit
 def _e4m3_to_fp16(x):
     """e4m3 -> fp16 (exact) with PTX's cvt.rn.f16x2.e4m3x2 (sm89+): two elements per instruction on four
     packed bytes. Opaque to the compiler, so the loaded bytes are converted once in registers; with

@@ -13,6 +13,12 @@ At Hq = 128 the op is compute-bound (2 * Hq * (576 + 512) FLOPs per 1152 cache b
 Split-K as decode.py: NUM_SPLITS equal chunks of each sequence's own length (device side), the
 split count from host-known sizes (graph-capturable: mla_num_splits, one wave of programs), partial
 outputs merged by decode.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H), NUM_SPLITS).
+
+Two kernels share this mapping: this module's, which gathers latent rows by pointer loads (any page
+size, fp32, pre-sm90; with UNMASKED_BODY its whole tiles load without masks), and
+mla_decode_tma.py's, which copies whole tiles with TMA boxes on sm90 when the page size is a multiple
+of BLOCK_N. launch_config says which one a shape should take; mla_decode() falls back to the pointer
+kernel wherever the cache does not allow the boxes.
 """
 
 from __future__ import annotations
@@ -23,34 +29,49 @@ import triton.language as tl
 
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
 from ..device_facts import multiprocessor_count
-from .decode import MAX_SPLITS, merge_splits
+from . import mla_decode_tma
+from .decode import MAX_SPLITS, merge_splits, split_bounds
 from .prefill import paged_rows, softmax_step
 
 _LOG2E = 1.4426950408889634
 _ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
 #: A split should cover at least this many positions of the page table's reach (B=1 L=32768: 256 splits).
 MIN_SPLIT_POSITIONS = 128
+#: Splits of at most this many positions take the short-tile configuration at Hq < 64 (launch_config).
+SHORT_SPLIT_POSITIONS = 256
 
 
-def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning), and how many programs of
-    that shape an SM holds ("resident", read by num_splits; not a kernel argument).
+def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, split_positions: int | None = None
+                  ) -> dict:
+    """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning), how many programs of that
+    shape an SM holds ("resident", read by mla_num_splits), and whether the TMA kernel should serve
+    ("TMA": taken where mla_decode_tma.tma_ready allows). "resident" and "TMA" are not kernel arguments.
+    BLOCK_H and "resident" do not depend on `split_positions` (positions of the page table's reach per
+    split), so mla_decode can take the split count first and then the tiles for it.
 
-    sm90: BLOCK_H = 64 heads with 8 warps (two warpgroups; the [64, 512] fp32 accumulator is 128
-    registers per thread) when Hq >= 64, so a latent tile feeds 64 heads' products, BLOCK_N = 64
-    positions, 3 stages: 222 KiB of shared memory, one program per SM. Fewer heads take BLOCK_H = 16
-    (the tensor-core minimum; Hq = 16 is one program per sequence and split) with 4 warps, BLOCK_N 64,
-    3 stages: 95 KiB and 219 registers, two per SM (ncu). fp32 halves BLOCK_H (IEEE products, twice
-    the bytes). The CPU interpreter takes 16 heads x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP):
-    Hq=128 B=64 L=4096 324.0 us (1 split; 360.3 with 2 stages, 378.5 with 2 splits), 2.2x FlashMLA's time;
-    Hq=16 B=64 127.5 us with 4 splits (the best of 2-16 splits, tiles 32 / 64, 2-4 stages, register caps).
+    sm90, Hq >= 64: the TMA kernel, BLOCK_H = 64 heads with 8 warps (two warpgroups; each holds half of the
+    two [64, 256] fp32 accumulators: 128 registers per thread), BLOCK_N = 64, 2 stages (144 KiB), one
+    program per SM: a latent tile feeds 64 heads' products. Hq < 64 takes BLOCK_H = 16 (the tensor-core
+    minimum; Hq = 16 is one program per sequence and split) with 4 warps, two programs per SM, and by the
+    split's length: long splits (> SHORT_SPLIT_POSITIONS: B=64 L=4096 has 4 of 1024) stream 64-position
+    tiles through the pointer kernel with unmasked whole tiles (the TMA kernel's 64-row boxes need 72 KiB
+    a stage: one program per SM, 148.6 us); short ones (B=1 L=32768 has 256 of 128) take the TMA kernel's
+    32-position tiles, whose copies issue without address arithmetic. fp32 halves BLOCK_H and takes one
+    stage (IEEE products, twice the bytes; TMA serves fp16/bf16 only). The CPU interpreter takes 16 heads
+    x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP, 2-4 stages, 32 / 64 positions, splits):
+    Hq=128 B=64 L=4096 271.9 us (3 stages 315.3; the pointer kernel's best 323.0); Hq=16 B=64 108.9 us (4
+    splits; TMA 111.4 at its best, 32 positions and 3 stages); Hq=16 B=1 L=32768 28.8 us, 20.0 in graph
+    replay (the pointer kernel's best 31.9 / 23.2); Hq=128 B=1 55.9 us.
     """
     if device.type != "cuda":
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1}
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
     if num_q_heads >= 64:
-        config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "resident": 1}
+        config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True}
+    elif split_positions is not None and split_positions <= SHORT_SPLIT_POSITIONS:
+        config = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "resident": 2, "TMA": True}
     else:
-        config = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "resident": 2}
+        config = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "resident": 2, "TMA": False}
+    config["UNMASKED_BODY"] = True  # the pointer kernel's whole tiles without masks (the TMA kernel drops it)
     if dtype == torch.float32:
         config["BLOCK_H"] = max(16, config["BLOCK_H"] // 2)
         config["num_stages"] = 1
@@ -71,23 +92,47 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     return max(1, min(wanted, reach, MAX_SPLITS))
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None):
-    """attention.mla_decode (unchecked kernel entry: the op's check ran). `splits` and `config` override
-    the heuristics (tests and sweeps)."""
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None, tma=None):
+    """attention.mla_decode (unchecked kernel entry: the op's check ran). Where the cache allows TMA boxes
+    (mla_decode_tma.tma_ready) the TMA kernel serves, otherwise this module's pointer kernel; `tma`
+    forces the choice, `splits` and `config` override the heuristics (tests and sweeps)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    config = dict(config or launch_config(num_q_heads, q.dtype, q.device))
+    capacity = page_table.shape[1] * int(page_size)
+    if config is None:
+        config = launch_config(num_q_heads, q.dtype, q.device)  # BLOCK_H, resident: the same for any split
+        if splits is None:
+            splits = mla_num_splits(batch, triton.cdiv(num_q_heads, config["BLOCK_H"]), capacity,
+                                    config["resident"], q.device)
+        config = launch_config(num_q_heads, q.dtype, q.device, split_positions=capacity // splits)
+    config = dict(config)
     resident = config.pop("resident", 1)
+    tma_wanted = config.pop("TMA", True)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
-        splits = mla_num_splits(batch, head_blocks, page_table.shape[1] * int(page_size), resident, q.device)
+        splits = mla_num_splits(batch, head_blocks, capacity, resident, q.device)
     if splits > 1:
         partial = torch.empty((batch, num_q_heads, splits, MLA_VALUE_DIM), dtype=torch.float32, device=q.device)
         partial_lse = torch.empty((batch, num_q_heads, splits), dtype=torch.float32, device=q.device)
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
+    if tma if tma is not None else tma_wanted and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"]):
+        config.pop("UNMASKED_BODY", None)  # the TMA kernel's whole tiles never carry masks
+        mla_decode_tma.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
+                              partial, partial_lse, splits, head_blocks, config)
+    else:
+        _launch_pointer_kernel(q, latent_cache, page_table, seq_lens, page_size, sm_scale, out, partial,
+                               partial_lse, splits, head_blocks, config)
+    if splits > 1:
+        merge_splits(partial, partial_lse, out)
+    return out
+
+
+def _launch_pointer_kernel(q, latent_cache, page_table, seq_lens, page_size, sm_scale, out, partial, partial_lse,
+                           splits, head_blocks, config):
+    batch, num_q_heads, _ = q.shape
     _mla_decode_kernel[(batch, head_blocks, splits)](
         q, latent_cache, page_table, seq_lens, out, partial, partial_lse,
         q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
@@ -96,9 +141,6 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
         PAGE_SIZE=int(page_size), SINGLE=splits == 1, DV=MLA_VALUE_DIM, DR=_ROPE_DIM,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **config,
     )
-    if splits > 1:
-        merge_splits(partial, partial_lse, out)
-    return out
 
 
 @triton.jit
@@ -141,10 +183,7 @@ def _mla_decode_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     head_valid = heads < num_q_heads
-    seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    start = split * chunk
-    end = tl.minimum(start + chunk, seq_len)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
 
     offs_v = tl.arange(0, DV)
     offs_r = DV + tl.arange(0, DR)
@@ -157,8 +196,6 @@ def _mla_decode_kernel(
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_H, DV), dtype=tl.float32)
     # UNMASKED_BODY: whole tiles of the split first, without load or logit masks, then the tail, masked.
-    # Measured 127.0 -> 108.7 us at Hq=16 B=64 (sweep_attention_tiles_mla_decode.json) but not yet through
-    # the H200 parity run, so off by default (launch_config) until it is.
     full_end = start
     if UNMASKED_BODY:
         full_end = start + (tl.maximum(end - start, 0) // BLOCK_N) * BLOCK_N

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..device_facts import capability_major
 from .prefill import _LOG2E, _attend_tile, split_head_dim
 
 try:  # triton >= 3.4
@@ -46,7 +47,7 @@ def tma_ready(*tensors: torch.Tensor) -> bool:
     heads and tokens that do not overlap."""
     if TensorDescriptor is None or tensors[0].device.type != "cuda":
         return False
-    if torch.cuda.get_device_capability(tensors[0].device)[0] < 9:  # one device: the op's check ran
+    if capability_major(tensors[0].device) < 9:  # one device: the op's check ran
         return False
     for tensor in tensors:
         if tensor.dtype not in _TMA_DTYPES:
