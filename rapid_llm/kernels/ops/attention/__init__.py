@@ -259,17 +259,18 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
 #     779.0 us for 4 chunks of 512 after 4096): 10.
 # The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16):
-#   decode GQA 32/8 d128 page 16: native 254.7 / 80.5 / 50.9 / 17.5 us at B=64 L=4096 / B=8 L=8192 /
-#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 999.0 / 720.5 / 680.2 / 314.0 (and FlashInfer
-#     planned once per step, a peer: 390.3 / 105.6 / 60.3 / 15.4): native 30. decode_fp8: the only row
-#     for an fp8 buffer besides the reference (177.9 / 57.0 / 37.1 us at the same shapes): 10.
-#   prefill: native 1102.0 / 381.5 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 834.8 / 324.6, the
-#     FlashInfer row 2461.4 / 1791.9: native 15, between them. mla_prefill: native 750.7, FA3 511.6,
-#     FlashInfer 1761.0: 15.
-#   prefill_paged: native 528.8 us, the FlashInfer row 1014.6: native 20.
-#   mla_decode page 64: native 337.2 / 129.0 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 144.5 / 129.1, the
-#     FlashInfer row 910.8 / 909.7); 41.6 / 67.3 us at B=1 L=32768 Hq=16 / 128 (FlashMLA 72.4 / 65.9):
-#     native 15, below FlashMLA (2.3x faster at Hq=128 B=64, even at Hq=16), above FlashInfer.
+#   decode GQA 32/8 d128 page 16: native 259.1 / 81.6 / 50.9 / 17.2 us at B=64 L=4096 / B=8 L=8192 /
+#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 944.4 / 578.6 / 601.4 / 548.6 (and FlashInfer
+#     planned once per step, a peer: 390.9 / 106.0 / 60.5 / 14.9): native 30. decode_fp8: the only row
+#     for an fp8 buffer besides the reference (179.1 / 58.0 / 36.2 us at the same shapes): 10.
+#   prefill: native 1094.2 / 382.5 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 839.7 / 321.9, the
+#     FlashInfer row 1934.0 / 1286.1: native 15, between them. mla_prefill: native 752.7, FA3 508.9,
+#     FlashInfer 1161.7: 15.
+#   prefill_paged: native 524.1 us, the FlashInfer row 978.8: native 20.
+#   mla_decode page 64: native 281.0 / 119.9 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 143.3 / 130.2, the
+#     FlashInfer row 910.4 / 909.5); 20.8 / 51.1 us in graph replay at B=1 L=32768 Hq=16 / 128 (FlashMLA
+#     67.0 / 51.4). Native 15, below FlashMLA: FlashMLA takes half the time at Hq=128 B=64 (the
+#     compute-bound case), native leads at Hq=16; one priority per row cannot follow the head count.
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),

@@ -39,6 +39,8 @@ _ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
 MIN_SPLIT_POSITIONS = 128
 #: Splits of at most this many positions take the short-tile configuration at Hq < 64 (launch_config).
 SHORT_SPLIT_POSITIONS = 256
+#: The H200 sweep behind launch_config and mla_num_splits (perf/sweeps/attention_tiles.py --only mla_decode).
+MLA_SWEEP = "perf/results/h200/attention_2026-12-01/mla_tma/sweep_attention_tiles_mla_decode.json"
 
 
 def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, split_positions: int | None = None
@@ -55,13 +57,15 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     minimum; Hq = 16 is one program per sequence and split) with 4 warps, two programs per SM, and by the
     split's length: long splits (> SHORT_SPLIT_POSITIONS: B=64 L=4096 has 4 of 1024) stream 64-position
     tiles through the pointer kernel with unmasked whole tiles (the TMA kernel's 64-row boxes need 72 KiB
-    a stage: one program per SM, 148.6 us); short ones (B=1 L=32768 has 256 of 128) take the TMA kernel's
+    a stage: one program per SM, 147.8 us); short ones (B=1 L=32768 has 256 of 128) take the TMA kernel's
     32-position tiles, whose copies issue without address arithmetic. fp32 halves BLOCK_H and takes one
     stage (IEEE products, twice the bytes; TMA serves fp16/bf16 only). The CPU interpreter takes 16 heads
-    x 32 positions. H200 sweep (common_rows.ATTENTION_SWEEP, 2-4 stages, 32 / 64 positions, splits):
-    Hq=128 B=64 L=4096 271.9 us (3 stages 315.3; the pointer kernel's best 323.0); Hq=16 B=64 108.9 us (4
-    splits; TMA 111.4 at its best, 32 positions and 3 stages); Hq=16 B=1 L=32768 28.8 us, 20.0 in graph
-    replay (the pointer kernel's best 31.9 / 23.2); Hq=128 B=1 55.9 us.
+    x 32 positions. H200 sweep (MLA_SWEEP: both kernels, 2-4 stages, 32 / 64 positions, splits):
+    Hq=128 B=64 L=4096 273.8 us (3 stages 315.3 and the pointer kernel's best 323.0 in the sweep before);
+    Hq=16 B=64 114.2 us (4 splits; the TMA kernel's best 112.2, at 32 positions; its 64-position boxes
+    147.8); Hq=16 B=1 L=32768 20.2 us in graph replay (the pointer kernel's best 22.2); Hq=128 B=1 55.5 us.
+    Lazy rescaling of the accumulator (only when a row maximum grows by more than 2^8) was swept on both
+    kernels and lost everywhere (Hq=128: 317.9 against 271.9; mla_tma/experiments/), so it is not kept.
     """
     if device.type != "cuda":
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
@@ -82,9 +86,9 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     """Splits per sequence: one wave of programs, batch * head_blocks * splits ~= SMs * resident (a
     second, partial wave costs a whole program's time; a split adds an fp32 partial of 2 KiB per head),
     at least MIN_SPLIT_POSITIONS positions of the page table's reach per split, at most MAX_SPLITS.
-    One split on the CPU. H200 sweep (page 64, common_rows.ATTENTION_SWEEP): Hq=16 B=64 -> 4 (127.5 us),
-    Hq=128 B=64 -> 1 (324.0; 2 splits 378.5), Hq=16 B=1 L=32768 -> 256 (32.7, 23.3 in graph replay),
-    Hq=128 B=1 -> 66 (65.3)."""
+    One split on the CPU. H200 sweep (page 64, MLA_SWEEP): Hq=16 B=64 -> 4 (114.2 us; 2 and 8 splits
+    slower), Hq=128 B=64 -> 1 (273.8; 2 splits 312.8 in the sweep before), Hq=16 B=1 L=32768 -> 256 (20.2
+    in graph replay; 128 splits 21.9), Hq=128 B=1 -> 66 (55.5)."""
     if device.type != "cuda" or batch == 0:
         return 1
     wanted = (multiprocessor_count(device) * resident) // (batch * head_blocks)

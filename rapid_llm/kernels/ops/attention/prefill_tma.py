@@ -71,7 +71,11 @@ def launch_config(head_dim: int, head_dim_v: int, dtype: torch.dtype, device: to
     common_rows.ATTENTION_SWEEP): 4 x 4096 causal GQA 32/8 d128 1096.2 us (501 TFLOP/s; 128 x 128 tiles
     with 8 warps 1223.3; the pointer kernel's best 1292.6), 16 x 1024 378.9 us, MLA 4 x 4096 747.2 us.
     Warp specialization (tl.range(warp_specialize=True)) changed nothing where it compiled and failed
-    to compile at these tiles (triton 3.6, sm90). Value head dim 256 (not swept):
+    to compile at these tiles (triton 3.6, sm90). Two variants measured slower and not kept
+    (attention_2026-12-01/mla_tma/experiments/sweep_lazy_rescale_tma_mla_and_prefill.json, 4 x 4096):
+    lazy rescaling (acc rescaled only when a row maximum grows by more than 2^8, a block-uniform branch)
+    1221.6 us against 1094.4, and TMA loads for the in-sequence diagonal tiles 1110.4. Value head dim 256
+    (not swept):
     64 x 32 tiles, 4 warps, 2 stages, which fit shared memory (128 x 64 needs 257 KiB there)."""
     if head_dim_v > 128:
         return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
