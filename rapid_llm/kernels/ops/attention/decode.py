@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from ..device_facts import multiprocessor_count
+from ..launch_fitting import launch_fitting
 from .prefill import paged_rows, softmax_step, split_head_dim
 
 _LOG2E = 1.4426950408889634
@@ -119,7 +120,7 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
     scales = (k_scale, v_scale) if fp8 else (seq_lens, seq_lens)  # pointers a non-fp8 launch does not read
-    _decode_kernel[(batch, num_kv_heads, splits)](
+    launch_fitting(_decode_kernel, (batch, num_kv_heads, splits), q.device,
         q, kv_buffer, page_table, seq_lens, out, partial, partial_lse, scales[0], scales[1],
         q.stride(0), q.stride(1), q.stride(2), kv_buffer.stride(0), kv_buffer.stride(1), kv_buffer.stride(2),
         page_table.stride(0), page_table.stride(1), seq_lens.stride(0),

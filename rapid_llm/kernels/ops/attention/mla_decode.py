@@ -29,6 +29,7 @@ import triton.language as tl
 
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
 from ..device_facts import multiprocessor_count
+from ..launch_fitting import launch_fitting
 from . import mla_decode_tma
 from .decode import MAX_SPLITS, merge_splits, split_bounds
 from .prefill import paged_rows, softmax_step
@@ -137,7 +138,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
 def _launch_pointer_kernel(q, latent_cache, page_table, seq_lens, page_size, sm_scale, out, partial, partial_lse,
                            splits, head_blocks, config):
     batch, num_q_heads, _ = q.shape
-    _mla_decode_kernel[(batch, head_blocks, splits)](
+    launch_fitting(_mla_decode_kernel, (batch, head_blocks, splits), q.device,
         q, latent_cache, page_table, seq_lens, out, partial, partial_lse,
         q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
         page_table.stride(0), page_table.stride(1), seq_lens.stride(0), num_q_heads, float(sm_scale) * _LOG2E,

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from ..device_facts import capability_major
+from ..launch_fitting import launch_fitting
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
 from .decode import split_bounds
 from .prefill import paged_rows, softmax_step
@@ -76,7 +77,7 @@ def launch(q, latent_cache, page_table, seq_lens, page_size, sm_scale_log2, out,
            head_blocks, config):
     """Launch the TMA kernel over (B, head_blocks, splits); mla_decode.mla_decode allocates and merges."""
     values, rope = descriptors(latent_cache, config["BLOCK_N"])
-    _mla_decode_tma_kernel[(q.shape[0], head_blocks, splits)](
+    launch_fitting(_mla_decode_tma_kernel, (q.shape[0], head_blocks, splits), q.device,
         q, values, rope, latent_cache, page_table, seq_lens, out, partial, partial_lse,
         q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
         page_table.stride(0), page_table.stride(1), seq_lens.stride(0), q.shape[1], sm_scale_log2,

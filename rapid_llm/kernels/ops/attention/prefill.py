@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_fitting import launch_fitting
 
 _LOG2E = 1.4426950408889634
 
@@ -86,7 +87,7 @@ def _launch(q, k, v, out, lse, *, cu_seqlens_q, seq_lens, page_table, page_size,
     num_blocks = triton.cdiv(max_seqlen_q, config["BLOCK_M"])
     grid = (num_blocks * batch, num_q_heads)
     dummy = cu_seqlens_q  # pointer arguments a branch does not read
-    _prefill_kernel[grid](
+    launch_fitting(_prefill_kernel, grid, q.device,
         q, k, v, out, lse if lse is not None else out,
         cu_seqlens_q, seq_lens if paged else dummy, page_table if paged else dummy,
         q.stride(0), q.stride(1), q.stride(2),

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from ..device_facts import capability_major
+from ..launch_fitting import launch_fitting
 from .prefill import _LOG2E, _attend_tile, split_head_dim
 
 try:  # triton >= 3.4
@@ -114,7 +115,7 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     k_b = _descriptor(k, block_n, d_a, d_b) if d_b else k_a
     v_desc = _descriptor(v, block_n, 0, head_dim_v)
     num_blocks = triton.cdiv(max_seqlen, block_m)
-    _prefill_tma_kernel[(num_blocks * batch, num_q_heads)](
+    launch_fitting(_prefill_tma_kernel, (num_blocks * batch, num_q_heads), q.device,
         q_a, q_b, k_a, k_b, v_desc,
         q, k, v, out, lse if lse is not None else out, cu_seqlens,
         q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),

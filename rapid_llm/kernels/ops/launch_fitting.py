@@ -1,0 +1,65 @@
+"""Launch a pipelined Triton kernel with as many stages as the device's shared memory holds.
+
+The launch heuristics (each kernel's launch_config) are tables measured on one tier (sm90: 227 KiB
+of shared memory per block). A GPU with less shared memory per block (sm80: 163 KiB, sm89 and
+sm120: 99 KiB) would make such a configuration fail at its first launch, when Triton compiles it
+and finds its shared memory larger than the device's (triton.runtime.errors.OutOfResources).
+`launch_fitting` launches with the configuration's num_stages and, on that error, recompiles with
+one stage fewer, down to 1 (fewer tiles in flight, the same tiles and grid, so the same results);
+the number that fits is remembered per (kernel, configuration, device), so later calls launch
+directly. A configuration that does not fit even at one stage raises KernelResourceError naming
+the kernel, the configuration and both sizes. Triton's CPU interpreter never raises the error.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # pragma: no cover - every triton this package supports has it
+    OutOfResources = RuntimeError
+
+#: (kernel name, configuration, device) -> the num_stages that compiled within the device's shared memory.
+_FITTED: dict[tuple, int] = {}
+
+
+class KernelResourceError(RuntimeError):
+    """A kernel configuration needs more shared memory than the device has, even with one stage."""
+
+
+def _key(kernel, device: torch.device, config: dict) -> tuple:
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    return getattr(kernel, "__name__", repr(kernel)), tuple(sorted(config.items())), device.type, index
+
+
+def launch_fitting(kernel, grid, device: torch.device, *args, **config) -> int:
+    """kernel[grid](*args, **config) with config["num_stages"] lowered until it fits the device's shared
+    memory (see the module docstring). `config` holds the kernel's keyword arguments: constexprs and
+    launch options, all hashable. Returns the num_stages launched."""
+    key = _key(kernel, device, config)
+    first = max(1, _FITTED.get(key, int(config.get("num_stages", 1))))
+    for stages in range(first, 0, -1):
+        try:
+            kernel[grid](*args, **{**config, "num_stages": stages})
+        except OutOfResources as error:
+            if "shared memory" not in str(error):
+                raise
+            last_error = error
+            continue
+        _FITTED[key] = stages
+        return stages
+    raise KernelResourceError(f"{key[0]} with {dict(config)} needs more shared memory than {device} has even at "
+                              f"one stage: {last_error}") from last_error
+
+
+def fitted(kernel) -> list[tuple[dict, int]]:
+    """(configuration as launched, num_stages that fit) of every configuration of `kernel` launched so far
+    (tests and reports)."""
+    name = getattr(kernel, "__name__", repr(kernel))
+    return [(dict(items), stages) for (kernel_name, items, _, _), stages in _FITTED.items() if kernel_name == name]
+
+
+__all__ = ["KernelResourceError", "fitted", "launch_fitting"]
