@@ -137,10 +137,7 @@ def sweep_mla_decode():
         nbytes = batch * length * 576 * 2
         flops = 2 * batch * heads * length * (576 + 512)
         capacity = table.shape[1] * 64
-        base = module.launch_config(heads, q.dtype, q.device)  # BLOCK_H and resident: any split count
-        picked_splits = module.mla_num_splits(batch, triton.cdiv(heads, base["BLOCK_H"]), capacity,
-                                              base["resident"], q.device)
-        picked = module.launch_config(heads, q.dtype, q.device, split_positions=capacity // picked_splits)
+        picked, picked_splits = module.launch_plan(batch, heads, capacity, q.dtype, q.device)
         picked.pop("resident")
         picked_tma = picked.pop("TMA") and module.mla_decode_tma.tma_ready(cache, 64, picked["BLOCK_N"])
         if picked_tma:

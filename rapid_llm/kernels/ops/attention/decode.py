@@ -192,10 +192,7 @@ def _decode_kernel(
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    start = split * chunk
-    end = tl.minimum(start + chunk, seq_len)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
 
     heads = kv_head * group + tl.arange(0, G_PAD)
     head_valid = tl.arange(0, G_PAD) < group

@@ -50,7 +50,7 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     shape an SM holds ("resident", read by mla_num_splits), and whether the TMA kernel should serve
     ("TMA": taken where mla_decode_tma.tma_ready allows). "resident" and "TMA" are not kernel arguments.
     BLOCK_H and "resident" do not depend on `split_positions` (positions of the page table's reach per
-    split), so mla_decode can take the split count first and then the tiles for it.
+    split), so launch_plan can take the split count first and then the tiles for it.
 
     sm90, Hq >= 64: the TMA kernel, BLOCK_H = 64 heads with 8 warps (two warpgroups; each holds half of the
     two [64, 256] fp32 accumulators: 128 registers per thread), BLOCK_N = 64, 2 stages (144 KiB), one
@@ -97,6 +97,18 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     return max(1, min(wanted, reach, MAX_SPLITS))
 
 
+def launch_plan(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, device: torch.device,
+                splits: int | None = None) -> tuple[dict, int]:
+    """(launch_config, split count) of a call: the split count from BLOCK_H and resident (the same for any
+    split length) unless given, then the tiles for that split's length (positions of the page table's
+    reach per split)."""
+    if splits is None:
+        base = launch_config(num_q_heads, dtype, device)
+        splits = mla_num_splits(batch, triton.cdiv(num_q_heads, base["BLOCK_H"]), capacity, base["resident"],
+                                device)
+    return launch_config(num_q_heads, dtype, device, split_positions=capacity // splits), splits
+
+
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None, tma=None):
     """attention.mla_decode (unchecked kernel entry: the op's check ran). Where the cache allows TMA boxes
     (mla_decode_tma.tma_ready) the TMA kernel serves, otherwise this module's pointer kernel; `tma`
@@ -107,11 +119,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
         return out
     capacity = page_table.shape[1] * int(page_size)
     if config is None:
-        config = launch_config(num_q_heads, q.dtype, q.device)  # BLOCK_H, resident: the same for any split
-        if splits is None:
-            splits = mla_num_splits(batch, triton.cdiv(num_q_heads, config["BLOCK_H"]), capacity,
-                                    config["resident"], q.device)
-        config = launch_config(num_q_heads, q.dtype, q.device, split_positions=capacity // splits)
+        config, splits = launch_plan(batch, num_q_heads, capacity, q.dtype, q.device, splits)
     config = dict(config)
     resident = config.pop("resident", 1)
     tma_wanted = config.pop("TMA", True)
@@ -123,7 +131,9 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
         partial_lse = torch.empty((batch, num_q_heads, splits), dtype=torch.float32, device=q.device)
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
-    if tma if tma is not None else tma_wanted and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"]):
+    if tma is None:
+        tma = tma_wanted and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"])
+    if tma:
         config.pop("UNMASKED_BODY", None)  # the TMA kernel's whole tiles never carry masks
         mla_decode_tma.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
                               partial, partial_lse, splits, head_blocks, config)
