@@ -192,7 +192,8 @@ def attention_table() -> str:
     return _ranked_table(ATTENTION_EVIDENCE, (
         "One run (`ci/gpu_attention_evidence OUT bench`; every case in "
         "`perf/results/h200/attention_2026-12-01/bench_attention.json`). CUDA-event median with L2 flushed; "
-        "graph-replay time of capturable rows at B=1. Peers: torch SDPA, and FlashInfer planned once per step "
+        "graph-replay time of capturable rows at B=1 and at every MLA decode shape (device time without the "
+        "host's per-call enqueue, which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned once per step "
         "outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV "
         "(or latent) bytes read."))
 

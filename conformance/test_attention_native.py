@@ -19,6 +19,10 @@
   and the TMA kernel (sm90's path for page sizes that are multiples of its tile) each equal the
   masked pointer kernel with every latent row no valid position reads set to NaN. Catches a whole
   tile that reaches past its split's end (a NaN in the result) or a box read from the wrong page.
+- The Gluon MLA decode kernel (GPU only: sm90's path for Hq < 64; the interpreter does not run Gluon) equals
+  the masked pointer kernel with every unread latent row NaN, in both ring shapes, at 1/3/7 splits and on
+  32k contexts. Catches a ring slot refilled before its products finished, a wrong barrier phase (a hang),
+  or a tail tile read past the split's end.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -211,5 +215,29 @@ def test_tma_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnit
     config = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=False)
     got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=True)
+    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("case_id", ["ragged_page64", "large_logits", "strided_q_and_index", "padded_cache_rows",
+                                     "long_context_32k"])
+@pytest.mark.parametrize("splits", [1, 3, 7])
+@pytest.mark.parametrize("magnitude", [1.0, 64.0])
+@pytest.mark.parametrize("ring", [{"num_stages": 3}, {"num_stages": 2, "ROPE_RING": True}], ids=["rope1", "rope_ring"])
+def test_gluon_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude, ring):
+    """mla_decode_gluon.py (sm90: TMA ring, warpgroup products, positions as the product rows) against the masked
+    pointer kernel with every unread latent row NaN. Catches a ring slot refilled before its products finished
+    (a wrong or NaN result), a wrong barrier phase (a hang: the suite's time limit), the tail tile read past the
+    split's end, or a softmax along the wrong axis."""
+    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] < 9:
+        pytest.skip("the Gluon kernel needs CUDA sm90+ (wgmma and TMA); Triton's interpreter does not run Gluon, "
+                    "so the CPU checks mla_decode.py's kernels only")
+    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+
+    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=pointer, tma=False)
+    gluon = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "GLUON": True, **ring}
+    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=gluon, tma=True)
     assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
     torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)

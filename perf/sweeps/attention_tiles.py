@@ -206,6 +206,21 @@ MLA_SPLITS = {(64, 16): (2, 4, 8), (64, 128): (1, 2), (1, 16): (128, 256), (1, 1
 SECTIONS = {"decode": sweep_decode, "mla_decode": sweep_mla_decode, "prefill": sweep_prefill}
 
 
+def run_sections(sections: dict, names, results: dict, path: str, *, save: bool = True) -> None:
+    """Run each named section into results["sections"] (an exception is recorded as that section's result),
+    writing `path` after every section when `save`: a run stopped by its time limit keeps what it measured."""
+    for name in names:
+        started = time.time()
+        try:
+            results["sections"][name] = sections[name]()
+        except Exception:
+            results["sections"][name] = {"error": traceback.format_exc()}
+        print(f"[{name}] {time.time() - started:.1f} s", flush=True)
+        if save:
+            with open(path, "w") as handle:
+                json.dump(results, handle, indent=1)
+
+
 def _best(rows, keys, metric="event_us"):
     best = {}
     for row in rows:
@@ -238,16 +253,7 @@ def main(argv=None) -> int:
         results["copy"] = gpu_timing.measure_copy_bandwidth()
     suffix = "_" + "_".join(args.only) if args.only else ""
     path = os.path.join(args.out, f"sweep_attention_tiles{suffix}.json")
-    for name in args.only or SECTIONS:
-        started = time.time()
-        try:
-            results["sections"][name] = SECTIONS[name]()
-        except Exception:
-            results["sections"][name] = {"error": traceback.format_exc()}
-        print(f"[{name}] {time.time() - started:.1f} s", flush=True)
-        if not COMPILE_ONLY:  # after every section: a run stopped by its time limit keeps what it measured
-            with open(path, "w") as handle:
-                json.dump(results, handle, indent=1)
+    run_sections(SECTIONS, args.only or SECTIONS, results, path, save=not COMPILE_ONLY)
     if COMPILE_ONLY:
         return 0
     keys = {"decode": ("batch", "length", "kv"), "mla_decode": ("batch", "length", "heads"),

@@ -4,7 +4,8 @@ Files: checks.py (the ops' argument checks), reference.py (torch rows),
 prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
 prefill with TMA tile loads, sm90+), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
-decode) and mla_decode_tma.py (its TMA tile loads, sm90+). The external libraries' adapters live in
+decode), mla_decode_tma.py (its TMA tile loads, sm90+) and mla_decode_gluon.py (its Gluon kernel for
+few query heads, sm90). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -225,6 +226,11 @@ _NATIVE_POW2_HEAD_DIMS = ShapeConstraint("head_dim", one_of=(32, 64, 128, 256))
 _NATIVE_VALUE_DIMS = ShapeConstraint("head_dim_v", one_of=(32, 64, 128, 256))
 
 
+#: sm90 (where mla_decode's Gluon kernel runs; wgmma is sm90a-only) or the CPU interpreter (parity of the entry).
+_SM90_OR_INTERPRETER = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),
+                        CapabilityRequirement("cpu", triton_interpreter=True))
+
+
 def _native_row(name, op, module, function, *, shape=(), layout=(), capability=TRITON_DEVICES, max_abs_diff,
                 priority, description):
     """A native Triton row (ops/attention/<module>.py). Every tensor is read through its strides, so it
@@ -267,10 +273,12 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     FlashInfer row 1934.0 / 1286.1: native 15, between them. mla_prefill: native 752.7, FA3 508.9,
 #     FlashInfer 1161.7: 15.
 #   prefill_paged: native 524.1 us, the FlashInfer row 978.8: native 20.
-#   mla_decode page 64: native 281.0 / 119.9 us at B=64 L=4096 Hq=128 / 16 (FlashMLA 143.3 / 130.2, the
-#     FlashInfer row 910.4 / 909.5); 20.8 / 51.1 us in graph replay at B=1 L=32768 Hq=16 / 128 (FlashMLA
-#     67.0 / 51.4). Native 15, below FlashMLA: FlashMLA takes half the time at Hq=128 B=64 (the
-#     compute-bound case), native leads at Hq=16; one priority per row cannot follow the head count.
+#   mla_decode page 64 (variants/call8: graph replay, CUDA events in brackets): native 277.5 (281.6) us at
+#     B=64 L=4096 Hq=128, FlashMLA 136.9 (144.7), the FlashInfer row 910.5 by events: native/mla_decode 15,
+#     below FlashMLA (the compute-bound case). Hq < 64 on sm90 runs the Gluon kernel: 81.3 (102.0) us at
+#     B=64 Hq=16, 15.1 at B=1 L=32768, 77.9 at B=8 L=32768, against FlashMLA's 116.4 / 67.0 / 104.0, and
+#     106-114 against 110-111 at Hq=32 B=64 (variants/call7, call9): native/mla_decode_few_heads 25, above
+#     FlashMLA, for Hq <= 63 on sm90 (a shape constraint: one priority per row cannot follow the head count).
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),
@@ -296,7 +304,16 @@ ROWS = (
                             "conversion), scales folded into the softmax"),
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
                 description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
-                            "TMA tile loads on sm90 for pages that hold whole tiles (mla_decode_tma.py)"),
+                            "on sm90 for pages that hold whole tiles, Hq < 64: a Gluon kernel with a TMA ring and "
+                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: TMA tile "
+                            "loads (mla_decode_tma.py)"),
+    # The same kernel entry as native/mla_decode, ranked above FlashMLA where its Gluon kernel serves: fewer
+    # than 64 query heads (one GPU of TP >= 2 for DeepSeek's 128) on sm90 (the comments above).
+    _native_row("native/mla_decode_few_heads", MLA_DECODE, "mla_decode", "mla_decode",
+                shape=(ShapeConstraint("num_q_heads", max=63),), capability=_SM90_OR_INTERPRETER,
+                max_abs_diff=0.015625, priority=25,
+                description="native/mla_decode for Hq < 64 on sm90, ranked by its Gluon kernel (mla_decode_gluon.py: "
+                            "a TMA ring, positions as the warpgroup product rows)"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
                  layout=(*_RAGGED, "v:same_head_dim"),
                  shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),

@@ -14,21 +14,25 @@ Split-K as decode.py: NUM_SPLITS equal chunks of each sequence's own length (dev
 split count from host-known sizes (graph-capturable: mla_num_splits, one wave of programs), partial
 outputs merged by decode.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H), NUM_SPLITS).
 
-Two kernels share this mapping: this module's, which gathers latent rows by pointer loads (any page
-size, fp32, pre-sm90; with UNMASKED_BODY its whole tiles load without masks), and
-mla_decode_tma.py's, which copies whole tiles with TMA boxes on sm90 when the page size is a multiple
-of BLOCK_N. launch_config says which one a shape should take; mla_decode() falls back to the pointer
-kernel wherever the cache does not allow the boxes.
+Three kernels share this mapping: this module's, which gathers latent rows by pointer loads (any page
+size, fp32, pre-sm90; with UNMASKED_BODY its whole tiles load without masks); mla_decode_tma.py's, which
+copies whole tiles with TMA boxes on sm90 when the page size is a multiple of BLOCK_N (Hq >= 64 there);
+and mla_decode_gluon.py's (Gluon, sm90, Hq < 64), which makes the 64 positions of a tile the rows of
+warpgroup products and keeps two tiles in flight through an explicit TMA ring. launch_config says which
+one a shape should take; mla_decode() falls back to the pointer kernel wherever the cache does not allow
+the boxes.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
 import triton.language as tl
 
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
-from ..device_facts import multiprocessor_count
+from ..device_facts import capability_major, multiprocessor_count
 from ..launch_fitting import launch_fitting
 from . import mla_decode_tma
 from .decode import MAX_SPLITS, merge_splits, split_bounds
@@ -42,10 +46,30 @@ MIN_SPLIT_POSITIONS = 128
 SHORT_SPLIT_POSITIONS = 256
 #: The H200 sweep behind launch_config and mla_num_splits (perf/sweeps/attention_tiles.py --only mla_decode).
 MLA_SWEEP = "perf/results/h200/attention_2026-12-01/mla_tma/sweep_attention_tiles_mla_decode.json"
+#: The H200 runs behind the Gluon kernel's configuration (perf/sweeps/attention_variants.py, graph replay).
+GLUON_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call7/attention_variants.json"
+#: Query heads below which the Gluon kernel serves on sm90 (at 64 and more the heads fill the m64 product rows).
+GLUON_MAX_HEADS = 64
 
 
-def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, split_positions: int | None = None
-                  ) -> dict:
+@functools.lru_cache(maxsize=None)
+def _gluon_importable() -> bool:
+    try:
+        from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma  # noqa: F401
+    except ImportError:  # a triton without Gluon's Hopper ops: the Triton kernels serve
+        return False
+    return True
+
+
+def gluon_ready(latent_cache: torch.Tensor, page_size: int) -> bool:
+    """True when mla_decode_gluon.py can read this cache: CUDA sm90 (wgmma: sm90a only, not sm100), a triton
+    with Gluon, and the TMA conditions of mla_decode_tma.tma_ready for 64-position tiles."""
+    return (latent_cache.device.type == "cuda" and capability_major(latent_cache.device) == 9
+            and _gluon_importable() and mla_decode_tma.tma_ready(latent_cache, page_size, 64))
+
+
+def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, split_positions: int | None = None,
+                  gluon: bool = False) -> dict:
     """BLOCK_H heads x BLOCK_N positions per program (no first-call tuning), how many programs of that
     shape an SM holds ("resident", read by mla_num_splits), and whether the TMA kernel should serve
     ("TMA": taken where mla_decode_tma.tma_ready allows). "resident" and "TMA" are not kernel arguments.
@@ -67,9 +91,24 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     147.8); Hq=16 B=1 L=32768 20.2 us in graph replay (the pointer kernel's best 22.2); Hq=128 B=1 55.5 us.
     Lazy rescaling of the accumulator (only when a row maximum grows by more than 2^8) was swept on both
     kernels and lost everywhere (Hq=128: 317.9 against 271.9; mla_tma/experiments/), so it is not kept.
+
+    gluon (gluon_ready(cache, page_size): sm90, fp16/bf16, pages of whole 64-position tiles) and Hq < 64: the
+    Gluon kernel ("GLUON"), 16 heads x 64 positions, 4 warps, one program per SM (its ring takes 164 KiB),
+    STAGES = 2 with the rope columns in the ring (ROPE_RING: all three boxes of a tile land together).
+    H200, graph replay (GLUON_SWEEP; event timing there adds the host's ~170 us per eager call where it
+    outlasts the L2 flush): Hq=16 B=64 L=4096 81.2 us with 2 splits (3.72 TB/s, 88% of copy; the Triton
+    kernels' best 105.5, FlashMLA 107.4), Hq=16 B=1 L=32768 14.2 us with 128 splits (20.2, FlashMLA 65.0),
+    Hq=16 B=8 L=32768 78.1 us with 16 splits (101.2, FlashMLA 103.3), Hq=32 B=64 105.7 us with 1 split
+    (183.1, FlashMLA 110.7). The 3-slot ring with a one-slot rope ("GLUON", num_stages 3, 220 KiB) was
+    within 1-4% at B=64 and 13% slower at B=1 (16.0). Measured and not kept (variants/call1): the same
+    transposed products in plain Triton (mla_decode_narrow, removed), 134.8 us at B=64 Hq=16, because
+    Triton 3.6 issued each tile's copy after the previous tile's products and waited on every product.
     """
     if device.type != "cuda":
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
+    if gluon and num_q_heads < GLUON_MAX_HEADS:
+        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "resident": 1, "TMA": True,
+                "GLUON": True, "ROPE_RING": True}
     if num_q_heads >= 64:
         config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True}
     elif split_positions is not None and split_positions <= SHORT_SPLIT_POSITIONS:
@@ -89,40 +128,53 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     at least MIN_SPLIT_POSITIONS positions of the page table's reach per split, at most MAX_SPLITS.
     One split on the CPU. H200 sweep (page 64, MLA_SWEEP): Hq=16 B=64 -> 4 (114.2 us; 2 and 8 splits
     slower), Hq=128 B=64 -> 1 (273.8; 2 splits 312.8 in the sweep before), Hq=16 B=1 L=32768 -> 256 (20.2
-    in graph replay; 128 splits 21.9), Hq=128 B=1 -> 66 (55.5)."""
+    in graph replay; 128 splits 21.9), Hq=128 B=1 -> 66 (55.5). The Gluon kernel (resident 1, GLUON_SWEEP,
+    graph replay): Hq=16 B=64 -> 2 (81.2 us; 1 split 103.7), B=1 -> 128 (14.2; 112 splits 15.6; 132, of which
+    4 empty, 15.1 in the bench of variants/call8 before the rounding below), B=8 L=32768 -> 16 (78.1; 32 splits
+    85.0), Hq=32 B=64 -> 1 (105.7; 2 splits 123.9). The count is rounded to whole chunks of MIN_SPLIT_POSITIONS
+    of the page table's reach, so no split is empty for a full-length sequence (Hq=128 B=1: 66 -> 64)."""
     if device.type != "cuda" or batch == 0:
         return 1
     wanted = (multiprocessor_count(device) * resident) // (batch * head_blocks)
     reach = max(1, capacity // MIN_SPLIT_POSITIONS)
-    return max(1, min(wanted, reach, MAX_SPLITS))
+    splits = max(1, min(wanted, reach, MAX_SPLITS))
+    # as many splits as chunks of whole MIN_SPLIT_POSITIONS cover the reach: no split is empty for a full-length
+    # sequence (132 wanted at B=1 L=32768 are 128 chunks of 256; the other 4 would only write -inf partials)
+    chunk = triton.cdiv(triton.cdiv(capacity, splits), MIN_SPLIT_POSITIONS) * MIN_SPLIT_POSITIONS
+    return max(1, triton.cdiv(capacity, chunk))
 
 
 def launch_plan(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, device: torch.device,
-                splits: int | None = None) -> tuple[dict, int]:
+                splits: int | None = None, gluon: bool = False) -> tuple[dict, int]:
     """(launch_config, split count) of a call: the split count from BLOCK_H and resident (the same for any
     split length) unless given, then the tiles for that split's length (positions of the page table's
-    reach per split)."""
+    reach per split). `gluon`: gluon_ready() holds for the call's cache."""
     if splits is None:
-        base = launch_config(num_q_heads, dtype, device)
+        base = launch_config(num_q_heads, dtype, device, gluon=gluon)
         splits = mla_num_splits(batch, triton.cdiv(num_q_heads, base["BLOCK_H"]), capacity, base["resident"],
                                 device)
-    return launch_config(num_q_heads, dtype, device, split_positions=capacity // splits), splits
+    return launch_config(num_q_heads, dtype, device, split_positions=capacity // splits, gluon=gluon), splits
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, splits=None, config=None, tma=None):
     """attention.mla_decode (unchecked kernel entry: the op's check ran). Where the cache allows TMA boxes
-    (mla_decode_tma.tma_ready) the TMA kernel serves, otherwise this module's pointer kernel; `tma`
-    forces the choice, `splits` and `config` override the heuristics (tests and sweeps)."""
+    (mla_decode_tma.tma_ready) the TMA kernel serves, or the Gluon kernel when the config says GLUON
+    (launch_config: gluon_ready, Hq < 64); otherwise this module's pointer kernel. `tma` forces boxes
+    (True: the config's TMA or Gluon kernel) or pointer loads (False); `splits` and `config` override the
+    heuristics (tests and sweeps)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
     capacity = page_table.shape[1] * int(page_size)
     if config is None:
-        config, splits = launch_plan(batch, num_q_heads, capacity, q.dtype, q.device, splits)
+        config, splits = launch_plan(batch, num_q_heads, capacity, q.dtype, q.device, splits,
+                                     gluon=gluon_ready(latent_cache, page_size))
     config = dict(config)
     resident = config.pop("resident", 1)
     tma_wanted = config.pop("TMA", True)
+    gluon = config.pop("GLUON", False)
+    rope_ring = config.pop("ROPE_RING", False)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
         splits = mla_num_splits(batch, head_blocks, capacity, resident, q.device)
@@ -132,8 +184,13 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
     if tma is None:
-        tma = tma_wanted and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"])
-    if tma:
+        tma = (tma_wanted or gluon) and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"])
+    if tma and gluon:
+        from . import mla_decode_gluon  # Gluon (sm90): imported only where it runs
+        mla_decode_gluon.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
+                                partial, partial_lse, splits, head_blocks, stages=config.get("num_stages", 3),
+                                rope_ring=rope_ring)
+    elif tma:
         config.pop("UNMASKED_BODY", None)  # the TMA kernel's whole tiles never carry masks
         mla_decode_tma.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
                               partial, partial_lse, splits, head_blocks, config)
