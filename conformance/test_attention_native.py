@@ -23,6 +23,8 @@
   the masked pointer kernel with every unread latent row NaN, in both ring shapes, at 1/3/7 splits and on
   32k contexts. Catches a ring slot refilled before its products finished, a wrong barrier phase (a hang),
   or a tail tile read past the split's end.
+- mla_decode_gluon_wide.py (64 heads per program; opt-in, GLUON_WIDE) against the same kernel, GPU only: written
+  and compiled for sm90, first run on the next device session.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -219,6 +221,21 @@ def test_tma_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnit
     torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)
 
 
+def _gluon_matches_pointer_kernel(case_id, splits, magnitude, config):
+    """A Gluon MLA decode config against the masked pointer kernel on a NaN-poisoned case (sm90 only)."""
+    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        pytest.skip("the Gluon kernels need CUDA sm90 (wgmma and TMA); Triton's interpreter does not run Gluon, "
+                    "so the CPU checks mla_decode.py's kernels only")
+    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+
+    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=pointer, tma=False)
+    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=True)
+    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)
+
+
 @pytest.mark.parametrize("case_id", ["ragged_page64", "large_logits", "strided_q_and_index", "padded_cache_rows",
                                      "long_context_32k"])
 @pytest.mark.parametrize("splits", [1, 3, 7])
@@ -229,15 +246,17 @@ def test_gluon_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magn
     pointer kernel with every unread latent row NaN. Catches a ring slot refilled before its products finished
     (a wrong or NaN result), a wrong barrier phase (a hang: the suite's time limit), the tail tile read past the
     split's end, or a softmax along the wrong axis."""
-    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] < 9:
-        pytest.skip("the Gluon kernel needs CUDA sm90+ (wgmma and TMA); Triton's interpreter does not run Gluon, "
-                    "so the CPU checks mla_decode.py's kernels only")
-    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+    _gluon_matches_pointer_kernel(case_id, splits, magnitude,
+                                  {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "GLUON": True, **ring})
 
-    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=pointer, tma=False)
-    gluon = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "GLUON": True, **ring}
-    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=gluon, tma=True)
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
-    torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)
+
+@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits"])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("magnitude", [1.0, 64.0])
+def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude):
+    """mla_decode_gluon_wide.py (sm90, 64 heads per program, the two warpgroups splitting each product; opt-in:
+    GLUON_WIDE) against the masked pointer kernel with every unread latent row NaN. Catches a warpgroup that
+    reduces only its own half of a row's logits (a wrong softmax), P written over rope columns a product still
+    reads, or a slot refilled too early."""
+    _gluon_matches_pointer_kernel(case_id, splits, magnitude,
+                                  {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "GLUON_WIDE": True})

@@ -20,7 +20,8 @@ copies whole tiles with TMA boxes on sm90 when the page size is a multiple of BL
 and mla_decode_gluon.py's (Gluon, sm90, Hq < 64), which makes the 64 positions of a tile the rows of
 warpgroup products and keeps two tiles in flight through an explicit TMA ring. launch_config says which
 one a shape should take; mla_decode() falls back to the pointer kernel wherever the cache does not allow
-the boxes.
+the boxes. A fourth, mla_decode_gluon_wide.py (Gluon, 64 heads per program with the two warpgroups
+splitting each product, for Hq >= 64), is compiled but not yet run on a GPU: only config GLUON_WIDE takes it.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     resident = config.pop("resident", 1)
     tma_wanted = config.pop("TMA", True)
     gluon = config.pop("GLUON", False)
+    gluon_wide = config.pop("GLUON_WIDE", False)  # mla_decode_gluon_wide.py: opt-in, not yet run on a GPU
     rope_ring = config.pop("ROPE_RING", False)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
@@ -184,8 +186,13 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
     if tma is None:
-        tma = (tma_wanted or gluon) and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"])
-    if tma and gluon:
+        tma = (tma_wanted or gluon or gluon_wide) and mla_decode_tma.tma_ready(latent_cache, page_size,
+                                                                                config["BLOCK_N"])
+    if tma and gluon_wide:
+        from . import mla_decode_gluon_wide  # Gluon (sm90): imported only where it runs
+        mla_decode_gluon_wide.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
+                                     out, partial, partial_lse, splits, head_blocks)
+    elif tma and gluon:
         from . import mla_decode_gluon  # Gluon (sm90): imported only where it runs
         mla_decode_gluon.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
                                 partial, partial_lse, splits, head_blocks, stages=config.get("num_stages", 3),

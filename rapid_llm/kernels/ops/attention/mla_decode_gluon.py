@@ -1,4 +1,4 @@
-"""MLA decode for few query heads (Hq < 64: one GPU of TP=2..16) in Gluon (sm90): an explicit TMA ring and warpgroup products.
+"""MLA decode for few query heads (Hq < 64: one GPU of TP=2..16) in Gluon (sm90): a TMA ring, warpgroup products.
 
     out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512],   c[j] = latent_cache row of position j
 
