@@ -260,3 +260,23 @@ def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits,
     reads, or a slot refilled too early."""
     _gluon_matches_pointer_kernel(case_id, splits, magnitude,
                                   {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "GLUON_WIDE": True})
+
+
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_mla_split_count_leaves_no_split_empty_for_a_full_length_sequence(block_n, monkeypatch):
+    """mla_num_splits on a 132-SM GPU, for the batch / head-block / reach / residency shapes of the benchmarks and
+    odd ones, against the kernels' split rule (decode.split_bounds: chunks of cdiv(length, splits) rounded up to
+    BLOCK_N tiles). Catches a split count with splits that start past a full-length sequence's end (B=1
+    L=32768 asked for 132 and got 4 empty splits, each writing a -inf partial that the merge then reads)."""
+    pytest.importorskip("triton", reason="mla_decode.py imports triton (hidden or absent in this cell)")
+    from rapid_llm.kernels.ops.attention import mla_decode  # host-side helpers only: no kernel runs
+
+    monkeypatch.setattr(mla_decode, "multiprocessor_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    for batch, head_blocks, capacity, resident in [(1, 1, 32768, 1), (1, 2, 32768, 1), (64, 1, 4096, 1),
+                                                   (8, 1, 32768, 1), (64, 2, 4096, 1), (1, 1, 32768, 2),
+                                                   (3, 1, 1000, 1), (5, 1, 4160, 2), (1, 1, 64, 1), (2, 1, 0, 1)]:
+        splits = mla_decode.mla_num_splits(batch, head_blocks, capacity, resident, cuda)
+        assert 1 <= splits <= mla_decode.MAX_SPLITS
+        chunk = -(-(-(-capacity // splits)) // block_n) * block_n
+        assert capacity == 0 or (splits - 1) * chunk < capacity, (batch, head_blocks, capacity, resident, splits)

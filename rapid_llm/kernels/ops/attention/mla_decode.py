@@ -141,7 +141,7 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     splits = max(1, min(wanted, reach, MAX_SPLITS))
     # as many splits as chunks of whole MIN_SPLIT_POSITIONS cover the reach: no split is empty for a full-length
     # sequence (132 wanted at B=1 L=32768 are 128 chunks of 256; the other 4 would only write -inf partials)
-    chunk = triton.cdiv(triton.cdiv(capacity, splits), MIN_SPLIT_POSITIONS) * MIN_SPLIT_POSITIONS
+    chunk = max(1, triton.cdiv(triton.cdiv(capacity, splits), MIN_SPLIT_POSITIONS)) * MIN_SPLIT_POSITIONS
     return max(1, triton.cdiv(capacity, chunk))
 
 
