@@ -66,7 +66,6 @@ def compile_sm90(kernel, *args, **kwargs) -> dict:
         usage = subprocess.run([_tool("cuobjdump"), "-res-usage", path], capture_output=True, text=True).stdout
         sass = subprocess.run([_tool("cuobjdump"), "-sass", path], capture_output=True, text=True).stdout
     fields = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", usage))
-    ptx = compiled.asm.get("ptx", "")
     opcodes = collections.Counter()
     for line in sass.splitlines():
         match = _INSTRUCTION.match(line)
@@ -80,7 +79,6 @@ def compile_sm90(kernel, *args, **kwargs) -> dict:
         "spill_loads": opcodes.get("LDL", 0),
         "opcodes": opcodes,
         "sass": sass,
-        "ptx_lines": ptx.count("\n"),
         "ttgir": compiled.asm.get("ttgir", ""),
     }
 

@@ -9,14 +9,14 @@ with the heuristic's on the same random inputs (max |diff|, NaN check: a variant
 recorded as such and not timed), then timed as attention_tiles.py times (CUDA events, L2 flushed,
 median; B=1 decode also in CUDA-graph replay).
 
-  mla_decode   page 64, Hq=16 B=64 L=4096, Hq=16 B=1 L=32768, Hq=32 B=64 L=4096: the heuristic against
-               mla_decode_narrow.py (positions as the tensor-core rows) x split count x stages
-  prefill      causal GQA 32/8 d128, 4 x 4096 and 16 x 1024 tokens: the TMA kernel's heuristic against
-               its PIPELINE variant (the next tile's logits issued before this tile's softmax) x tiles
-  decode_fp8   GQA 32/8 d128 page 16 fp8 KV, B=64 L=4096: the heuristic against the variants in
-               decode.launch_config's docstring
+  mla_decode   page 64, Hq=16 B=64 L=4096, Hq=16 B=1 L=32768, Hq=32 B=64 L=4096, Hq=16 B=8 L=32768 (--shapes
+               replaces them): the heuristic and FlashMLA (where installed) against the --variants configs
+  prefill      causal GQA 32/8 d128, 4 x 4096 and 16 x 1024 tokens: the heuristic and torch SDPA against the
+               --variants configs
+  decode_fp8   GQA 32/8 d128 page 16 fp8 KV, B=64 L=4096, B=8 L=8192, B=1 L=32768: the fp8 and bf16 heuristics
+               against the --variants configs
 
-Writes DIR/attention_variants.json; prints one line per entry and the best per shape last.
+Writes DIR/attention_variants.json; prints one line per entry as it runs and a summary line per entry last.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ REPEAT = 1
 #: Whether every MLA shape is also timed in CUDA-graph replay (--graph-all): device time without the host's
 #: per-call work, which event timing includes where it outlasts the L2 flush before the call.
 GRAPH_ALL = False
-#: Whether the MLA section also runs mla_decode_narrow.py's split x stage grid (--narrow-grid).
-NARROW_GRID = False
 
 
 def _check_and_time(rows, entry, fn, want, *, graph=False, tolerance=3e-2):
@@ -98,13 +96,6 @@ def section_mla_decode():
             entry = {**base, "variant": name, "splits": splits, **config}
             _check_and_time(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=dict(config)), want,
                             graph=batch == 1 or GRAPH_ALL)
-        programs = {64: (1, 2, 4), 1: (64, 128, 256), 8: (16, 32)}[batch] if NARROW_GRID else ()
-        for splits in programs:
-            for stages in (2, 3):
-                config = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": stages, "NARROW": True}
-                entry = {**base, "variant": "narrow", "splits": splits, **config}
-                _check_and_time(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=config), want,
-                                graph=batch == 1 or GRAPH_ALL)
         for row in rows:
             if row.get("batch") == batch and row.get("heads") == heads and "event_us" in row:
                 row["TBps"] = round(nbytes / row["event_us"] / 1e6, 3)
@@ -171,11 +162,11 @@ def section_decode_fp8():
                         tolerance=6e-2)
         _check_and_time(rows, {**base, "variant": "heuristic"},
                         lambda: module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale), want,
-                        graph=batch == 1 or GRAPH_ALL)
+                        graph=batch == 1)
         for name, config in EXTRA.get("decode_fp8", []):
             entry = {**base, "variant": name, **config}
             _check_and_time(rows, entry, lambda: module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale,
-                                                               config=dict(config)), want, graph=batch == 1 or GRAPH_ALL)
+                                                               config=dict(config)), want, graph=batch == 1)
         for row in rows:
             if row.get("batch") == batch and "event_us" in row:
                 row["TBps"] = round(nbytes * (2 if row["variant"].startswith("bf16") else 1) / row["event_us"] / 1e6, 3)
@@ -191,17 +182,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--variants", help="JSON file: {section: [[name, config], ...]} of extra variants")
-    parser.add_argument("--narrow-grid", action="store_true", help="mla_decode: the narrow kernel's grid too")
     parser.add_argument("--repeat", type=int, default=1, help="mla_decode: run the extra variants N times, interleaved")
     parser.add_argument("--graph-all", action="store_true", help="mla_decode: CUDA-graph replay for every shape")
     parser.add_argument("--shapes", help="mla_decode: B,L,H;B,L,H... instead of SHAPES_MLA")
     args = parser.parse_args(argv)
-    global NARROW_GRID, REPEAT, SHAPES_MLA, GRAPH_ALL
+    global REPEAT, SHAPES_MLA, GRAPH_ALL
     REPEAT = args.repeat
     GRAPH_ALL = args.graph_all
     if args.shapes:
         SHAPES_MLA = tuple(tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";"))
-    NARROW_GRID = args.narrow_grid
     if args.variants:
         EXTRA.update(json.load(open(args.variants)))
     os.makedirs(args.out, exist_ok=True)

@@ -101,7 +101,7 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     kernels' best 105.5, FlashMLA 107.4), Hq=16 B=1 L=32768 14.2 us with 128 splits (20.2, FlashMLA 65.0),
     Hq=16 B=8 L=32768 78.1 us with 16 splits (101.2, FlashMLA 103.3), Hq=32 B=64 105.7 us with 1 split
     (183.1, FlashMLA 110.7). The 3-slot ring with a one-slot rope ("GLUON", num_stages 3, 220 KiB) was
-    within 1-4% at B=64 and 13% slower at B=1 (16.0). Measured and not kept (variants/call1): the same
+    3-5% slower at B=64 and B=8 and 13-14% slower at B=1 (16.0) and Hq=32 (120.3). Measured and not kept (variants/call1): the same
     transposed products in plain Triton (mla_decode_narrow, removed), 134.8 us at B=64 Hq=16, because
     Triton 3.6 issued each tile's copy after the previous tile's products and waited on every product.
     """
