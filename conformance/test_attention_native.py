@@ -23,8 +23,9 @@
   the masked pointer kernel with every unread latent row NaN, in both ring shapes, at 1/3/7 splits and on
   32k contexts. Catches a ring slot refilled before its products finished, a wrong barrier phase (a hang),
   or a tail tile read past the split's end.
-- mla_decode_gluon_wide.py (64 heads per program; opt-in, GLUON_WIDE) against the same kernel, GPU only: written
-  and compiled for sm90, first run on the next device session.
+- mla_decode_gluon_wide.py (sm90's path for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
+  in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
+  it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -250,16 +251,21 @@ def test_gluon_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magn
                                   {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "GLUON": True, **ring})
 
 
-@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits"])
+@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits", "padded_cache_rows",
+                                     "long_context_32k"])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("magnitude", [1.0, 64.0])
-def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude):
+@pytest.mark.parametrize("schedule", [{}, {"EARLY_NEXT": True}, {"EARLY_NEXT": True, "LEAN": True}, {"LEAN": True}],
+                         ids=["serial", "early_next", "early_next_lean", "lean"])
+def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude, schedule):
     """mla_decode_gluon_wide.py (sm90, 64 heads per program, the two warpgroups splitting each product; opt-in:
     GLUON_WIDE) against the masked pointer kernel with every unread latent row NaN. Catches a warpgroup that
     reduces only its own half of a row's logits (a wrong softmax), P written over rope columns a product still
-    reads, or a slot refilled too early."""
-    _gluon_matches_pointer_kernel(case_id, splits, magnitude,
-                                  {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "GLUON_WIDE": True})
+    reads, or a slot refilled too early; with EARLY_NEXT also a slot refilled while the next tile's logits (or the
+    value products) still read it, or a wrong wgmma group count in the partial wait; with LEAN a row maximum
+    taken over one warpgroup's half only, or row sums lost in the final reduction."""
+    _gluon_matches_pointer_kernel(case_id, splits, magnitude, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8,
+                                                               "num_stages": 2, "GLUON_WIDE": True, **schedule})
 
 
 @pytest.mark.parametrize("block_n", [32, 64])

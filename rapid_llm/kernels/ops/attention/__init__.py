@@ -5,8 +5,7 @@ prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
 prefill with TMA tile loads, sm90+), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
 decode), mla_decode_tma.py (its TMA tile loads, sm90+), mla_decode_gluon.py (its Gluon kernel for
-few query heads, sm90) and mla_decode_gluon_wide.py (a Gluon kernel for 64+ heads: opt-in, not yet run
-on a GPU). The external libraries' adapters live in
+few query heads, sm90) and mla_decode_gluon_wide.py (its Gluon kernel for 64+ heads, sm90). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -280,6 +279,9 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     B=64 Hq=16, 15.1 at B=1 L=32768, 77.9 at B=8 L=32768, against FlashMLA's 116.4 / 67.0 / 104.0, and
 #     106-114 against 110-111 at Hq=32 B=64 (variants/call7, call9): native/mla_decode_few_heads 25, above
 #     FlashMLA, for Hq <= 63 on sm90 (a shape constraint: one priority per row cannot follow the head count).
+#     Hq >= 64 on sm90 then took the wide Gluon kernel (variants/call12-call14, graph replay): 170.9-176.7 us at
+#     Hq=128 B=64 against FlashMLA's 132.2-141.7 and 174.6-176.1 at B=8 L=32768 against 139.5-143.1, so
+#     FlashMLA stays above native/mla_decode there (only B=1 L=32768 is faster natively: 36.0 against 52.3).
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),
@@ -306,8 +308,8 @@ ROWS = (
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
                 description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
                             "on sm90 for pages that hold whole tiles, Hq < 64: a Gluon kernel with a TMA ring and "
-                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: TMA tile "
-                            "loads (mla_decode_tma.py)"),
+                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: a Gluon "
+                            "kernel of 64 heads whose two warpgroups split each product (mla_decode_gluon_wide.py)"),
     # The same kernel entry as native/mla_decode, ranked above FlashMLA where its Gluon kernel serves: fewer
     # than 64 query heads (one GPU of TP >= 2 for DeepSeek's 128) on sm90 (the comments above).
     _native_row("native/mla_decode_few_heads", MLA_DECODE, "mla_decode", "mla_decode",

@@ -20,8 +20,8 @@ copies whole tiles with TMA boxes on sm90 when the page size is a multiple of BL
 and mla_decode_gluon.py's (Gluon, sm90, Hq < 64), which makes the 64 positions of a tile the rows of
 warpgroup products and keeps two tiles in flight through an explicit TMA ring. launch_config says which
 one a shape should take; mla_decode() falls back to the pointer kernel wherever the cache does not allow
-the boxes. A fourth, mla_decode_gluon_wide.py (Gluon, 64 heads per program with the two warpgroups
-splitting each product, for Hq >= 64), is compiled but not yet run on a GPU: only config GLUON_WIDE takes it.
+the boxes. A fourth, mla_decode_gluon_wide.py (Gluon, sm90, Hq >= 64), holds 64 heads per program with the
+two warpgroups splitting each product, and issues a tile's logits behind the previous tile's value products.
 """
 
 from __future__ import annotations
@@ -49,8 +49,13 @@ SHORT_SPLIT_POSITIONS = 256
 MLA_SWEEP = "perf/results/h200/attention_2026-12-01/mla_tma/sweep_attention_tiles_mla_decode.json"
 #: The H200 runs behind the Gluon kernel's configuration (perf/sweeps/attention_variants.py, graph replay).
 GLUON_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call7/attention_variants.json"
-#: Query heads below which the Gluon kernel serves on sm90 (at 64 and more the heads fill the m64 product rows).
+#: Query heads below which the Gluon kernel serves on sm90 (at 64 and more the heads fill the m64 product rows
+#: and mla_decode_gluon_wide.py serves).
 GLUON_MAX_HEADS = 64
+#: Splits of at least this many positions take the wide Gluon kernel's EARLY_NEXT schedule (launch_config).
+EARLY_NEXT_MIN_POSITIONS = 1024
+#: The H200 runs behind the wide Gluon kernel's schedule (EARLY_NEXT, LEAN; graph replay beside FlashMLA).
+GLUON_WIDE_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call13/attention_variants.json"
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,7 +82,7 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     BLOCK_H and "resident" do not depend on `split_positions` (positions of the page table's reach per
     split), so launch_plan can take the split count first and then the tiles for it.
 
-    sm90, Hq >= 64: the TMA kernel, BLOCK_H = 64 heads with 8 warps (two warpgroups; each holds half of the
+    sm90 without Gluon (gluon false), Hq >= 64: the TMA kernel, BLOCK_H = 64 heads with 8 warps (two warpgroups; each holds half of the
     two [64, 256] fp32 accumulators: 128 registers per thread), BLOCK_N = 64, 2 stages (144 KiB), one
     program per SM: a latent tile feeds 64 heads' products. Hq < 64 takes BLOCK_H = 16 (the tensor-core
     minimum; Hq = 16 is one program per sequence and split) with 4 warps, two programs per SM, and by the
@@ -104,12 +109,29 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     3-5% slower at B=64 and B=8 and 13-14% slower at B=1 (16.0) and Hq=32 (120.3). Measured and not kept (variants/call1): the same
     transposed products in plain Triton (mla_decode_narrow, removed), 134.8 us at B=64 Hq=16, because
     Triton 3.6 issued each tile's copy after the previous tile's products and waited on every product.
+
+    gluon and Hq >= 64: mla_decode_gluon_wide.py ("GLUON_WIDE"), 64 heads x 64 positions, 8 warps (the two
+    warpgroups split each product: the logits by positions, the values by columns), the 2-slot ring of whole
+    tiles, one program per SM (217 KiB). LEAN always (row maxima through one exchange barrier, row sums once
+    at the end: 7 barriers a tile instead of 11); EARLY_NEXT (a tile's logits issued behind the previous
+    tile's value products) where a split covers >= EARLY_NEXT_MIN_POSITIONS: its prologue and peeled last
+    tile cost more than the overlap gains on B=1's 512-position splits. H200, graph replay, FlashMLA in the
+    same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 6%):
+    Hq=128 B=64 L=4096 170.9-176.7 us (serial 186.9, LEAN alone 167.0-181.7, EARLY_NEXT alone 172.5-186.8;
+    FlashMLA 132.2-141.7; the Triton TMA kernel 261-272), Hq=128 B=1 L=32768 36.0-36.2 with LEAN alone (both
+    38.6-39.6; FlashMLA 52.3-53.3), Hq=128 B=8 L=32768 174.6-176.1 (FlashMLA 139.5-143.1), Hq=64 B=64 116.9
+    with 2 splits (FlashMLA 119.9). ncu of one launch at Hq=128 B=64: 171.2 us with both, 182.3 with
+    EARLY_NEXT alone, the tensor pipe 44% busy: the softmax between the products is not overlapped.
     """
     if device.type != "cuda":
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
     if gluon and num_q_heads < GLUON_MAX_HEADS:
         return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "resident": 1, "TMA": True,
                 "GLUON": True, "ROPE_RING": True}
+    if gluon:
+        early_next = split_positions is None or split_positions >= EARLY_NEXT_MIN_POSITIONS
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True,
+                "GLUON_WIDE": True, "EARLY_NEXT": early_next, "LEAN": True}
     if num_q_heads >= 64:
         config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True}
     elif split_positions is not None and split_positions <= SHORT_SPLIT_POSITIONS:
@@ -132,7 +154,9 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     in graph replay; 128 splits 21.9), Hq=128 B=1 -> 66 (55.5). The Gluon kernel (resident 1, GLUON_SWEEP,
     graph replay): Hq=16 B=64 -> 2 (81.2 us; 1 split 103.7), B=1 -> 128 (14.2; 112 splits 15.6; 132, of which
     4 empty, 15.1 in the bench of variants/call8 before the rounding below), B=8 L=32768 -> 16 (78.1; 32 splits
-    85.0), Hq=32 B=64 -> 1 (105.7; 2 splits 123.9). The count is rounded to whole chunks of MIN_SPLIT_POSITIONS
+    85.0), Hq=32 B=64 -> 1 (105.7; 2 splits 123.9). The wide Gluon kernel (resident 1, 64 heads a program; the
+    serial schedule in variants/call11): Hq=128 B=64 -> 1 (185.6; 2 splits 234.3), B=1 -> 64 (38.6; 32 splits
+    53.7), B=8 -> 8 (196.1; 16 splits 205.0), Hq=64 B=64 -> 2 (120.7; 1 split 178.3). The count is rounded to whole chunks of MIN_SPLIT_POSITIONS
     of the page table's reach, so no split is empty for a full-length sequence (Hq=128 B=1: 66 -> 64)."""
     if device.type != "cuda" or batch == 0:
         return 1
@@ -175,7 +199,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     resident = config.pop("resident", 1)
     tma_wanted = config.pop("TMA", True)
     gluon = config.pop("GLUON", False)
-    gluon_wide = config.pop("GLUON_WIDE", False)  # mla_decode_gluon_wide.py: opt-in, not yet run on a GPU
+    gluon_wide = config.pop("GLUON_WIDE", False)
     rope_ring = config.pop("ROPE_RING", False)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
@@ -191,7 +215,8 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     if tma and gluon_wide:
         from . import mla_decode_gluon_wide  # Gluon (sm90): imported only where it runs
         mla_decode_gluon_wide.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
-                                     out, partial, partial_lse, splits, head_blocks)
+                                     out, partial, partial_lse, splits, head_blocks,
+                                     early_next=config.pop("EARLY_NEXT", False), lean=config.pop("LEAN", False))
     elif tma and gluon:
         from . import mla_decode_gluon  # Gluon (sm90): imported only where it runs
         mla_decode_gluon.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,

@@ -2,10 +2,8 @@
 
     out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512],   c[j] = latent_cache row of position j
 
-STATUS: compiled for sm90 (perf/profiles/sm90_compile.py: 8 warps, 234 registers, no spills, 217 KiB of shared
-memory) and not yet run on a GPU: no launch_config selects it (mla_decode.py takes it only with config "GLUON_WIDE"),
-and conformance/test_attention_native.py holds its GPU test against the pointer kernel for the next device
-session.
+Serves Hq >= 64 on sm90 (mla_decode.launch_config, where gluon_ready holds). Its H200 runs and the
+schedule's choice are in launch_config's docstring.
 
 Why: at Hq = 128 the op is compute-bound (2 * 128 * (576 + 512) FLOPs per 1152 cache bytes). The Triton
 TMA kernel (mla_decode_tma.py) holds 64 heads with 8 warps, and Triton lays the [64 heads, 64 positions]
@@ -23,6 +21,16 @@ columns, 72 KiB a slot, the three TMA boxes of a tile issued together as in mla_
 ROPE_RING), and P [64, 64] written into the finished tile's rope slot (its rope columns are dead once the
 logits are done; the same 8 KiB shape and layout). The split's tail tile by masked pointer loads into
 the ring's first slot. Same split-K mapping and partials as mla_decode.py.
+
+Two schedule switches (constexprs; launch_config sets both for long splits, LEAN alone for short ones):
+- EARLY_NEXT: tile t+1's logits are issued right behind tile t's value products, so the tensor cores run
+  them back to back while the warps wait for the values, refill slot t and loop; the last whole tile is
+  peeled off so no logits are issued past it. (Issuing them before tile t's softmax would need tile t+1's
+  successor in flight as well: a third 72 KiB slot, past the 227 KiB of shared memory.)
+- LEAN: each warpgroup takes its half of a row's maximum within its warps and the halves meet in a
+  [2, 64] exchange behind one barrier (the generic cross-warp reduction takes three); the row sums are kept
+  elementwise ([64, 64], 16 registers a thread) and reduced once after the last tile. 7 barriers a tile
+  instead of 11 (SASS of the loop).
 """
 
 from __future__ import annotations
@@ -57,8 +65,10 @@ def _layouts(dtype: torch.dtype) -> dict:
 
 
 def launch(q, latent_cache, page_table, seq_lens, page_size, sm_scale_log2, out, partial, partial_lse, splits,
-           head_blocks):
-    """Launch over (B, cdiv(Hq, 64), splits); mla_decode.mla_decode allocates and merges."""
+           head_blocks, early_next=False, lean=False):
+    """Launch over (B, cdiv(Hq, 64), splits); mla_decode.mla_decode allocates and merges. `early_next`: issue
+    each tile's logits behind the previous tile's value products (EARLY_NEXT); `lean`: row maxima through one
+    exchange barrier, row sums once at the end (LEAN)."""
     layouts = _layouts(latent_cache.dtype)
     shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
     values = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, _HALF], layouts["value"])
@@ -70,7 +80,7 @@ def launch(q, latent_cache, page_table, seq_lens, page_size, sm_scale_log2, out,
         splits, latent_cache.shape[0], page_table.shape[1],
         PAGE_SIZE=int(page_size), SINGLE=splits == 1, DTYPE=layouts["DTYPE"], Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
         Q_ROPE_LAYOUT=layouts["Q_ROPE_LAYOUT"], HALF=_HALF, DR=_ROPE_DIM, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N,
-        num_warps=8,
+        EARLY_NEXT=bool(early_next), LEAN=bool(lean), num_warps=8,
     )
 
 
@@ -169,31 +179,77 @@ def _store_result(out_lo, out_hi, l_i, l_safe, m_i, out_ptr, partial_ptr, partia
 
 
 @gluon.jit
-def _tile(lo, hi, rope, q_lo, q_hi, q_rope, s_zero, valid, acc_lo, acc_hi, m_i, l_i, qk_scale,
-          MASKED: gl.constexpr, O_LAYOUT: gl.constexpr):
-    """One latent tile in shared memory: S = Q . C^T, the online softmax along its positions (axis 1), P into
-    the rope slot, O += P . C_v."""
+def _logits(lo, hi, rope, q_lo, q_hi, q_rope, s_zero):
+    """S = Q . C^T of a latent tile in shared memory, issued (three products: value halves, rope); the caller
+    waits on the returned accumulator."""
     s = warpgroup_mma(q_lo, lo.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma(q_hi, hi.permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma(q_rope, rope.permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    return warpgroup_mma(q_rope, rope.permute((1, 0)), s, is_async=True)
+
+
+@gluon.jit
+def _row_max(s, exchange, LEAN: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """Row maxima of S [heads, positions] (each warpgroup holds half of every row's positions). LEAN: each
+    warpgroup reduces its half within its warps (S as [heads, 2, positions / 2]: axis 1 is the warpgroup) and
+    the two halves meet in `exchange` [2 * heads] behind one barrier, instead of the generic cross-warp
+    reduction's three."""
+    if LEAN:
+        halves = gl.max(gl.reshape(s, [s.shape[0], 2, s.shape[1] // 2]), 2)  # [heads, 2]: within each warp
+        heads: gl.constexpr = s.shape[0]
+        exchange.reshape([2, heads]).permute((1, 0)).store(halves)
+        gl.thread_barrier()
+        rows: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+        return gl.maximum(exchange.slice(0, heads).load(rows), exchange.slice(heads, heads).load(rows))
+    else:
+        return gl.max(s, 1)
+
+
+@gluon.jit
+def _softmax_into_rope(s, rope, valid, m_i, l_i, qk_scale, exchange, MASKED: gl.constexpr, LEAN: gl.constexpr,
+                       S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """The online softmax of waited logits S along positions (axis 1; both warpgroups' halves combine in the
+    row maxima), P written over the tile's rope columns (dead once S is done: the same [64, 64] shape and
+    layout), and the accumulator's rescale factor in O's layout. l_i: the row sums [heads], or with LEAN their
+    elementwise terms [heads, positions] (summed once after the last tile: no cross-warp sum per tile)."""
     s = s * qk_scale
     if MASKED:
         s = gl.where(gl.expand_dims(valid, 0), s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
+    m_new = gl.maximum(m_i, _row_max(s, exchange, LEAN, S_LAYOUT))
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
     p = gl.exp2(s - gl.expand_dims(m_safe, 1))
     alpha = gl.exp2(m_i - m_safe)
-    l_i = l_i * alpha + gl.sum(p, 1)
+    if LEAN:
+        l_i = l_i * gl.expand_dims(alpha, 1) + p
+    else:
+        l_i = l_i * alpha + gl.sum(p, 1)
     gl.thread_barrier()  # both warpgroups' logit products have read the rope columns: P may replace them
     rope.store(p.to(rope.dtype))
     fence_async_shared()
     gl.thread_barrier()  # all of P is in shared memory before either warpgroup's value products read it
     alpha_o = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT)), 1)
+    return alpha_o, m_new, l_i
+
+
+@gluon.jit
+def _values(lo, hi, rope, acc_lo, acc_hi, alpha_o):
+    """O = O * alpha + P . C_v, P from the tile's rope slot, issued (the caller waits)."""
     acc_lo = warpgroup_mma(rope, lo, acc_lo * alpha_o, is_async=True)
     acc_hi = warpgroup_mma(rope, hi, acc_hi * alpha_o, is_async=True)
+    return acc_lo, acc_hi
+
+
+@gluon.jit
+def _tile(lo, hi, rope, q_lo, q_hi, q_rope, s_zero, valid, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange,
+          MASKED: gl.constexpr, LEAN: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """One latent tile in shared memory, each step waited before the next: S = Q . C^T, the online softmax,
+    P into the rope slot, O += P . C_v."""
+    s = _logits(lo, hi, rope, q_lo, q_hi, q_rope, s_zero)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    alpha_o, m_i, l_i = _softmax_into_rope(s, rope, valid, m_i, l_i, qk_scale, exchange, MASKED, LEAN, S_LAYOUT,
+                                           O_LAYOUT)
+    acc_lo, acc_hi = _values(lo, hi, rope, acc_lo, acc_hi, alpha_o)
     acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
-    return acc_lo, acc_hi, m_new, l_i
+    return acc_lo, acc_hi, m_i, l_i
 
 
 @gluon.jit
@@ -205,6 +261,7 @@ def _mla_decode_gluon_wide_kernel(
     PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr, DTYPE: gl.constexpr,
     Q_VALUE_LAYOUT: gl.constexpr, Q_ROPE_LAYOUT: gl.constexpr,
     HALF: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    EARLY_NEXT: gl.constexpr, LEAN: gl.constexpr,
 ):
     STAGES: gl.constexpr = 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
@@ -237,20 +294,59 @@ def _mla_decode_gluon_wide_kernel(
         _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, i, row, n_full > i, True)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    if LEAN:
+        l_i = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    else:
+        l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    # the two warpgroups' row maxima of a tile (LEAN): [2 * BLOCK_H], warpgroup-major
+    exchange = gl.allocate_shared_memory(gl.float32, [2 * BLOCK_H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     acc_lo = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     acc_hi = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
     always = gl.full([BLOCK_N], 1, gl.int1, layout=gl.SliceLayout(0, s_layout))
-    for t in range(n_full):
-        slot = t % STAGES
-        row_next = _cache_row(table_row, table_stride1, max_pages, start + (t + STAGES) * BLOCK_N, PAGE_SIZE)
-        mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
-        acc_lo, acc_hi, m_i, l_i = _tile(lo_ring.index(slot), hi_ring.index(slot), rope_ring.index(slot), q_lo, q_hi,
-                                         q_rope, s_zero, always, acc_lo, acc_hi, m_i, l_i, qk_scale, False, o_layout)
-        gl.thread_barrier()  # both warpgroups are done with this slot before tile t + STAGES lands in it
-        _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next,
-                      t + STAGES < n_full, True)
+    if EARLY_NEXT:
+        # tile t + 1's logits are issued right behind tile t's value products (the tensor cores run them back
+        # to back); the value products are waited first, slot t refilled, then the logits. The last whole tile
+        # is peeled off: no logits are issued past it.
+        mbarrier.wait(ready.index(0), 0, pred=n_full > 0)
+        s = warpgroup_mma_wait(num_outstanding=0,
+                               deps=(_logits(lo_ring.index(0), hi_ring.index(0), rope_ring.index(0), q_lo, q_hi,
+                                             q_rope, s_zero), ))  # dropped when the split has no whole tile
+        for t in range(n_full - 1):
+            slot = t % STAGES
+            row_next = _cache_row(table_row, table_stride1, max_pages, start + (t + STAGES) * BLOCK_N, PAGE_SIZE)
+            alpha_o, m_i, l_i = _softmax_into_rope(s, rope_ring.index(slot), always, m_i, l_i, qk_scale, exchange,
+                                                   False, LEAN, s_layout, o_layout)
+            acc_lo, acc_hi = _values(lo_ring.index(slot), hi_ring.index(slot), rope_ring.index(slot), acc_lo, acc_hi,
+                                     alpha_o)
+            following = (t + 1) % STAGES
+            mbarrier.wait(ready.index(following), ((t + 1) // STAGES) & 1)
+            s_next = _logits(lo_ring.index(following), hi_ring.index(following), rope_ring.index(following), q_lo,
+                             q_hi, q_rope, s_zero)
+            acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=3, deps=(acc_lo, acc_hi))
+            gl.thread_barrier()  # both warpgroups' value products are done with this slot: tile t + STAGES may land
+            _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next,
+                          t + STAGES < n_full, True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
+        if n_full > 0:  # the last whole tile: its logits are waited in s
+            last = (n_full - 1) % STAGES
+            alpha_o, m_i, l_i = _softmax_into_rope(s, rope_ring.index(last), always, m_i, l_i, qk_scale, exchange,
+                                                   False, LEAN, s_layout, o_layout)
+            acc_lo, acc_hi = _values(lo_ring.index(last), hi_ring.index(last), rope_ring.index(last), acc_lo, acc_hi,
+                                     alpha_o)
+            acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
+        gl.thread_barrier()  # every product is done with the slots the tail tile overwrites
+    else:
+        for t in range(n_full):
+            slot = t % STAGES
+            row_next = _cache_row(table_row, table_stride1, max_pages, start + (t + STAGES) * BLOCK_N, PAGE_SIZE)
+            mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
+            acc_lo, acc_hi, m_i, l_i = _tile(lo_ring.index(slot), hi_ring.index(slot), rope_ring.index(slot), q_lo,
+                                             q_hi, q_rope, s_zero, always, acc_lo, acc_hi, m_i, l_i, qk_scale,
+                                             exchange, False, LEAN, s_layout, o_layout)
+            gl.thread_barrier()  # both warpgroups are done with this slot before tile t + STAGES lands in it
+            _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next,
+                          t + STAGES < n_full, True)
 
     tail = start + n_full * BLOCK_N
     if tail < end:  # the split's partial tile: masked pointer loads into slot 0, whose copies are consumed
@@ -259,11 +355,14 @@ def _mla_decode_gluon_wide_kernel(
                         rope_rows_layout)
         s_valid = (tail + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))) < end
         acc_lo, acc_hi, m_i, l_i = _tile(lo_ring.index(0), hi_ring.index(0), rope_ring.index(0), q_lo, q_hi, q_rope,
-                                         s_zero, s_valid, acc_lo, acc_hi, m_i, l_i, qk_scale, True, o_layout)
+                                         s_zero, s_valid, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange, True, LEAN,
+                                         s_layout, o_layout)
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
+    if LEAN:
+        l_i = gl.sum(l_i, 1)
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)
     l_o = gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
     heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, o_layout))
