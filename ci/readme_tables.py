@@ -9,7 +9,8 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
                    and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
   library-table    from perf/results/h200/libraries_2026-12-01/bench_libraries.json (library rows beside ours)
-  attention-table  from perf/results/h200/attention_2026-12-01/bench_attention.json (native attention rows)
+  attention-table  from perf/results/h200/attention_2026-12-01/bench_attention.json (native attention rows;
+                   attention.decode from bench_attention_decode.json beside it)
   dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                    (pytest-benchmark's saved format; found as ci/perf_gate finds it)
 """
@@ -29,6 +30,7 @@ README = os.path.join(ROOT, "README.md")
 EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
 LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026-12-01", "bench_libraries.json")
 ATTENTION_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "attention_2026-12-01", "bench_attention.json")
+ATTENTION_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_decode.json")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
@@ -151,18 +153,31 @@ def _library_cell(case) -> str:
     return text
 
 
-def _ranked_table(evidence_path: str, intro: str) -> str:
-    """One line per (op, case): every row of the run, fastest first (the raw pytest-benchmark file beside the
-    summary supplies TFLOP/s where the summary predates gpu_report keeping it)."""
+def _run_cases(evidence_path: str) -> tuple[dict, list]:
+    """A gpu_report run and its cases, each with its TFLOP/s (the raw pytest-benchmark file beside the summary
+    supplies it where the summary predates gpu_report keeping it)."""
     with open(evidence_path) as handle:
         evidence = json.load(handle)
     raw = os.path.join(os.path.dirname(evidence_path),
                        os.path.basename(evidence_path).replace("bench_", "pytest_benchmark_"))
     with open(raw) as handle:
         tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in json.load(handle)["benchmarks"]}
+    return evidence, [{**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])} for case in evidence["cases"]]
+
+
+def _ranked_table(evidence_path: str, intro: str, op_runs: tuple = ()) -> str:
+    """One line per (op, case): every row of the run, fastest first. op_runs: (op, evidence path) pairs whose
+    op's cases come from that later run instead (the intro says so)."""
+    evidence, cases = _run_cases(evidence_path)
+    order = {}  # ops in the order the first run lists them (a replaced op keeps its place)
+    for case in cases:
+        order.setdefault(case["op"], len(order))
+    replaced = dict(op_runs)
+    cases = [case for case in cases if case["op"] not in replaced]
+    for op, path in op_runs:
+        cases += [case for case in _run_cases(path)[1] if case["op"] == op]
     rows = {}
-    for case in evidence["cases"]:
-        case = {**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])}
+    for case in cases:
         rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
     lines = [
         f"{evidence['device']} (sm{evidence['sm']}), torch {evidence['torch']}, triton {evidence['triton']}, "
@@ -171,7 +186,7 @@ def _ranked_table(evidence_path: str, intro: str) -> str:
         "| op | case | rows, fastest first |",
         "|---|---|---|",
     ]
-    for (op, case_id), by_row in rows.items():
+    for (op, case_id), by_row in sorted(rows.items(), key=lambda item: order.get(item[0][0], len(order))):
         ranked = sorted(by_row.items(), key=lambda item: item[1]["us"])
         cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
         lines.append(f"| {op} | {case_id} | {cells} |")
@@ -188,14 +203,17 @@ def library_table() -> str:
 
 
 def attention_table() -> str:
-    """The attention ops: our native rows, the library rows and the peers, one run."""
+    """The attention ops: our native rows, the library rows and the peers, two runs (decode from the later)."""
     return _ranked_table(ATTENTION_EVIDENCE, (
-        "One run (`ci/gpu_attention_evidence OUT bench`; every case in "
-        "`perf/results/h200/attention_2026-12-01/bench_attention.json`). CUDA-event median with L2 flushed; "
-        "graph-replay time of capturable rows at B=1 and at every MLA decode shape (device time without the "
-        "host's per-call enqueue, which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned once per step "
-        "outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV "
-        "(or latent) bytes read."))
+        "Two runs: every op but attention.decode from `ci/gpu_attention_evidence OUT bench` "
+        "(`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
+        "from the decode benchmark alone on the next machine (`bench_attention_decode.json`, `variants/call16`: "
+        "call15's host made the event timing of the small decode calls host-bound, p20-p80 89-132 us at B=8). "
+        "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
+        "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
+        "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "
+        "(`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV (or latent) bytes "
+        "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),))
 
 
 def _time(seconds: float) -> str:

@@ -10,7 +10,8 @@ the H200 (ptxas and cuobjdump come with Triton's wheel) and nothing is launched.
 triton version of the GPU image (3.6.0) for numbers that match the device: a venv with triton==3.6.0
 and the CPU torch wheel is enough.
 
-Returns {"registers", "spill_stores", "spill_loads", "stack", "shared", "opcodes" (Counter), "sass", "ttgir"}.
+Returns {"registers", "spill_stores", "spill_loads", "stack", "shared", "opcodes" (Counter), "sass", "ttgir",
+"ptx"} (the PTX shows where the compiler's own barriers went, e.g. around TMA copies).
 Used to try kernel variants (register pressure, spills, which MMA instructions) before any device time.
 """
 
@@ -80,6 +81,7 @@ def compile_sm90(kernel, *args, **kwargs) -> dict:
         "opcodes": opcodes,
         "sass": sass,
         "ttgir": compiled.asm.get("ttgir", ""),
+        "ptx": compiled.asm.get("ptx", ""),
     }
 
 

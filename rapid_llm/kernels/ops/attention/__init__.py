@@ -264,24 +264,24 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     B=1 L=32768 with 16 / 128 heads; FlashInfer 906-910 us at B=64 and 358-906 us at B=1. FlashMLA 20.
 #   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
 #     779.0 us for 4 chunks of 512 after 4096): 10.
-# The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16):
-#   decode GQA 32/8 d128 page 16: native 259.1 / 81.6 / 50.9 / 17.2 us at B=64 L=4096 / B=8 L=8192 /
-#     B=1 L=32768 / B=1 L=1024, against the FlashInfer row's 944.4 / 578.6 / 601.4 / 548.6 (and FlashInfer
-#     planned once per step, a peer: 390.9 / 106.0 / 60.5 / 14.9): native 30. decode_fp8: the only row
-#     for an fp8 buffer besides the reference (179.1 / 58.0 / 36.2 us at the same shapes): 10.
-#   prefill: native 1094.2 / 382.5 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 839.7 / 321.9, the
-#     FlashInfer row 1934.0 / 1286.1: native 15, between them. mla_prefill: native 752.7, FA3 508.9,
-#     FlashInfer 1161.7: 15.
-#   prefill_paged: native 524.1 us, the FlashInfer row 978.8: native 20.
-#   mla_decode page 64 (variants/call8: graph replay, CUDA events in brackets): native 277.5 (281.6) us at
-#     B=64 L=4096 Hq=128, FlashMLA 136.9 (144.7), the FlashInfer row 910.5 by events: native/mla_decode 15,
-#     below FlashMLA (the compute-bound case). Hq < 64 on sm90 runs the Gluon kernel: 81.3 (102.0) us at
-#     B=64 Hq=16, 15.1 at B=1 L=32768, 77.9 at B=8 L=32768, against FlashMLA's 116.4 / 67.0 / 104.0, and
-#     106-114 against 110-111 at Hq=32 B=64 (variants/call7, call9): native/mla_decode_few_heads 25, above
-#     FlashMLA, for Hq <= 63 on sm90 (a shape constraint: one priority per row cannot follow the head count).
-#     Hq >= 64 on sm90 then took the wide Gluon kernel (variants/call12-call14, graph replay): 170.9-176.7 us at
-#     Hq=128 B=64 against FlashMLA's 132.2-141.7 and 174.6-176.1 at B=8 L=32768 against 139.5-143.1, so
-#     FlashMLA stays above native/mla_decode there (only B=1 L=32768 is faster natively: 36.0 against 52.3).
+# The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16; variants/call15):
+#   decode GQA 32/8 d128 page 16 (its own run, variants/call16): native 254.3 / 80.4 / 50.9 / 49.1 us at B=64
+#     L=4096 / B=8 L=8192 / B=1 L=32768 / B=1 L=1024 by events (244.3 / 68.8 / 39.4 / 10.0 in graph replay),
+#     against the FlashInfer row's 822.5 / 508.6 / 452.6 / 418.2 (and FlashInfer planned once per step, a peer:
+#     390.0 / 105.8 / 60.7 / 15.1): native 30. decode_fp8: the only row for an fp8 buffer besides the
+#     reference (177.9 / 70.0 / 82.0 us at the first three shapes; 169.2 / 50.4 / 30.1 in graph replay): 10.
+#   prefill: native 1136.8 / 379.5 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 848.4 / 320.6, the
+#     FlashInfer row 2741.9 / 2126.4: native 15, between them. mla_prefill: native 748.2, FA3 529.4,
+#     FlashInfer 1611.3: 15.
+#   prefill_paged: native 523.2 us, the FlashInfer row 1383.8: native 20.
+#   mla_decode page 64 (graph replay, CUDA events in brackets): Hq=128 B=64 L=4096 native 167.8 (174.2) us (the
+#     wide Gluon kernel), FlashMLA 142.8 (146.8), the FlashInfer row 910.6 by events: native/mla_decode 15,
+#     below FlashMLA (the compute-bound case; 170.9-176.7 against 132.2-141.7 in variants/call12-call14).
+#     Hq < 64 on sm90 runs the Gluon kernel: 82.7 us at B=64 Hq=16, 14.2 at B=1 L=32768, 79.4 at B=8
+#     L=32768, against FlashMLA's 111.6 / 66.2 / 106.1, and 106-114 against 110-111 at Hq=32 B=64
+#     (variants/call7, call9): native/mla_decode_few_heads 25, above FlashMLA, for Hq <= 63 on sm90 (a
+#     shape constraint: one priority per row cannot follow the head count). At Hq=128 only B=1 L=32768 is
+#     faster natively (36.2 against 54.7), too narrow a case for a row of its own.
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),

@@ -129,8 +129,8 @@ def _mla_row(op, function, capability, description):
     """A native MLA latent-cache write row. Golden: bitwise equal to the torch row on every case (the whole
     buffer compared, 2**31+ element offsets included) in the H200 parity run ATTENTION_RESULTS cites.
     Priority 10, above the torch row: perf/test_kvcache_bench.py::test_update_mla_buffer in the same run
-    (bench_attention.json), bf16 / fp8 at 32768 tokens 29.9 / 27.7 us against torch's 257.4 / 371.5
-    (2.53 / 2.05 TB/s), 1.6 / 1.9 us per call at one token in graph replay."""
+    (bench_attention.json), bf16 / fp8 at 32768 tokens 29.2 / 27.0 us against torch's 241.0 / 402.7
+    (2.59 / 2.10 TB/s), 1.6 / 1.8 us per call at one token in graph replay."""
     return KernelSpec(name=f"native/{function}", op=op, backend="native", target=f"{_HERE}.{function}:{function}",
                       dtypes=FLOAT_DTYPE_LABELS, libraries=(TRITON,), capability=capability, layout=_MLA_LAYOUTS,
                       golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline=f"torch/{function}",
