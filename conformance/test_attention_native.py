@@ -26,6 +26,9 @@
 - mla_decode_gluon_wide.py (sm90's path for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
   in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
   it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
+- prefill_gluon.py (sm90, warp-specialized; opt-in, GLUON) against the pointer kernel on every ragged prefill
+  case it serves, and with a NaN next sequence: GPU only, written and compiled for sm90, first run on the
+  next device session.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -157,6 +160,72 @@ def test_tma_prefill_kernel_equals_the_pointer_kernel(op, case_id):
     got = prefill_tma.prefill(*args, config={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1})
     for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         torch.testing.assert_close(mine.float(), theirs.float(), atol=2e-3, rtol=2e-3)
+
+
+_GLUON_PREFILL_CASES = [case.id for case in CASES["attention.prefill"]]
+
+
+def _skip_unless_sm90_gluon():
+    if DEVICE != "cuda" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("prefill_gluon.py needs CUDA sm90 (wgmma, TMA, warp specialization); Triton's interpreter does "
+                    "not run Gluon, so the CPU checks prefill.py's kernels only")
+
+
+def _gluon_prefill_or_skip(q, k, v, sm_scale):
+    """prefill_tma, or pytest.skip where prefill_gluon.py's kernel does not serve the call."""
+    _skip_unless_sm90_gluon()
+    from rapid_llm.kernels.ops.attention import prefill_tma  # after the skip: Triton may be hidden
+    if not (prefill_tma.tma_ready(q, k, v) and prefill_tma.gluon_fits(q, v, sm_scale)):
+        pytest.skip("prefill_gluon.py serves TMA-readable fp16/bf16 q/k/v of head dim 128 with sm_scale > 0 only")
+    return prefill_tma
+
+
+_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "PIPELINE": True},
+                          {"GLUON": True, "BLOCK_N": 64, "STAGES": 4, "PIPELINE": True}]
+
+
+@pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=["128x128", "128x128_pipeline", "128x64_s4_pipeline"])
+def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
+    """prefill_gluon.py (sm90: a producer warpgroup, two consumer warpgroups of 64 query rows; opt-in: config
+    GLUON) against the pointer kernel on every ragged prefill case it serves (causal and not, GQA, lengths 1 to
+    4097, the log-sum-exp). Catches a ring slot refilled before both consumers released it, a wrong barrier
+    phase (a hang: the suite's time limit), a causal mask off by a tile, or rows of the partial last tile
+    lost; with PIPELINE also the next tile's logits read from a slot not yet landed, or the peeled last tile
+    skipped."""
+    _skip_unless_sm90_gluon()
+    args, dims, layout = _case("attention.prefill", case_id, dtype=dtype)
+    prefill_tma = _gluon_prefill_or_skip(args[0], args[1], args[2], args[5])
+    from rapid_llm.kernels.ops.attention import prefill
+
+    want = prefill.prefill(*args, tma=False)
+    got = prefill_tma.prefill(*args, config=dict(config))
+    atol, rtol = TOLERANCES[("attention.prefill", dtype)][0]
+    for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.isfinite(mine).all(), "an unwritten or NaN output element"
+        torch.testing.assert_close(mine.float(), theirs.float(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=["128x128", "128x128_pipeline", "128x64_s4_pipeline"])
+def test_gluon_prefill_reads_no_row_of_the_next_sequence(causal, config):
+    """Two packed sequences (100 and 37 tokens): the second one's keys and values are NaN. Catches the first
+    sequence's partial last tile (keys 0..127) copied by TMA, which reads the second sequence's rows into its
+    products (0 * NaN in P . V): that tile must come through masked pointer loads."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn((137, heads, 128), generator=g).half() for heads in (8, 2, 2))
+    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    k[100:], v[100:] = float("nan"), float("nan")
+    cu = torch.tensor([0, 100, 137], dtype=torch.int32, device=DEVICE)
+    prefill_tma = _gluon_prefill_or_skip(q, k, v, 128 ** -0.5)
+    from rapid_llm.kernels.ops.attention import prefill
+
+    got = prefill_tma.prefill(q, k, v, cu, 100, 128 ** -0.5, causal, config=dict(config))
+    want = prefill.prefill(q, k, v, cu, 100, 128 ** -0.5, causal, tma=False)
+    assert torch.isfinite(got[:100]).all(), "the second sequence's NaN rows reached the first sequence's output"
+    atol, rtol = TOLERANCES[("attention.prefill", "fp16")][0]
+    torch.testing.assert_close(got[:100].float(), want[:100].float(), atol=atol, rtol=rtol)
 
 
 @pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e3, 1e5])

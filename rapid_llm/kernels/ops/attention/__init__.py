@@ -2,7 +2,8 @@
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
-prefill with TMA tile loads, sm90+), decode.py (native paged decode,
+prefill with TMA tile loads, sm90+), prefill_gluon.py (a warp-specialized Gluon
+prefill for head dim 128, sm90: opt-in, not yet run on a GPU), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
 decode), mla_decode_tma.py (its TMA tile loads, sm90+), mla_decode_gluon.py (its Gluon kernel for
 few query heads, sm90) and mla_decode_gluon_wide.py (its Gluon kernel for 64+ heads, sm90). The external libraries' adapters live in

@@ -96,8 +96,17 @@ def _descriptor(tensor: torch.Tensor, rows: int, first: int, width: int) -> "Ten
                             block_shape=[rows, width])
 
 
+def gluon_fits(q, v, sm_scale) -> bool:
+    """True where prefill_gluon.py's kernel can serve a call tma_ready accepted: sm90 (wgmma), q/k/v head dim
+    128, a positive scale (its row maximum is taken on the scaled logits)."""
+    return capability_major(q.device) == 9 and q.shape[2] == 128 and v.shape[2] == 128 and sm_scale > 0
+
+
 def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None):
-    """attention.prefill / mla_prefill through TMA descriptors (unchecked entry; tma_ready(q, k, v) holds)."""
+    """attention.prefill / mla_prefill through TMA descriptors (unchecked entry; tma_ready(q, k, v) holds).
+    config {"GLUON": True} takes prefill_gluon.py's kernel (opt-in until its first GPU run; gluon_fits), with
+    optional "BLOCK_N" (keys per tile), "STAGES" (ring slots) and "PIPELINE" (the next tile's logits issued
+    before this tile's softmax)."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = v.shape[2]
     out = torch.empty((tokens, num_q_heads, head_dim_v), dtype=q.dtype, device=q.device)
@@ -106,8 +115,17 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     max_seqlen = int(max_seqlen)
     if tokens == 0 or batch == 0 or max_seqlen == 0:
         return (out, lse) if return_lse else out
-    d_a, d_b = split_head_dim(head_dim)
     config = dict(config or launch_config(head_dim, head_dim_v, q.dtype, q.device))
+    if config.pop("GLUON", False):
+        if not gluon_fits(q, v, sm_scale):
+            raise ValueError("prefill_gluon serves sm90 with q/k/v head dim 128 and sm_scale > 0 only; got "
+                             f"head dims {head_dim}/{head_dim_v}, sm_scale {sm_scale}")
+        from . import prefill_gluon  # Gluon (sm90): imported only where it runs
+        prefill_gluon.launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse,
+                             block_n=config.get("BLOCK_N", prefill_gluon.BLOCK_N),
+                             stages=config.get("STAGES", prefill_gluon.STAGES), pipeline=config.get("PIPELINE", False))
+        return (out, lse) if return_lse else out
+    d_a, d_b = split_head_dim(head_dim)
     block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
     q_a = _descriptor(q, block_m, 0, d_a)
     k_a = _descriptor(k, block_n, 0, d_a)
@@ -217,4 +235,4 @@ def _prefill_tma_kernel(
         tl.store(lse_ptr + out_index * stride_lt + head * stride_lh, lse, mask=row_valid)
 
 
-__all__ = ["prefill", "tma_ready"]
+__all__ = ["gluon_fits", "prefill", "tma_ready"]
