@@ -259,6 +259,25 @@ def _poisoned_mla_case(case_id, magnitude):
     return args, q * magnitude, poisoned
 
 
+@pytest.mark.parametrize("num_q_heads", [16, 128], ids=["gluon_few_heads", "gluon_wide"])
+def test_mla_gluon_configs_fall_back_to_the_pointer_kernel(num_q_heads):
+    """A launch_config made for the sm90 Gluon kernels, given with tma=False (as where a cache's strides refuse
+    TMA boxes): the pointer kernel serves it and equals the masked pointer kernel. Catches a Gluon-only key
+    (GLUON_WIDE, EARLY_NEXT, LEAN, ROPE_RING) reaching the Triton kernel's launch as an unknown argument (a
+    KeyError where Triton compiles, i.e. on a GPU: its CPU interpreter ignores unknown keywords), and the
+    pointer kernel at the Gluon configs' tiles (64 heads x 64 positions, 8 warps)."""
+    args, q, poisoned = _poisoned_mla_case("ragged_page64", 1.0)
+    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+
+    config = mla_decode.launch_config(num_q_heads, q.dtype, torch.device("cuda"), split_positions=4096, gluon=True)
+    assert config.get("GLUON_WIDE" if num_q_heads >= 64 else "GLUON"), "launch_config no longer takes Gluon here"
+    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=pointer, tma=False)
+    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=config, tma=False)
+    assert torch.isfinite(got).all(), "a row past a sequence reached the result"
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-3, rtol=2e-3)
+
+
 @pytest.mark.parametrize("case_id", ["ragged_page64", "page_size_16"])
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("magnitude", [1.0, 64.0])

@@ -200,6 +200,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     tma_wanted = config.pop("TMA", True)
     gluon = config.pop("GLUON", False)
     gluon_wide = config.pop("GLUON_WIDE", False)
+    early_next, lean = config.pop("EARLY_NEXT", False), config.pop("LEAN", False)  # the wide kernel's schedule
     rope_ring = config.pop("ROPE_RING", False)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
     if splits is None:
@@ -216,7 +217,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
         from . import mla_decode_gluon_wide  # Gluon (sm90): imported only where it runs
         mla_decode_gluon_wide.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
                                      out, partial, partial_lse, splits, head_blocks,
-                                     early_next=config.pop("EARLY_NEXT", False), lean=config.pop("LEAN", False))
+                                     early_next=early_next, lean=lean)
     elif tma and gluon:
         from . import mla_decode_gluon  # Gluon (sm90): imported only where it runs
         mla_decode_gluon.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E, out,
