@@ -114,14 +114,15 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     warpgroups split each product: the logits by positions, the values by columns), the 2-slot ring of whole
     tiles, one program per SM (217 KiB). LEAN always (row maxima through one exchange barrier, row sums once
     at the end: 7 barriers a tile instead of 11); EARLY_NEXT (a tile's logits issued behind the previous
-    tile's value products) where a split covers >= EARLY_NEXT_MIN_POSITIONS: its prologue and peeled last
-    tile cost more than the overlap gains on B=1's 512-position splits. H200, graph replay, FlashMLA in the
-    same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 6%):
+    tile's value products) where a split covers >= EARLY_NEXT_MIN_POSITIONS: on B=1's 512-position splits
+    (8 tiles) it measured slower than LEAN alone. H200, graph replay, FlashMLA in the
+    same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 7%):
     Hq=128 B=64 L=4096 170.9-176.7 us (serial 186.9, LEAN alone 167.0-181.7, EARLY_NEXT alone 172.5-186.8;
     FlashMLA 132.2-141.7; the Triton TMA kernel 261-272), Hq=128 B=1 L=32768 36.0-36.2 with LEAN alone (both
     38.6-39.6; FlashMLA 52.3-53.3), Hq=128 B=8 L=32768 174.6-176.1 (FlashMLA 139.5-143.1), Hq=64 B=64 116.9
     with 2 splits (FlashMLA 119.9). ncu of one launch at Hq=128 B=64: 171.2 us with both, 182.3 with
-    EARLY_NEXT alone, the tensor pipe 44% busy: the softmax between the products is not overlapped.
+    EARLY_NEXT alone; the tensor pipe 44% busy with EARLY_NEXT alone (call12), the shared pipe (mostly tensor
+    work) 47% with both (call13): the softmax between the products is not overlapped.
     """
     if device.type != "cuda":
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
