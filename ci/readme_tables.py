@@ -10,7 +10,7 @@ Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
   perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
   library-table    from perf/results/h200/libraries_2026-12-01/bench_libraries.json (library rows beside ours)
   attention-table  from perf/results/h200/attention_2026-12-01/bench_attention.json (native attention rows;
-                   attention.decode from bench_attention_decode.json beside it)
+                   attention.decode and attention.prefill from bench_attention_{decode,prefill}.json beside it)
   dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                    (pytest-benchmark's saved format; found as ci/perf_gate finds it)
 """
@@ -31,6 +31,7 @@ EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
 LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026-12-01", "bench_libraries.json")
 ATTENTION_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "attention_2026-12-01", "bench_attention.json")
 ATTENTION_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_decode.json")
+ATTENTION_PREFILL_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_prefill.json")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
@@ -203,17 +204,21 @@ def library_table() -> str:
 
 
 def attention_table() -> str:
-    """The attention ops: our native rows, the library rows and the peers, two runs (decode from the later)."""
+    """The attention ops: our native rows, the library rows and the peers, three runs (decode and prefill from
+    the later ones)."""
     return _ranked_table(ATTENTION_EVIDENCE, (
-        "Two runs: every op but attention.decode from `ci/gpu_attention_evidence OUT bench` "
+        "Three runs: every op but attention.decode and attention.prefill from `ci/gpu_attention_evidence OUT bench` "
         "(`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
         "from the decode benchmark alone on the next machine (`bench_attention_decode.json`, `variants/call16`: "
-        "call15's host made the event timing of the small decode calls host-bound, p20-p80 89-132 us at B=8). "
+        "call15's host made the event timing of the small decode calls host-bound, p20-p80 89-132 us at B=8), "
+        "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "
+        "(`bench_attention_prefill.json`, `variants/call20`). "
         "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
         "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
         "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "
         "(`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV (or latent) bytes "
-        "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),))
+        "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),
+                          ("attention.prefill", ATTENTION_PREFILL_EVIDENCE)))
 
 
 def _time(seconds: float) -> str:

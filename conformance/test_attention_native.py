@@ -26,9 +26,8 @@
 - mla_decode_gluon_wide.py (sm90's path for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
   in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
   it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
-- prefill_gluon.py (sm90, warp-specialized; opt-in, GLUON) against the pointer kernel on every ragged prefill
-  case it serves, and with a NaN next sequence: GPU only, written and compiled for sm90, first run on the
-  next device session.
+- prefill_gluon.py (sm90's path for head dim 128: warp-specialized, persistent) against the pointer kernel on
+  every ragged prefill case it serves, in four configurations, and with a NaN next sequence: GPU only.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -180,20 +179,23 @@ def _gluon_prefill_or_skip(q, k, v, sm_scale):
     return prefill_tma
 
 
-_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "PIPELINE": True},
-                          {"GLUON": True, "BLOCK_N": 64, "STAGES": 4, "PIPELINE": True}]
+#: The default (64-key tiles, 4 slots), with PINGPONG's turns, 128-key tiles in 2 slots, and 3 programs for
+#: every item of the call (each walks many items: the Q slots and the ring carry over from item to item).
+_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "PINGPONG": True}, {"GLUON": True, "BLOCK_N": 128, "STAGES": 2},
+                          {"GLUON": True, "PROGRAMS": 3}]
+_GLUON_PREFILL_IDS = ["default", "pingpong", "128x128_s2", "3_programs"]
 
 
 @pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=["128x128", "128x128_pipeline", "128x64_s4_pipeline"])
+@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=_GLUON_PREFILL_IDS)
 def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
-    """prefill_gluon.py (sm90: a producer warpgroup, two consumer warpgroups of 64 query rows; opt-in: config
-    GLUON) against the pointer kernel on every ragged prefill case it serves (causal and not, GQA, lengths 1 to
+    """prefill_gluon.py (sm90: a producer warpgroup, two consumer warpgroups of 64 query rows, persistent;
+    forced by config GLUON) against the pointer kernel on every ragged prefill case it serves (causal and not, GQA, lengths 1 to
     4097, the log-sum-exp). Catches a ring slot refilled before both consumers released it, a wrong barrier
     phase (a hang: the suite's time limit), a causal mask off by a tile, or rows of the partial last tile
-    lost; with PIPELINE also the next tile's logits read from a slot not yet landed, or the peeled last tile
-    skipped."""
+    lost, the next tile's logits read from a slot not yet landed, the peeled last tile skipped, or (3 programs)
+    a Q slot or ring phase that does not carry over from one item to the next."""
     _skip_unless_sm90_gluon()
     args, dims, layout = _case("attention.prefill", case_id, dtype=dtype)
     prefill_tma = _gluon_prefill_or_skip(args[0], args[1], args[2], args[5])
@@ -208,7 +210,7 @@ def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=["128x128", "128x128_pipeline", "128x64_s4_pipeline"])
+@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=_GLUON_PREFILL_IDS)
 def test_gluon_prefill_reads_no_row_of_the_next_sequence(causal, config):
     """Two packed sequences (100 and 37 tokens): the second one's keys and values are NaN. Catches the first
     sequence's partial last tile (keys 0..127) copied by TMA, which reads the second sequence's rows into its

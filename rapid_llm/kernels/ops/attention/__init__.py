@@ -3,7 +3,7 @@
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
 prefill with TMA tile loads, sm90+), prefill_gluon.py (a warp-specialized Gluon
-prefill for head dim 128, sm90: opt-in, not yet run on a GPU), decode.py (native paged decode,
+prefill for head dim 128, sm90: serves those calls), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
 decode), mla_decode_tma.py (its TMA tile loads, sm90+), mla_decode_gluon.py (its Gluon kernel for
 few query heads, sm90) and mla_decode_gluon_wide.py (its Gluon kernel for 64+ heads, sm90). The external libraries' adapters live in
@@ -271,8 +271,9 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     against the FlashInfer row's 822.5 / 508.6 / 452.6 / 418.2 (and FlashInfer planned once per step, a peer:
 #     390.0 / 105.8 / 60.7 / 15.1): native 30. decode_fp8: the only row for an fp8 buffer besides the
 #     reference (177.9 / 70.0 / 82.0 us at the first three shapes; 169.2 / 50.4 / 30.1 in graph replay): 10.
-#   prefill: native 1136.8 / 379.5 us at 4 x 4096 / 16 x 1024 causal (the TMA kernel), FA3 848.4 / 320.6, the
-#     FlashInfer row 2741.9 / 2126.4: native 15, between them. mla_prefill: native 748.2, FA3 529.4,
+#   prefill (its own run, variants/call20): native 1054.2 / 358.3 us at 4 x 4096 / 16 x 1024 causal (sm90's
+#     Gluon kernel for head dim 128; the TMA kernel took 1136.8 / 379.5 in call15), FA3 840.2 / 322.8, the
+#     FlashInfer row 2047.1 / 1464.1: native 15, between them. mla_prefill: native 748.2, FA3 529.4,
 #     FlashInfer 1611.3: 15.
 #   prefill_paged: native 523.2 us, the FlashInfer row 1383.8: native 20.
 #   mla_decode page 64 (graph replay, CUDA events in brackets): Hq=128 B=64 L=4096 native 167.8 (174.2) us (the
@@ -292,7 +293,8 @@ ROWS = (
     _native_row("native/prefill", PREFILL, "prefill", "prefill", shape=(_NATIVE_HEAD_DIMS, _NATIVE_VALUE_DIMS),
                 max_abs_diff=0.015625, priority=15,
                 description="Triton FlashAttention-2-style tiles: BLOCK_M queries x BLOCK_N keys, online exp2 softmax; "
-                            "TMA tile loads on sm90 when the strides allow (prefill_tma.py)"),
+                            "on sm90 TMA tile loads when the strides allow (prefill_tma.py), and for head dim 128 a "
+                            "warp-specialized persistent Gluon kernel (prefill_gluon.py)"),
     _native_row("native/mla_prefill", MLA_PREFILL, "prefill", "mla_prefill", max_abs_diff=0.015625, priority=15,
                 description="Triton prefill tiles with q/k head_dim 192 as 128 + 64 (two products per tile), TMA "
                             "loads on sm90"),
