@@ -9,8 +9,9 @@ Why: the Triton kernels (prefill.py, prefill_tma.py) run every warp of a program
 instruction stream, so a warpgroup's softmax and its tensor-core products alternate instead of
 overlapping (Triton's own warp specialization did not compile at these tiles, prefill_tma.launch_config).
 Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8, perf/results/h200/attention_2026-12-01/variants/call19):
-1001.8 / 358.4 us against prefill_tma.py's 1094.5 / 377.4 and torch SDPA's 891.5 / 293.1 in the same run:
-still short of SDPA. ncu (64-key tiles, 1.75 GHz): the tensor pipe 57% busy, one instruction issued every 2.2
+1001.8 / 358.4 us against prefill_tma.py's 1094.5 / 377.4 and torch SDPA's 891.5 / 293.1 in the same run; the
+prefill benchmark (call21, keys released apart from values): 1015.3 / 360.2 against SDPA's 899.4 / 294.4 and
+FA3's 828.2 / 323.7: still short of SDPA. ncu (64-key tiles, 1.75 GHz): the tensor pipe 57% busy, one instruction issued every 2.2
 cycles per scheduler, 0.64 eligible warps of 3; ptxas places the wait for tile j's value product ahead of
 tile j + 1's exponentials (SASS), so the in-warpgroup overlap below is partial.
 
@@ -28,8 +29,9 @@ which walk the same items:
 - two consumer warpgroups, 64 query rows each: S = Q_w . K^T (wgmma, both operands in shared memory),
   the online softmax in fp32 with base-2 logits (the row reductions stay inside a warp: a warpgroup's
   product rows are its own 16-row warp slices), then O += P . V with P straight from registers (wgmma's
-  register A operand). A consumer releases a ring slot (one arrive of the two its `empty` barrier counts)
-  once its value product is done with it, and a Q slot once the item is done.
+  register A operand). A consumer releases a ring slot's keys (one arrive of the two its `k_empty` barrier
+  counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value product is, and a
+  Q slot once the item is done: the producer refills keys a value product ahead.
 
 Schedules (constexpr switches, measured side by side in perf/sweeps/attention_variants.py):
 
@@ -65,6 +67,10 @@ from .prefill import _LOG2E
 #: Query rows per item (two consumer warpgroups of 64) and keys per tile (and below, ring slots): 64-key tiles
 #: in 4 slots measured 1001.8 us at 4 x 4096 and 358.4 at 16 x 1024, 128-key tiles in 2 slots 1163.7 / 404.9
 #: (perf/results/h200/attention_2026-12-01/variants/call19; 3 slots 1036.7 with PINGPONG, 2 slots 1542.7).
+#: After keys were released apart from values (call21, one run with FlashInfer's JIT beside it: the default
+#: read 1007.6 as the heuristic and 1054.2 as a variant): 128-key tiles in 3 slots with one Q slot 963.3 at
+#: 4 x 4096 but 378.5 at 16 x 1024 against the default's 360.1; 64-key tiles in 5 or 4 slots with one Q slot
+#: 1009.5 / 1010.4 and 377.5 / 377.2.
 BLOCK_M = 128
 BLOCK_N = 64
 #: The one q/k/v head dim this kernel serves.
@@ -76,7 +82,7 @@ STAGES = 4
 #: and a turn costs each warpgroup a barrier wait and an arrive (with its partition-wide bar.sync) per tile.
 PINGPONG = False
 #: Q slots: the next item's query block loads while the consumers finish the current one.
-Q_SLOTS = gl.constexpr(2)
+Q_SLOTS = 2
 #: Rows per masked pointer-load chunk of the producer's partial tile ([8, 128] over its four warps: 8
 #: elements a thread, inside the producer's register budget).
 TAIL_ROWS = gl.constexpr(8)
@@ -108,9 +114,11 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 
 
 def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
-           pingpong=PINGPONG, programs=None):
+           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
-    block_n / stages: keys per tile and ring slots; pingpong: the turns of the module docstring; programs: the grid (tests: fewer programs than items, so each walks several)."""
+    block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x 32 KiB +
+    stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
+    grid (tests: fewer programs than items, so each walks several)."""
     layouts = _layouts(q.dtype, block_n)
     batch = cu_seqlens.shape[0] - 1
     num_blocks = triton.cdiv(int(max_seqlen), BLOCK_M)
@@ -123,7 +131,8 @@ def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
         batch, num_blocks, q.shape[1], q.shape[1] // k.shape[1], float(sm_scale) * _LOG2E, q.shape[0], items,
         CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=BLOCK_M,
-        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), PINGPONG=bool(pingpong), num_warps=4, maxnreg=MAX_REGISTERS,
+        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong), num_warps=4,
+        maxnreg=MAX_REGISTERS,
     )
 
 
@@ -155,11 +164,14 @@ def _item(w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q
 def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The producer: per item, its query block into Q slot i % 2 once both consumers released it, then its
-    tiles into ring slot c % STAGES (c counts tiles across items) once both consumers released that. The
-    `empty` phases start complete: the first waits of each slot pass."""
+    tiles into ring slot c % STAGES (c counts tiles across items): the K tile once both consumers released the
+    slot's K (their logits of its previous tile are done), the V tile once they released its V. The `*_empty`
+    phases start complete: the first waits of each slot pass."""
     (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
-     k_ready, v_ready, empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-     stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q, items) = args
+     k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
+     stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
+     items) = args
+    Q_SLOTS: gl.constexpr = q_smem.shape[0]
     tiles_done = 0
     items_done = 0
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
@@ -174,16 +186,19 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             for j in range(n_tiles):
                 count = tiles_done + j
                 slot = count % STAGES
-                mbarrier.wait(empty.index(slot), ((count // STAGES) & 1) ^ 1)
+                released = ((count // STAGES) & 1) ^ 1
                 row = q_start + j * BLOCK_N
+                mbarrier.wait(k_empty.index(slot), released)
                 if j < n_whole:  # every key of the tile inside the sequence
                     mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(k_desc, [row, kv_head * stride_kh], k_ready.index(slot),
                                                     k_smem.index(slot))
+                    mbarrier.wait(v_empty.index(slot), released)
                     mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
                     tma.async_copy_global_to_shared(v_desc, [row, kv_head * stride_vh], v_ready.index(slot),
                                                     v_smem.index(slot))
                 else:  # the partial last tile: the sequence's own rows, zeros past its end
+                    mbarrier.wait(v_empty.index(slot), released)
                     _tail_to_shared(k_ptr + kv_head * stride_kh, stride_kt, k_smem.index(slot), q_start, q_len,
                                     j * BLOCK_N, BLOCK_N, HEAD_DIM)
                     _tail_to_shared(v_ptr + kv_head * stride_vh, stride_vt, v_smem.index(slot), q_start, q_len,
@@ -255,7 +270,8 @@ def _hand_over(turn, ROLE: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, empty, turn, p_operand, acc, m_i, l_i,
+def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand, acc,
+                    m_i, l_i,
                     s_zero, queries, keys_in_tile, q_len, qk_scale, dtype: gl.constexpr, CAUSAL: gl.constexpr,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr,
                     ROLE: gl.constexpr, PINGPONG: gl.constexpr, MASK: gl.constexpr):
@@ -271,10 +287,11 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, e
     acc = warpgroup_mma(p_operand, v_smem.index(slot), acc, is_async=True)
     _hand_over(turn, ROLE, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the logits (issued first) are done
+    mbarrier.arrive(k_empty.index(following), count=1)  # this warpgroup is done with tile j + 1's keys
     p, alpha_o, m_i, l_i = _online_softmax(s, j + 1, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N,
                                            O_LAYOUT, MASK)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    mbarrier.arrive(empty.index(slot), count=1)  # this warpgroup is done with the slot
+    mbarrier.arrive(v_empty.index(slot), count=1)  # and with tile j's values
     # P is converted only now: ptxas gives tile j + 1's operand the registers of tile j's, and converting
     # before the wait made it wait for the value product above the softmax (SASS)
     return _p_operand(p, dtype, P_LAYOUT), acc * alpha_o, m_i, l_i, turns + 1
@@ -287,8 +304,10 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
     """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against every tile of the item.
     Both warpgroups take n_tiles + 1 turns an item, so the turns alternate."""
     (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
-     k_ready, v_ready, empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-     stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q, items) = args
+     k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
+     stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
+     items) = args
+    Q_SLOTS: gl.constexpr = q_smem.shape[0]
     ROWS: gl.constexpr = BLOCK_M // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -321,6 +340,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             _hand_over(turn, ROLE, PINGPONG)
             turns += 1
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            mbarrier.arrive(k_empty.index(slot), count=1)
             p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
                                                    BLOCK_N, o_layout, True)
             p_operand = _p_operand(p, dtype, p_layout)
@@ -328,12 +348,12 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             unmasked_steps = gl.maximum(gl.minimum(n_tiles - 1, n_unmasked - 1), 0)
             for j in range(unmasked_steps):
                 p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, empty, turn, p_operand,
+                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand,
                     acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N, STAGES,
                     o_layout, p_layout, ROLE, PINGPONG, False)
             for j in range(unmasked_steps, n_tiles - 1):
                 p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, empty, turn, p_operand,
+                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand,
                     acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N, STAGES,
                     o_layout, p_layout, ROLE, PINGPONG, True)
             count = tiles_done + n_tiles - 1
@@ -344,7 +364,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             _hand_over(turn, ROLE, PINGPONG)
             turns += 1
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(empty.index(slot), count=1)
+            mbarrier.arrive(v_empty.index(slot), count=1)
             mbarrier.arrive(q_empty.index(q_slot), count=1)  # its last product has read the query block
             tiles_done += n_tiles
             items_done += 1
@@ -384,7 +404,8 @@ def _prefill_gluon_kernel(
     stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lt, stride_lh, stride_cu,
     batch, num_blocks, num_q_heads, group, qk_scale, total_q, items,
     CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, DTYPE: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
     q_smem = gl.allocate_shared_memory(DTYPE, [Q_SLOTS, BLOCK_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -393,7 +414,8 @@ def _prefill_gluon_kernel(
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(Q_SLOTS):
         mbarrier.init(q_ready.index(i), count=1)
@@ -401,14 +423,15 @@ def _prefill_gluon_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
     mbarrier.arrive(turn.index(0), count=1)  # the first consumer issues first
 
     args = (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready,
-            q_empty, k_ready, v_ready, empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
+            q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
             stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
             items)
     gl.warp_specialize([
