@@ -207,8 +207,8 @@ def attention_table() -> str:
     """The attention ops: our native rows, the library rows and the peers, three runs (decode and prefill from
     the later ones)."""
     return _ranked_table(ATTENTION_EVIDENCE, (
-        "Three runs: every op but attention.decode and attention.prefill from `ci/gpu_attention_evidence OUT bench` "
-        "(`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
+        "Three runs: every op but attention.decode and attention.prefill from "
+        "`ci/gpu_attention_evidence OUT bench` (`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
         "from the decode benchmark alone on the next machine (`bench_attention_decode.json`, `variants/call16`: "
         "call15's host made the event timing of the small decode calls host-bound, p20-p80 89-132 us at B=8), "
         "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "

@@ -11,9 +11,10 @@ overlapping (Triton's own warp specialization did not compile at these tiles, pr
 Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8, perf/results/h200/attention_2026-12-01/variants/call19):
 1001.8 / 358.4 us against prefill_tma.py's 1094.5 / 377.4 and torch SDPA's 891.5 / 293.1 in the same run; the
 prefill benchmark (call21, keys released apart from values): 1015.3 / 360.2 against SDPA's 899.4 / 294.4 and
-FA3's 828.2 / 323.7: still short of SDPA. ncu (64-key tiles, 1.75 GHz): the tensor pipe 57% busy, one instruction issued every 2.2
-cycles per scheduler, 0.64 eligible warps of 3; ptxas places the wait for tile j's value product ahead of
-tile j + 1's exponentials (SASS), so the in-warpgroup overlap below is partial.
+FA3's 828.2 / 323.7: still short of SDPA. ncu (64-key tiles, 1.75 GHz): the shared pipe (mostly its tensor
+sub-pipe) 57% busy, one instruction issued every 2.2 cycles per scheduler, 0.64 eligible warps of 3; ptxas
+places the wait for tile j's value product ahead of tile j + 1's exponentials (SASS), so the in-warpgroup
+overlap below is partial.
 
 Work: one item is 128 query rows (a block) of one head of one sequence. The grid is persistent: min(SMs,
 items) programs, program p takes items p, p + P, p + 2P, ... in the order all heads of the largest causal
@@ -33,11 +34,10 @@ which walk the same items:
   counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value product is, and a
   Q slot once the item is done: the producer refills keys a value product ahead.
 
-Schedules (constexpr switches, measured side by side in perf/sweeps/attention_variants.py):
+PINGPONG (a constexpr switch, off by default: slower in the sweeps) makes the two consumers take turns issuing
+products (two mbarriers, `turn`: a warpgroup waits for its turn, issues, and hands the turn over), meant to
+put one's softmax under the other's products.
 
-- PINGPONG: the two consumers take turns issuing products (two mbarriers, `turn`: a warpgroup waits for its
-  turn, issues, and hands the turn over), so one's softmax runs while the tensor cores work on the other's
-  products; without it both start in step on the same tile and their softmaxes coincide.
 The loop is FA3's in-warpgroup order: one turn issues tile j + 1's logits and tile j's value product, then
 the softmax of tile j + 1 runs while they execute (the first tile's logits go ahead, the last value product
 after the loop). A serial order (logits, softmax, value product per tile) measured 1073 us at 4 x 4096 in the
@@ -131,8 +131,8 @@ def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
         batch, num_blocks, q.shape[1], q.shape[1] // k.shape[1], float(sm_scale) * _LOG2E, q.shape[0], items,
         CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=BLOCK_M,
-        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong), num_warps=4,
-        maxnreg=MAX_REGISTERS,
+        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong),
+        num_warps=4, maxnreg=MAX_REGISTERS,
     )
 
 
@@ -163,7 +163,7 @@ def _item(w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q
 @gluon.jit
 def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
-    """The producer: per item, its query block into Q slot i % 2 once both consumers released it, then its
+    """The producer: per item i, its query block into Q slot i % Q_SLOTS once both consumers released it, then its
     tiles into ring slot c % STAGES (c counts tiles across items): the K tile once both consumers released the
     slot's K (their logits of its previous tile are done), the V tile once they released its V. The `*_empty`
     phases start complete: the first waits of each slot pass."""
@@ -271,8 +271,7 @@ def _hand_over(turn, ROLE: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand, acc,
-                    m_i, l_i,
-                    s_zero, queries, keys_in_tile, q_len, qk_scale, dtype: gl.constexpr, CAUSAL: gl.constexpr,
+                    m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype: gl.constexpr, CAUSAL: gl.constexpr,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr,
                     ROLE: gl.constexpr, PINGPONG: gl.constexpr, MASK: gl.constexpr):
     """Step j (ring position `count`): one turn issues tile j + 1's logits and tile j's value product
@@ -292,8 +291,8 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
                                            O_LAYOUT, MASK)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     mbarrier.arrive(v_empty.index(slot), count=1)  # and with tile j's values
-    # P is converted only now: ptxas gives tile j + 1's operand the registers of tile j's, and converting
-    # before the wait made it wait for the value product above the softmax (SASS)
+    # P is converted after the wait, as FA3 does: ptxas gives tile j + 1's operand the registers of tile j's
+    # (SASS; the wait sits above the exponentials whether the conversion comes before or after it)
     return _p_operand(p, dtype, P_LAYOUT), acc * alpha_o, m_i, l_i, turns + 1
 
 
@@ -331,8 +330,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
             acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
             mbarrier.wait(q_ready.index(q_slot), (items_done // Q_SLOTS) & 1)
-            # tiles before n_unmasked take no mask: each loop's steps have no branch, so nothing in flight
-            # crosses one (ptxas waited for the value product at a branch's join, above the softmax: SASS)
+            # tiles before n_unmasked take no mask: two loops, so no step branches on the mask
             slot = tiles_done % STAGES
             mbarrier.wait(k_ready.index(slot), (tiles_done // STAGES) & 1)
             _take_turn(turn, turns, ROLE, PINGPONG)
@@ -348,14 +346,14 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             unmasked_steps = gl.maximum(gl.minimum(n_tiles - 1, n_unmasked - 1), 0)
             for j in range(unmasked_steps):
                 p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand,
-                    acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N, STAGES,
-                    o_layout, p_layout, ROLE, PINGPONG, False)
+                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
+                    p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N,
+                    STAGES, o_layout, p_layout, ROLE, PINGPONG, False)
             for j in range(unmasked_steps, n_tiles - 1):
                 p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand,
-                    acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N, STAGES,
-                    o_layout, p_layout, ROLE, PINGPONG, True)
+                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
+                    p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N,
+                    STAGES, o_layout, p_layout, ROLE, PINGPONG, True)
             count = tiles_done + n_tiles - 1
             slot = count % STAGES
             mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
@@ -431,9 +429,9 @@ def _prefill_gluon_kernel(
     mbarrier.arrive(turn.index(0), count=1)  # the first consumer issues first
 
     args = (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready,
-            q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
-            stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
-            items)
+            q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+            stride_ot, stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale,
+            total_q, items)
     gl.warp_specialize([
         (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
         (_consumer_worker, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),

@@ -98,7 +98,7 @@ def _descriptor(tensor: torch.Tensor, rows: int, first: int, width: int) -> "Ten
 
 def gluon_fits(q, v, sm_scale) -> bool:
     """True where prefill_gluon.py's kernel can serve a call tma_ready accepted: sm90 (wgmma), q/k/v head dim
-    128, a positive scale (its row maximum is taken on the scaled logits)."""
+    128, a positive scale (its row maximum is taken on the raw logits and then scaled)."""
     return capability_major(q.device) == 9 and q.shape[2] == 128 and v.shape[2] == 128 and sm_scale > 0
 
 
@@ -106,11 +106,10 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     """attention.prefill / mla_prefill through TMA descriptors (unchecked entry; tma_ready(q, k, v) holds).
     Where gluon_fits (sm90, q/k/v head dim 128, sm_scale > 0) prefill_gluon.py's warp-specialized kernel serves
     (1001.8 us at 4 x 4096 causal GQA 32/8 against this module's 1094.5 in the same run,
-    attention_2026-12-01/variants/call19; 1015.3 in the benchmark of call21); this module's kernel serves the rest (MLA's 192, head dims 64 and
-    256, sm100). A config {"GLUON": True, ...} forces prefill_gluon.py with optional "BLOCK_N" (keys per
-    tile), "STAGES" (ring slots), "Q_SLOTS", "PINGPONG" (turns between its consumers) and "PROGRAMS" (the grid);
-    any other
-    config takes this module's kernel."""
+    attention_2026-12-01/variants/call19; 1015.3 in the benchmark of call21); this module's kernel serves the
+    rest (MLA's 192, head dims 64 and 256, sm100). A config {"GLUON": True, ...} forces prefill_gluon.py with
+    optional "BLOCK_N" (keys per tile), "STAGES" (ring slots), "Q_SLOTS", "PINGPONG" (turns between its
+    consumers) and "PROGRAMS" (the grid); any other config takes this module's kernel."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = v.shape[2]
     out = torch.empty((tokens, num_q_heads, head_dim_v), dtype=q.dtype, device=q.device)
