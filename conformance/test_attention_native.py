@@ -179,21 +179,25 @@ def _gluon_prefill_or_skip(q, k, v, sm_scale):
     return prefill_tma
 
 
-#: The default (64-key tiles, 4 slots, 2 Q slots), with PINGPONG's turns, 128-key tiles in 3 slots with one Q
-#: slot, and 3 programs for every item of the call (each walks many items: the Q slots and the ring carry over
-#: from item to item).
-_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "PINGPONG": True},
-                          {"GLUON": True, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1}, {"GLUON": True, "PROGRAMS": 3}]
-_GLUON_PREFILL_IDS = ["default", "pingpong", "128x128_s3_q1", "3_programs"]
+#: The default (three consumer warpgroups, 64-key tiles, 4 slots, 2 Q slots), two consumers (alone, with
+#: PINGPONG's turns, with 128-key tiles in 3 slots and one Q slot), and 3 programs for every item of the call
+#: (each walks many items: the Q slots and the ring carry over from item to item).
+_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "CONSUMERS": 2},
+                          {"GLUON": True, "CONSUMERS": 2, "PINGPONG": True},
+                          {"GLUON": True, "CONSUMERS": 2, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
+                          {"GLUON": True, "PROGRAMS": 3}]
+_GLUON_PREFILL_IDS = ["default", "2_consumers", "2_consumers_pingpong", "2_consumers_128x128_s3_q1", "3_programs"]
 
 
 @pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=_GLUON_PREFILL_IDS)
 def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
-    """prefill_gluon.py (sm90: a producer warpgroup, two consumer warpgroups of 64 query rows, persistent;
-    forced by config GLUON) against the pointer kernel on every ragged prefill case it serves (causal and not, GQA, lengths 1 to
-    4097, the log-sum-exp). Catches a ring slot refilled before both consumers released it, a wrong barrier
+    """prefill_gluon.py (sm90: a producer warpgroup, two or three consumer warpgroups of 64 query rows,
+    persistent; forced by config GLUON) against the pointer kernel on every ragged prefill case it serves (causal
+    and not, GQA, lengths 1 to 4097, the log-sum-exp). Catches a warpgroup whose rows all lie past the sequence's
+    end not releasing its tiles (a hang) or writing rows, a tile a warpgroup sees no key of released before it
+    landed, a ring slot refilled before every consumer released it, a wrong barrier
     phase (a hang: the suite's time limit), a causal mask off by a tile, or rows of the partial last tile
     lost, the next tile's logits read from a slot not yet landed, keys refilled before both warpgroups' logits
     read them, the peeled last tile skipped, or (3 programs) a Q slot or ring phase that does not carry over from

@@ -8,35 +8,48 @@ that TMA can read, sm_scale > 0.
 Why: the Triton kernels (prefill.py, prefill_tma.py) run every warp of a program through the same
 instruction stream, so a warpgroup's softmax and its tensor-core products alternate instead of
 overlapping (Triton's own warp specialization did not compile at these tiles, prefill_tma.launch_config).
-Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8, perf/results/h200/attention_2026-12-01/variants/call19):
-1001.8 / 358.4 us against prefill_tma.py's 1094.5 / 377.4 and torch SDPA's 891.5 / 293.1 in the same run; the
-prefill benchmark (call21, keys released apart from values): 1015.3 / 360.2 against SDPA's 899.4 / 294.4 and
-FA3's 828.2 / 323.7: still short of SDPA. ncu (64-key tiles, 1.75 GHz): the shared pipe (mostly its tensor
-sub-pipe) 57% busy, one instruction issued every 2.2 cycles per scheduler, 0.64 eligible warps of 3; ptxas
-places the wait for tile j's value product ahead of tile j + 1's exponentials (SASS), so the in-warpgroup
-overlap below is partial.
+Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8; perf/results/h200/attention_2026-12-01/variants): the
+prefill benchmark (call26: three consumer warpgroups, blocks counted from the sequence's end) 946.5 / 333.3 us
+against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1: still short of SDPA (1.04x and 1.13x its time); call25
+(blocks from the start) 964.8 / 358.2; two consumer warpgroups 1016.6 / 353.7 in call26's sweep, 1015.3 /
+360.2 in call21's benchmark.
 
-Work: one item is 128 query rows (a block) of one head of one sequence. The grid is persistent: min(SMs,
-items) programs, program p takes items p, p + P, p + 2P, ... in the order all heads of the largest causal
-block of every sequence first (longest work first, and the G query heads that read the same K/V tiles side
-by side in time, so those tiles are read from L2). A program has three partitions (gl.warp_specialize),
-which walk the same items:
+Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers' loop is latency-bound on its own
+instruction stream (warp-state samples in the unmasked loop: 35% waiting on a fixed-latency dependency, 21%
+issuing, 12% at a barrier or the products' waits, 9% on MUFU or shuffle results), not on the tensor cores
+(the shared pipe ~55% busy); a 64-key step is 313 - 327 instructions a warp. A third consumer warpgroup puts
+a third instruction stream beside the tensor cores on each scheduler and makes each key/value tile serve
+192 query rows: 953.5 against 1016.6 us (call24). What did not help (call23, against the same kernel in one
+run): the softmax in a block of its own so that ptxas keeps the value product's wait after the exponentials
+(SASS: it otherwise places it ahead of them, where its latency model says the product ends): 1096 against
+1012 us; with the accumulator's rescale moved between the two products' issues and P carried in fp32: 1039
+to 1120; the first warpgroup releasing its unseen diagonal tile: 1017 (kept: with three consumers it also
+skips whole items past a sequence's end, which 192-row blocks leave: 1024 = 5 x 192 + 64).
+
+Work: one item is 64 * CONSUMERS query rows (a block) of one head of one sequence. The grid is persistent:
+min(SMs, items) programs, program p takes items p, p + P, p + 2P, ... in the order all heads of every
+sequence's last block (the largest causal one) first (longest work first, and the G query heads that read the same K/V tiles
+side by side in time, so those tiles are read from L2). A program has CONSUMERS + 1 partitions
+(gl.warp_specialize), which walk the same items:
 
 - a producer (one warpgroup, 40 registers a thread; one elected thread issues the copies): an item's query
-  block by one TMA copy into one of two Q slots (the next item's Q lands while the consumers finish the
-  current one), then its key/value tiles through a STAGES-slot ring that runs on across items (TMA for
-  tiles wholly inside the sequence; masked pointer loads, zeros past the sequence's end, for its partial
-  last tile, so no row of another sequence reaches a product);
-- two consumer warpgroups, 64 query rows each: S = Q_w . K^T (wgmma, both operands in shared memory),
-  the online softmax in fp32 with base-2 logits (the row reductions stay inside a warp: a warpgroup's
-  product rows are its own 16-row warp slices), then O += P . V with P straight from registers (wgmma's
-  register A operand). A consumer releases a ring slot's keys (one arrive of the two its `k_empty` barrier
-  counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value product is, and a
-  Q slot once the item is done: the producer refills keys a value product ahead.
+  block by one 64-row TMA copy per consumer into one of two Q slots (the next item's Q lands while the
+  consumers finish the current one), then its key/value tiles through a STAGES-slot ring that runs on across
+  items (TMA for tiles wholly inside the sequence; masked pointer loads, zeros past the sequence's end, for
+  its partial last tile, so no row of another sequence reaches a product);
+- CONSUMERS consumer warpgroups (3 by default, or 2), 64 query rows each: S = Q_w . K^T (wgmma, both operands
+  in shared memory), the online softmax in fp32 with base-2 logits (the row reductions stay inside a warp: a
+  warpgroup's product rows are its own 16-row warp slices), then O += P . V with P straight from registers
+  (wgmma's register A operand). A consumer releases a ring slot's keys (one arrive of the CONSUMERS its
+  `k_empty` barrier counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value
+  product is, and a Q slot once the item is done: the producer refills keys a value product ahead. A consumer
+  computes only the tiles holding a key its rows see (causal: none past its last query; none at all where its
+  rows lie past the sequence's end) and releases the others unread once they land (a landed tile implies every
+  consumer released the slot's previous one; an earlier release would count toward that one's).
 
-PINGPONG (a constexpr switch, off by default: slower in the sweeps) makes the two consumers take turns issuing
-products (two mbarriers, `turn`: a warpgroup waits for its turn, issues, and hands the turn over), meant to
-put one's softmax under the other's products.
+PINGPONG (a constexpr switch, two consumers only, off by default: slower in the sweeps) makes the two consumers
+take turns issuing products (two mbarriers, `turn`: a warpgroup waits for its turn, issues, and hands the turn
+over), meant to put one's softmax under the other's products.
 
 The loop is FA3's in-warpgroup order: one turn issues tile j + 1's logits and tile j's value product, then
 the softmax of tile j + 1 runs while they execute (the first tile's logits go ahead, the last value product
@@ -44,8 +57,10 @@ after the loop). A serial order (logits, softmax, value product per tile) measur
 first, non-persistent version of this kernel (variants/call17); its persistent version returned wrong results
 (call18: max |diff| 3.9, an illegal address in the tests) for a cause not found, and it was removed.
 
-Causal masking (bottom-right aligned within the sequence, as prefill.py): tiles before the block's first
-query are unmasked; the diagonal tile and a partial last tile take the mask.
+Blocks are counted from the sequence's end (_item), so a sequence's one partial block is its first rows,
+whose causal rows see one or two tiles. Causal masking (bottom-right aligned within the sequence, as
+prefill.py): tiles before a warpgroup's first query are unmasked; its diagonal tiles and a partial last tile
+take the mask; rows before the sequence's start see no key and are never stored.
 """
 
 from __future__ import annotations
@@ -64,18 +79,26 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..device_facts import multiprocessor_count
 from .prefill import _LOG2E
 
-#: Query rows per item (two consumer warpgroups of 64) and keys per tile (and below, ring slots): 64-key tiles
-#: in 4 slots measured 1001.8 us at 4 x 4096 and 358.4 at 16 x 1024, 128-key tiles in 2 slots 1163.7 / 404.9
-#: (perf/results/h200/attention_2026-12-01/variants/call19; 3 slots 1036.7 with PINGPONG, 2 slots 1542.7).
-#: After keys were released apart from values (call21, one run with FlashInfer's JIT beside it: the default
-#: read 1007.6 as the heuristic and 1054.2 as a variant): 128-key tiles in 3 slots with one Q slot 963.3 at
-#: 4 x 4096 but 378.5 at 16 x 1024 against the default's 360.1; 64-key tiles in 5 or 4 slots with one Q slot
-#: 1009.5 / 1010.4 and 377.5 / 377.2.
-BLOCK_M = 128
+#: Keys per tile (and below, ring slots). Two consumers (perf/results/h200/attention_2026-12-01/variants): 64-key
+#: tiles in 4 slots 1001.8 us at 4 x 4096 and 358.4 at 16 x 1024, 128-key tiles in 2 slots 1163.7 / 404.9
+#: (call19; 3 slots 1036.7 with PINGPONG, 2 slots 1542.7); 128-key tiles in 3 slots with one Q slot 963.3 /
+#: 378.5 (call21), 937.2 / 361.2 (call25), 960.5 / 390.4 (call26). Three consumers take 64-key tiles only: a 128-key tile's logits,
+#: P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the 152 the default
+#: partition gets (SASS: USETMAXREG 0x98).
 BLOCK_N = 64
+#: Consumer warpgroups (64 query rows each, so an item's block is 64 * CONSUMERS rows): three, each key/value tile
+#: serving 192 rows, measured 953.5 / 355.6 us (call24) and 960.2 / 357.2 (call25) against two's 1016.6 / 362.5
+#: and 1025.4 / 361.1 in the same runs; with blocks counted from the sequence's end (_item) 940.4 / 333.5
+#: against two's 1016.6 / 353.7 (call26).
+CONSUMERS = 3
+#: Query rows of a consumer warpgroup (its wgmma's M) and of one Q copy.
+ROWS = 64
 #: The one q/k/v head dim this kernel serves.
 HEAD_DIM = 128
-#: Key/value tiles in flight: 2 Q slots 64 KiB + STAGES x (K + V) 32 KiB = 192 KiB at BLOCK_N 64.
+#: Key/value tiles in flight: Q_SLOTS x 64 * CONSUMERS rows x 256 B + STAGES x (K + V) 32 KiB (BLOCK_N 64):
+#: 2 x 48 KiB + 4 x 32 KiB = 224 KiB with three consumers, at the ~227 KiB an sm90 block may hold. Three
+#: consumers with 3 slots: 946.7 / 353.5 (call24), 954.0 / 353.0 (call25), 940.3 / 335.3 (call26), within the
+#: runs' spread of the default; 5 slots with one Q slot 975.0 / 377.7 (call25).
 STAGES = 4
 #: The turns between the consumers (PINGPONG) are off by default: they measured slower, 1049.1 against 1001.8
 #: us at 4 x 4096 and 370.3 against 358.4 at 16 x 1024 (call19): both warpgroups wait on the same tiles anyway,
@@ -86,15 +109,14 @@ Q_SLOTS = 2
 #: Rows per masked pointer-load chunk of the producer's partial tile ([8, 128] over its four warps: 8
 #: elements a thread, inside the producer's register budget).
 TAIL_ROWS = gl.constexpr(8)
-#: Warps and register budgets of the worker partitions (the second consumer, the producer) and the kernel's
-#: register limit: 12 warps at MAX_REGISTERS = 168 fill the SM's 64K registers, and the default partition (the
-#: first consumer) gets what is left, (12 * 168 - 4 * 232 - 4 * 40) / 4 = 232. The producer takes a whole
+#: Warps and register budgets of the worker partitions (the other consumers, the producer) and the kernel's
+#: register limit, per consumer count: the warps at MAX_REGISTERS fill the SM's 64K registers, and the default
+#: partition (the first consumer) gets what is left: two consumers, 12 warps at 168: (12 * 168 - 4 * 232 - 4 * 40)
+#: / 4 = 232; three, 16 warps at 128: (16 * 128 - 8 * 160 - 4 * 24) / 4 = 168. The producer takes a whole
 #: warpgroup: Triton counts a partition's registers per warp, the hardware per warpgroup, and with a 1-warp
 #: producer the default partition asked for 256 (SASS), more than the pool holds beside the others.
-CONSUMER_REGS = gl.constexpr(232)
-PRODUCER_REGS = gl.constexpr(40)
+REGISTERS = {2: (232, 40, 168), 3: (160, 40, 128)}  # consumers: (worker consumer, producer, kernel limit)
 PRODUCER_WARPS = gl.constexpr(4)
-MAX_REGISTERS = 168
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
@@ -102,7 +124,7 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 def _layouts(dtype: torch.dtype, block_n: int) -> dict:
     element = _GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"q": default([BLOCK_M, HEAD_DIM], element), "kv": default([block_n, HEAD_DIM], element),
+    return {"q": default([ROWS, HEAD_DIM], element), "kv": default([block_n, HEAD_DIM], element),
             "DTYPE": element}
 
 
@@ -114,50 +136,55 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 
 
 def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
-           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None):
+           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
     block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x 32 KiB +
     stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
-    grid (tests: fewer programs than items, so each walks several)."""
+    grid (tests: fewer programs than items, so each walks several); consumers: 2 or 3 consumer warpgroups (the
+    turns take two)."""
+    if consumers not in REGISTERS or (pingpong and consumers != 2):
+        raise ValueError(f"prefill_gluon: consumers must be 2 or 3 (2 with pingpong); got {consumers}")
+    block_m = ROWS * consumers
+    consumer_regs, producer_regs, max_registers = REGISTERS[consumers]
     layouts = _layouts(q.dtype, block_n)
     batch = cu_seqlens.shape[0] - 1
-    num_blocks = triton.cdiv(int(max_seqlen), BLOCK_M)
+    num_blocks = triton.cdiv(int(max_seqlen), block_m)
     items = num_blocks * batch * q.shape[1]
     grid = min(items, programs or multiprocessor_count(q.device))
     _prefill_gluon_kernel[(grid, )](
-        _descriptor(q, BLOCK_M, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
+        _descriptor(q, ROWS, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
         _descriptor(v, block_n, layouts["kv"]), k, v, out, lse if lse is not None else out, cu_seqlens,
         q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
         batch, num_blocks, q.shape[1], q.shape[1] // k.shape[1], float(sm_scale) * _LOG2E, q.shape[0], items,
-        CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=BLOCK_M,
+        CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=block_m,
         BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong),
-        num_warps=4, maxnreg=MAX_REGISTERS,
+        CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=max_registers,
     )
 
 
 @gluon.jit
 def _item(w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Item w: (head, kv_head, block, q_start, q_len, n_tiles, n_whole, n_unmasked). n_tiles is 0 where the
-    block lies past its sequence's end (a shorter sequence of the batch): every partition skips the item."""
+    """Item w: (head, kv_head, first_row, q_start, q_len, n_tiles, n_whole). Blocks are counted from the
+    sequence's end: block b holds rows q_len - (b + 1) * BLOCK_M .. q_len - b * BLOCK_M - 1, so first_row may be
+    negative and a sequence's one partial block is its first, whose causal rows see the fewest keys (aligned to
+    the start, 1024 = 5 x 192 + 64 rows left the last block's 64 rows to one consumer of three across all 16
+    of its tiles). n_tiles is 0 where the block lies wholly before the sequence's start (a shorter sequence of
+    the batch): every partition skips the item."""
     head = w % num_q_heads
     rest = w // num_q_heads
     sequence = rest % batch
-    block = num_blocks - 1 - rest // batch
+    block = rest // batch  # 0: the last rows, the most keys: longest work first
     # clamped as in prefill.py: offsets outside the contract give an unspecified result, never a fault
     q_start = gl.minimum(gl.maximum(gl.load(cu_q_ptr + sequence * stride_cu), 0), total_q)
     q_end = gl.minimum(gl.maximum(gl.load(cu_q_ptr + (sequence + 1) * stride_cu), q_start), total_q)
     q_len = q_end - q_start
-    if CAUSAL:
-        key_end = gl.minimum(q_len, (block + 1) * BLOCK_M)
-        n_unmasked = (block * BLOCK_M) // BLOCK_N  # tiles before the block's first query
-    else:
-        key_end = q_len
-        n_unmasked = q_len // BLOCK_N
-    n_tiles = gl.where(block * BLOCK_M < q_len, gl.cdiv(key_end, BLOCK_N), 0)
+    rows_end = q_len - block * BLOCK_M
+    key_end = rows_end if CAUSAL else q_len
+    n_tiles = gl.where(rows_end > 0, gl.cdiv(key_end, BLOCK_N), 0)
     n_whole = q_len // BLOCK_N  # tiles wholly inside the sequence: TMA copies
-    return head, head // group, block, q_start, q_len, n_tiles, n_whole, n_unmasked
+    return head, head // group, rows_end - BLOCK_M, q_start, q_len, n_tiles, n_whole
 
 
 @gluon.jit
@@ -171,18 +198,21 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
      k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
      stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
      items) = args
-    Q_SLOTS: gl.constexpr = q_smem.shape[0]
+    Q_SLOTS: gl.constexpr = q_smem[0].shape[0]
     tiles_done = 0
     items_done = 0
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
-        head, kv_head, block, q_start, q_len, n_tiles, n_whole, n_unmasked = _item(
+        head, kv_head, first_row, q_start, q_len, n_tiles, n_whole = _item(
             w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL, BLOCK_M, BLOCK_N)
         if n_tiles > 0:
             q_slot = items_done % Q_SLOTS
             mbarrier.wait(q_empty.index(q_slot), ((items_done // Q_SLOTS) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(q_slot), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [q_start + block * BLOCK_M, head * stride_qh],
-                                            q_ready.index(q_slot), q_smem.index(q_slot))
+            # one 64-row copy per consumer warpgroup (a copy's rows are a power of two: 192 is not)
+            mbarrier.expect(q_ready.index(q_slot), (BLOCK_M // 64) * q_desc.block_type.nbytes)
+            for part in gl.static_range(BLOCK_M // 64):
+                # rows before the sequence's start (first_row < 0): another sequence's or TMA's zeros, never stored
+                tma.async_copy_global_to_shared(q_desc, [q_start + first_row + part * 64, head * stride_qh],
+                                                q_ready.index(q_slot), q_smem[part].index(q_slot))
             for j in range(n_tiles):
                 count = tiles_done + j
                 slot = count % STAGES
@@ -300,86 +330,136 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
 def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
               ROLE: gl.constexpr):
-    """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against every tile of the item.
-    Both warpgroups take n_tiles + 1 turns an item, so the turns alternate."""
+    """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against the item's tiles that hold a
+    key they see (n_own: causal tiles past the warpgroup's last query hold none; a warpgroup whose rows all lie
+    past the sequence's end sees none), releasing the item's other tiles unread once they are loaded (the
+    other warpgroups are done with the slot's previous tile by then). Every warpgroup takes n_tiles + 1 turns
+    an item (a released tile, and an item it computes nothing of, take empty turns), so the turns alternate."""
     (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
      k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
      stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
      items) = args
-    Q_SLOTS: gl.constexpr = q_smem.shape[0]
-    ROWS: gl.constexpr = BLOCK_M // 2
+    Q_SLOTS: gl.constexpr = q_smem[ROLE].shape[0]
+    ROWS: gl.constexpr = 64  # a warpgroup's wgmma rows
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = q_smem.dtype
+    dtype: gl.constexpr = q_smem[ROLE].dtype
     keys_in_tile = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     tiles_done = 0
     items_done = 0
     turns = 0
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
-        head, kv_head, block, q_start, q_len, n_tiles, n_whole, n_unmasked = _item(
+        head, kv_head, block_row, q_start, q_len, n_tiles, n_whole = _item(
             w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL, BLOCK_M, BLOCK_N)
         if n_tiles > 0:
-            queries = block * BLOCK_M + ROLE * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+            first_row = block_row + ROLE * ROWS
+            n_own = n_tiles
+            if CAUSAL:  # tiles before the warpgroup's first query take no mask
+                n_own = gl.minimum(n_tiles, gl.cdiv(first_row + ROWS, BLOCK_N))
+                n_unmasked = gl.maximum(first_row, 0) // BLOCK_N
+            else:
+                n_unmasked = q_len // BLOCK_N
+            n_own = gl.where(first_row + ROWS > 0, n_own, 0)  # rows wholly before the sequence: none
             q_slot = items_done % Q_SLOTS
-            q_rows = q_smem.index(q_slot).slice(ROLE * ROWS, ROWS)
-            m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-            l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-            acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-            mbarrier.wait(q_ready.index(q_slot), (items_done // Q_SLOTS) & 1)
-            # tiles before n_unmasked take no mask: two loops, so no step branches on the mask
-            slot = tiles_done % STAGES
-            mbarrier.wait(k_ready.index(slot), (tiles_done // STAGES) & 1)
-            _take_turn(turn, turns, ROLE, PINGPONG)
-            s = warpgroup_mma(q_rows, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            _hand_over(turn, ROLE, PINGPONG)
-            turns += 1
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
-                                                   BLOCK_N, o_layout, True)
-            p_operand = _p_operand(p, dtype, p_layout)
-            # step j: tile j + 1's logits and tile j's value product, then tile j + 1's softmax
-            unmasked_steps = gl.maximum(gl.minimum(n_tiles - 1, n_unmasked - 1), 0)
-            for j in range(unmasked_steps):
-                p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
-                    p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N,
-                    STAGES, o_layout, p_layout, ROLE, PINGPONG, False)
-            for j in range(unmasked_steps, n_tiles - 1):
-                p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                    j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
-                    p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL, BLOCK_N,
-                    STAGES, o_layout, p_layout, ROLE, PINGPONG, True)
-            count = tiles_done + n_tiles - 1
-            slot = count % STAGES
-            mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
-            _take_turn(turn, turns, ROLE, PINGPONG)
-            acc = warpgroup_mma(p_operand, v_smem.index(slot), acc, is_async=True)
-            _hand_over(turn, ROLE, PINGPONG)
-            turns += 1
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            mbarrier.arrive(v_empty.index(slot), count=1)
-            mbarrier.arrive(q_empty.index(q_slot), count=1)  # its last product has read the query block
+            if n_own > 0:
+                queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+                q_rows = q_smem[ROLE].index(q_slot)
+                m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+                l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+                acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+                mbarrier.wait(q_ready.index(q_slot), (items_done // Q_SLOTS) & 1)
+                # tiles before n_unmasked take no mask: two loops, so no step branches on the mask
+                slot = tiles_done % STAGES
+                mbarrier.wait(k_ready.index(slot), (tiles_done // STAGES) & 1)
+                _take_turn(turn, turns, ROLE, PINGPONG)
+                s = warpgroup_mma(q_rows, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                _hand_over(turn, ROLE, PINGPONG)
+                turns += 1
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale,
+                                                       CAUSAL, BLOCK_N, o_layout, True)
+                p_operand = _p_operand(p, dtype, p_layout)
+                # step j: tile j + 1's logits and tile j's value product, then tile j + 1's softmax
+                unmasked_steps = gl.maximum(gl.minimum(n_own - 1, n_unmasked - 1), 0)
+                for j in range(unmasked_steps):
+                    p_operand, acc, m_i, l_i, turns = _pipelined_step(
+                        j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
+                        p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL,
+                        BLOCK_N, STAGES, o_layout, p_layout, ROLE, PINGPONG, False)
+                for j in range(unmasked_steps, n_own - 1):
+                    p_operand, acc, m_i, l_i, turns = _pipelined_step(
+                        j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
+                        p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL,
+                        BLOCK_N, STAGES, o_layout, p_layout, ROLE, PINGPONG, True)
+                count = tiles_done + n_own - 1
+                slot = count % STAGES
+                mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
+                _take_turn(turn, turns, ROLE, PINGPONG)
+                acc = warpgroup_mma(p_operand, v_smem.index(slot), acc, is_async=True)
+                _hand_over(turn, ROLE, PINGPONG)
+                turns += 1
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                mbarrier.arrive(v_empty.index(slot), count=1)
+                mbarrier.arrive(q_empty.index(q_slot), count=1)  # its last product has read the query block
+                _release_unread(n_own, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE,
+                                STAGES, PINGPONG)
+                turns += n_tiles - n_own
+                _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
+                            stride_oh, stride_lt, stride_lh, ROWS, HEAD_DIM, o_layout, WRITE_LSE)
+            else:
+                # released once landed: its ready phase implies every warpgroup released the slot's previous
+                # item (an earlier arrive would count toward that item's release, call24: wrong rows, a hang)
+                mbarrier.wait(q_ready.index(q_slot), (items_done // Q_SLOTS) & 1)
+                mbarrier.arrive(q_empty.index(q_slot), count=1)
+                _release_unread(0, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE,
+                                STAGES, PINGPONG)
+                turns += n_tiles
+                _take_turn(turn, turns, ROLE, PINGPONG)  # the turn of the item's last value product
+                _hand_over(turn, ROLE, PINGPONG)
+                turns += 1
             tiles_done += n_tiles
             items_done += 1
 
-            l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-            out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout)), 1)
-            out_queries = block * BLOCK_M + ROLE * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-            valid = out_queries < q_len
-            index = (q_start + gl.where(valid, out_queries, 0)).to(gl.int64)
-            dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-            rows = out_ptr + gl.expand_dims(index, 1) * stride_ot + head * stride_oh
-            gl.store(rows + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty), mask=gl.expand_dims(valid, 1))
-            if WRITE_LSE:
-                lse_valid = queries < q_len
-                lse_index = (q_start + gl.where(lse_valid, queries, 0)).to(gl.int64)
-                gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh,
-                         (m_i + gl.log2(l_safe)) * 0.6931471805599453, mask=lse_valid)
+
+@gluon.jit
+def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE: gl.constexpr,
+                    STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+    """Release the item's tiles first .. n_tiles - 1 unread, each once it is loaded (its ready phase implies the
+    other warpgroups released the slot's previous tile), one empty turn per tile."""
+    for j in range(first, n_tiles):
+        count = tiles_done + j
+        slot = count % STAGES
+        mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
+        mbarrier.arrive(v_empty.index(slot), count=1)
+        _take_turn(turn, turns + j - first, ROLE, PINGPONG)
+        _hand_over(turn, ROLE, PINGPONG)
+
+
+@gluon.jit
+def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
+                stride_lt, stride_lh, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
+                WRITE_LSE: gl.constexpr):
+    """The warpgroup's normalised rows of the output (and their log-sum-exp), rows past q_len masked."""
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+    out_queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
+    valid = (out_queries >= 0) & (out_queries < q_len)  # a sequence's first block starts before its first row
+    index = (q_start + gl.where(valid, out_queries, 0)).to(gl.int64)
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, O_LAYOUT))
+    rows = out_ptr + gl.expand_dims(index, 1) * stride_ot + head * stride_oh
+    gl.store(rows + gl.expand_dims(dims, 0), out.to(out_ptr.dtype.element_ty), mask=gl.expand_dims(valid, 1))
+    if WRITE_LSE:
+        lse_valid = (queries >= 0) & (queries < q_len)
+        lse_index = (q_start + gl.where(lse_valid, queries, 0)).to(gl.int64)
+        gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh,
+                 (m_i + gl.log2(l_safe)) * 0.6931471805599453, mask=lse_valid)
 
 
 @gluon.jit
@@ -390,10 +470,17 @@ def _consumer_first(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M
 
 
 @gluon.jit
-def _consumer_worker(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _consumer_second(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                      HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The second consumer warpgroup (worker partitions share one signature: the producer's)."""
     _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 1)
+
+
+@gluon.jit
+def _consumer_third(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+    """The third consumer warpgroup (BLOCK_M = 192)."""
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 2)
 
 
 @gluon.jit
@@ -403,9 +490,17 @@ def _prefill_gluon_kernel(
     batch, num_blocks, num_q_heads, group, qk_scale, total_q, items,
     CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, DTYPE: gl.constexpr, BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
-    PINGPONG: gl.constexpr,
+    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
-    q_smem = gl.allocate_shared_memory(DTYPE, [Q_SLOTS, BLOCK_M, HEAD_DIM], q_desc.layout)
+    CONSUMERS: gl.constexpr = BLOCK_M // 64
+    # one query buffer per consumer warpgroup (a buffer's dimensions are powers of two: 192 rows are not)
+    if CONSUMERS == 3:
+        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout))
+    else:
+        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout))
     k_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
@@ -417,12 +512,12 @@ def _prefill_gluon_kernel(
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(Q_SLOTS):
         mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=2)  # one arrive per consumer warpgroup
+        mbarrier.init(q_empty.index(i), count=CONSUMERS)  # one arrive per consumer warpgroup
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     fence_async_shared()
@@ -432,11 +527,19 @@ def _prefill_gluon_kernel(
             q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
             stride_ot, stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale,
             total_q, items)
-    gl.warp_specialize([
-        (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-        (_consumer_worker, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-        (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-    ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+        ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-__all__ = ["BLOCK_M", "BLOCK_N", "HEAD_DIM", "launch"]
+__all__ = ["BLOCK_N", "CONSUMERS", "HEAD_DIM", "launch"]

@@ -105,11 +105,11 @@ def gluon_fits(q, v, sm_scale) -> bool:
 def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, *, config=None):
     """attention.prefill / mla_prefill through TMA descriptors (unchecked entry; tma_ready(q, k, v) holds).
     Where gluon_fits (sm90, q/k/v head dim 128, sm_scale > 0) prefill_gluon.py's warp-specialized kernel serves
-    (1001.8 us at 4 x 4096 causal GQA 32/8 against this module's 1094.5 in the same run,
-    attention_2026-12-01/variants/call19; 1015.3 in the benchmark of call21); this module's kernel serves the
+    (two consumer warpgroups: 1001.8 us at 4 x 4096 causal GQA 32/8 against this module's 1094.5 in the same run,
+    attention_2026-12-01/variants/call19; three: 946.5 in the benchmark of call26); this module's kernel serves the
     rest (MLA's 192, head dims 64 and 256, sm100). A config {"GLUON": True, ...} forces prefill_gluon.py with
     optional "BLOCK_N" (keys per tile), "STAGES" (ring slots), "Q_SLOTS", "PINGPONG" (turns between its
-    consumers) and "PROGRAMS" (the grid); any other config takes this module's kernel."""
+    consumers), "CONSUMERS" (its consumer warpgroups, 2 or 3) and "PROGRAMS" (the grid); any other config takes this module's kernel."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = v.shape[2]
     out = torch.empty((tokens, num_q_heads, head_dim_v), dtype=q.dtype, device=q.device)
@@ -130,7 +130,8 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
                              block_n=config.get("BLOCK_N", prefill_gluon.BLOCK_N),
                              stages=config.get("STAGES", prefill_gluon.STAGES),
                              pingpong=config.get("PINGPONG", prefill_gluon.PINGPONG),
-                             q_slots=config.get("Q_SLOTS", prefill_gluon.Q_SLOTS), programs=config.get("PROGRAMS"))
+                             q_slots=config.get("Q_SLOTS", prefill_gluon.Q_SLOTS), programs=config.get("PROGRAMS"),
+                             consumers=config.get("CONSUMERS", prefill_gluon.CONSUMERS))
         return (out, lse) if return_lse else out
     d_a, d_b = split_head_dim(head_dim)
     block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
