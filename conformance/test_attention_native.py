@@ -251,30 +251,6 @@ def test_fp8_decode_scales_a_bf16_query_into_fp16(magnitude):
     torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("case_id", ["fp8_kv_ragged_page16", "fp8_kv_padded_rows_large_logits", "fp8_kv_batch_64_len_4096"])
-@pytest.mark.parametrize("block_n", [64, 128])
-def test_fp8_decode_packed_values_equal_the_byte_path(case_id, block_n):
-    """PACKED_V (decode.py: the fp8 value tile read as int32 words, converted where loaded, then joined into
-    place; opt-in, CUDA only) against the default fp8 kernel on the same inputs. Catches the four columns of a
-    word put in the wrong order by the join / reshape (a permuted head dimension in the output), a word index
-    off by the head stride, or padded rows read as values."""
-    if not str(DEVICE).startswith("cuda"):
-        pytest.skip("PACKED_V converts with inline PTX (cvt.rn.f16x2.e4m3x2), which Triton's interpreter does not "
-                    "run: CUDA only")
-    args, dims, layout = _case(DECODE, case_id, dtype="bf16")
-    _plan(DECODE, "native/decode_fp8", "bf16", dims, layout)
-    from rapid_llm.kernels.ops.attention import decode  # after the skip: Triton may be hidden
-
-    if not decode.packed_v_ready(args[1]):
-        pytest.skip("the case's fp8 buffer is not 4-byte aligned with unit head-dim stride (packed_v_ready)")
-    config = {"BLOCK_N": block_n, "num_warps": 4, "num_stages": 2, "maxnreg": 128}
-    want = decode.decode(*args, config=dict(config))
-    got = decode.decode(*args, config={**config, "PACKED_V": True})
-    assert torch.isfinite(got).all(), "an unwritten or NaN output element"
-    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]  # both round to bf16 once; the products' order may differ
-    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
-
-
 def _poisoned_mla_case(case_id, magnitude):
     """(args, q, poisoned cache) of an MLA decode case in fp16: q scaled by `magnitude` (64: logits whose
     running maximum keeps growing from tile to tile, so the sums are rescaled), every latent row that no

@@ -26,8 +26,7 @@ A bf16 q enters fp16 scaled by a power of two 2^s chosen on the device so its la
 the group lands in [2^14, 2^15) (exact: fp16 holds every bf16 value of that range); 2^-s, k_scale
 and the logit scale fold into one multiplier, v_scale into the final normalisation. P enters the
 P.V product in fp16 (10 mantissa bits against bf16's 7). The bytes read halve and no per-element
-multiply is added. Config PACKED_V (opt-in, CUDA, packed_v_ready; not yet run on a GPU) reads the value
-tiles as int32 words instead (_e4m3_words_to_fp16).
+multiply is added.
 
 Grid: (B, Hk, NUM_SPLITS): B on axis 0 (up to 2**31 - 1), Hk and the splits (<= 256) on axes 1-2.
 """
@@ -97,15 +96,6 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     return max(1, min(wanted, reach, MAX_SPLITS))
 
 
-def packed_v_ready(kv_buffer: torch.Tensor) -> bool:
-    """Whether the value tiles of an fp8 buffer can be read as int32 words (PACKED_V, opt-in by config; not yet
-    run on a GPU): unit head-dim stride, row and head strides and the base 4-byte aligned, a head dim that
-    split_head_dim keeps whole and a multiple of 4."""
-    head_dim = kv_buffer.shape[2]
-    return (kv_buffer.stride(2) == 1 and kv_buffer.stride(0) % 4 == 0 and kv_buffer.stride(1) % 4 == 0
-            and kv_buffer.data_ptr() % 4 == 0 and head_dim % 4 == 0 and split_head_dim(head_dim)[1] == 0)
-
-
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None, *, splits=None,
            config=None):
     """attention.decode (unchecked kernel entry: the op's check ran). With an fp8 buffer, k_scale and
@@ -121,7 +111,6 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     config = dict(config or launch_config(head_dim, kv_buffer.dtype, q.device))
     # the inline-PTX conversion: CUDA and fp16 products (a bf16 / fp16 q) only
     config["CVT_ASM"] = config.get("CVT_ASM", True) and fp8 and q.is_cuda and q.dtype != torch.float32
-    config["PACKED_V"] = config.get("PACKED_V", False) and config["CVT_ASM"] and packed_v_ready(kv_buffer)
     if splits is None:
         splits = num_splits(batch, num_kv_heads, page_table.shape[1] * int(page_size), q.device)
     d_a, d_b = split_head_dim(head_dim)
@@ -178,30 +167,14 @@ def _e4m3_to_fp16(x):
     (the value tile gathered byte by byte: the products need position pairs per register, and sm90 has no
     transposing ldmatrix for 8-bit elements), against the bf16 kernel's 28 LDSM; what it changes is 481 IMAD
     instead of 547 and 4 spill stores instead of 28. The loop of a 128-position tile is 1313 instructions a
-    warp (182 IMAD.MOV, 102 SEL, 96 PRMT beside the 128 byte loads and 128 conversions). PACKED_V
-    (_e4m3_words_to_fp16) replaces the byte loads by 16 STS.128 and 16 transposing LDSM of the fp16 tile
-    (1171 instructions, 72 KiB of shared memory at 128 positions: 3 programs per SM; 623 a 64-position tile at
-    38 KiB); it has not run on a GPU yet."""
+    warp (182 IMAD.MOV, 102 SEL, 96 PRMT beside the 128 byte loads and 128 conversions). Reading the value
+    tile as int32 words instead, converted where loaded and joined into place (so the compiler moved the fp16
+    tile through shared memory with 16 STS.128 and 16 transposing LDSM: 1171 instructions, 72 KiB of shared
+    memory at 128 positions), was correct on the H200 and slower: 224.7 us at 64 positions, 281.7 / 260.5 at 128
+    with 2 / 3 stages, against 176.4 (perf/results/h200/attention_2026-12-01/variants/call22); not kept."""
     return tl.inline_asm_elementwise(
         asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
         constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=4)
-
-
-@triton.jit
-def _e4m3_words_to_fp16(words):
-    """A tile of int32 words, each four e4m3 bytes of one row (columns 4w .. 4w + 3), as the fp16 tile [.., 4 x
-    words]: the words are converted in the layout they were loaded in (two cvt.rn.f16x2.e4m3x2 a word), and
-    the join / reshape that puts the four columns in place sits between them and the product, so the
-    compiler converts the layout of the fp16 tile (ldmatrix) instead of gathering e4m3 bytes for it (the
-    LDS.U8 loop of _e4m3_to_fp16's SASS)."""
-    c0, c1, c2, c3 = tl.inline_asm_elementwise(
-        asm="{ .reg .b16 lo, hi; .reg .b32 r0, r1; mov.b32 {lo, hi}, $4; cvt.rn.f16x2.e4m3x2 r0, lo; "
-            "cvt.rn.f16x2.e4m3x2 r1, hi; mov.b32 {$0, $1}, r0; mov.b32 {$2, $3}, r1; }",
-        constraints="=h,=h,=h,=h,r", args=[words], dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
-        is_pure=True, pack=1)
-    # [.., w, a, b] -> column 4w + 2a + b holds byte 2a + b of word w
-    tile = tl.join(tl.join(c0, c2), tl.join(c1, c3))
-    return tl.reshape(tile, (words.shape[0], 4 * words.shape[1]))
 
 
 @triton.jit
@@ -221,7 +194,7 @@ def _decode_kernel(
     num_splits, num_rows, max_pages,
     PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, G_PAD: tl.constexpr,
     D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, FP8: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, CVT_ASM: tl.constexpr = False, PACKED_V: tl.constexpr = False,
+    BLOCK_N: tl.constexpr, CVT_ASM: tl.constexpr = False,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -278,13 +251,8 @@ def _decode_kernel(
         qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
-        if PACKED_V:  # the value tile as int32 words (packed_v_ready: 4-byte aligned rows, unit head-dim stride)
-            words = tl.load(v_base.to(tl.pointer_type(tl.int32)) + rows[:, None] * (stride_row // 4)
-                            + tl.arange(0, D_A // 4)[None, :], mask=valid[:, None], other=0)
-            v_a = _e4m3_words_to_fp16(words)
-        else:
-            v_a = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d,
-                                 mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
+        v_a = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d,
+                             mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
         acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
         if D_B > 0:
             v_b = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d,
