@@ -195,10 +195,10 @@ _GLUON_PREFILL_IDS = ["default", "2_consumers", "2_consumers_pingpong", "2_consu
 def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
     """prefill_gluon.py (sm90: a producer warpgroup, two or three consumer warpgroups of 64 query rows,
     persistent; forced by config GLUON) against the pointer kernel on every ragged prefill case it serves (causal
-    and not, GQA, lengths 1 to 4097, the log-sum-exp). Catches a warpgroup whose rows all lie past the sequence's
-    end not releasing its tiles (a hang) or writing rows, a tile a warpgroup sees no key of released before it
-    landed, a ring slot refilled before every consumer released it, a wrong barrier
-    phase (a hang: the suite's time limit), a causal mask off by a tile, or rows of the partial last tile
+    and not, GQA, lengths 1 to 4097, the log-sum-exp). Catches a warpgroup whose rows all lie before the
+    sequence's start not releasing its tiles (a hang) or writing rows, a tile a warpgroup sees no key of released
+    before it landed, a ring slot refilled before every consumer released it, a wrong barrier phase (a hang: the
+    suite's time limit), a causal mask off by a tile, or rows of the partial last tile
     lost, the next tile's logits read from a slot not yet landed, keys refilled before both warpgroups' logits
     read them, the peeled last tile skipped, or (3 programs) a Q slot or ring phase that does not carry over from
     one item to the next."""

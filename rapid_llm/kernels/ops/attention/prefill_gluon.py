@@ -14,22 +14,22 @@ against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1: still short of SDPA (1.04x
 (blocks from the start) 964.8 / 358.2; two consumer warpgroups 1016.6 / 353.7 in call26's sweep, 1015.3 /
 360.2 in call21's benchmark.
 
-Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers' loop is latency-bound on its own
-instruction stream (warp-state samples in the unmasked loop: 35% waiting on a fixed-latency dependency, 21%
-issuing, 12% at a barrier or the products' waits, 9% on MUFU or shuffle results), not on the tensor cores
-(the shared pipe ~55% busy); a 64-key step is 313 - 327 instructions a warp. A third consumer warpgroup puts
-a third instruction stream beside the tensor cores on each scheduler and makes each key/value tile serve
-192 query rows: 953.5 against 1016.6 us (call24). What did not help (call23, against the same kernel in one
+Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers'
+loop is latency-bound on its own instruction stream (warp-state samples in the unmasked loop: 35% waiting on
+a fixed-latency dependency, 21% issuing, 12% at a barrier or the products' waits, 9% on MUFU or shuffle
+results), not on the tensor cores (the shared pipe ~55% busy); a 64-key step is 313 - 327 instructions a warp.
+A third consumer warpgroup puts a third instruction stream beside the tensor cores on each scheduler and makes
+each key/value tile serve 192 query rows: 953.5 against 1016.6 us (call24). What did not help (call23, against the same kernel in one
 run): the softmax in a block of its own so that ptxas keeps the value product's wait after the exponentials
 (SASS: it otherwise places it ahead of them, where its latency model says the product ends): 1096 against
 1012 us; with the accumulator's rescale moved between the two products' issues and P carried in fp32: 1039
-to 1120; the first warpgroup releasing its unseen diagonal tile: 1017 (kept: with three consumers it also
-skips whole items past a sequence's end, which 192-row blocks leave: 1024 = 5 x 192 + 64).
+to 1120; the first warpgroup releasing its unseen diagonal tile: 1017 (kept: with three consumers the same
+rule skips a warpgroup's whole item where its rows lie before the sequence's start, in a partial first block).
 
 Work: one item is 64 * CONSUMERS query rows (a block) of one head of one sequence. The grid is persistent:
 min(SMs, items) programs, program p takes items p, p + P, p + 2P, ... in the order all heads of every
-sequence's last block (the largest causal one) first (longest work first, and the G query heads that read the same K/V tiles
-side by side in time, so those tiles are read from L2). A program has CONSUMERS + 1 partitions
+sequence's last block (the largest causal one) first (longest work first, and the G query heads that read the
+same K/V tiles side by side in time, so those tiles are read from L2). A program has CONSUMERS + 1 partitions
 (gl.warp_specialize), which walk the same items:
 
 - a producer (one warpgroup, 40 registers a thread; one elected thread issues the copies): an item's query
@@ -44,7 +44,7 @@ side by side in time, so those tiles are read from L2). A program has CONSUMERS 
   `k_empty` barrier counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value
   product is, and a Q slot once the item is done: the producer refills keys a value product ahead. A consumer
   computes only the tiles holding a key its rows see (causal: none past its last query; none at all where its
-  rows lie past the sequence's end) and releases the others unread once they land (a landed tile implies every
+  rows lie before the sequence's start) and releases the others unread once they land (a landed tile implies every
   consumer released the slot's previous one; an earlier release would count toward that one's).
 
 PINGPONG (a constexpr switch, two consumers only, off by default: slower in the sweeps) makes the two consumers
@@ -82,8 +82,8 @@ from .prefill import _LOG2E
 #: Keys per tile (and below, ring slots). Two consumers (perf/results/h200/attention_2026-12-01/variants): 64-key
 #: tiles in 4 slots 1001.8 us at 4 x 4096 and 358.4 at 16 x 1024, 128-key tiles in 2 slots 1163.7 / 404.9
 #: (call19; 3 slots 1036.7 with PINGPONG, 2 slots 1542.7); 128-key tiles in 3 slots with one Q slot 963.3 /
-#: 378.5 (call21), 937.2 / 361.2 (call25), 960.5 / 390.4 (call26). Three consumers take 64-key tiles only: a 128-key tile's logits,
-#: P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the 152 the default
+#: 378.5 (call21), 937.2 / 361.2 (call25), 960.5 / 390.4 (call26). Three consumers take 64-key tiles only: a
+#: 128-key tile's logits, P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the 152 the default
 #: partition gets (SASS: USETMAXREG 0x98).
 BLOCK_N = 64
 #: Consumer warpgroups (64 query rows each, so an item's block is 64 * CONSUMERS rows): three, each key/value tile
@@ -332,7 +332,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
               ROLE: gl.constexpr):
     """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against the item's tiles that hold a
     key they see (n_own: causal tiles past the warpgroup's last query hold none; a warpgroup whose rows all lie
-    past the sequence's end sees none), releasing the item's other tiles unread once they are loaded (the
+    before the sequence's start sees none), releasing the item's other tiles unread once they are loaded (the
     other warpgroups are done with the slot's previous tile by then). Every warpgroup takes n_tiles + 1 turns
     an item (a released tile, and an item it computes nothing of, take empty turns), so the turns alternate."""
     (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
