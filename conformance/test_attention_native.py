@@ -180,13 +180,15 @@ def _gluon_prefill_or_skip(q, k, v, sm_scale):
 
 
 #: The default (three consumer warpgroups, 64-key tiles, 4 slots, 2 Q slots), two consumers (alone, with
-#: PINGPONG's turns, with 128-key tiles in 3 slots and one Q slot), and 3 programs for every item of the call
-#: (each walks many items: the Q slots and the ring carry over from item to item).
+#: PINGPONG's turns, with 128-key tiles in 3 slots and one Q slot), 3 programs for every item of the call
+#: (each walks many items: the Q slots and the ring carry over from item to item), and LEAN (the first tile
+#: unmasked where it lies before a warpgroup's first query; rows normalised by their reciprocal).
 _GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "CONSUMERS": 2},
                           {"GLUON": True, "CONSUMERS": 2, "PINGPONG": True},
                           {"GLUON": True, "CONSUMERS": 2, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
-                          {"GLUON": True, "PROGRAMS": 3}]
-_GLUON_PREFILL_IDS = ["default", "2_consumers", "2_consumers_pingpong", "2_consumers_128x128_s3_q1", "3_programs"]
+                          {"GLUON": True, "PROGRAMS": 3}, {"GLUON": True, "LEAN": True}]
+_GLUON_PREFILL_IDS = ["default", "2_consumers", "2_consumers_pingpong", "2_consumers_128x128_s3_q1", "3_programs",
+                      "lean"]
 
 
 @pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)

@@ -106,6 +106,12 @@ STAGES = 4
 PINGPONG = False
 #: Q slots: the next item's query block loads while the consumers finish the current one.
 Q_SLOTS = 2
+#: LEAN (opt-in, compiled for sm90, not yet run on a GPU): fewer instructions an item outside its loops, where a
+#: fit of call26's two shapes puts ~5 us per item (SASS of a consumer, three consumers: ~1000 instructions an
+#: item outside the loops, 505 before the first and 492 after the last): the first tile's softmax unmasked
+#: where the tile lies wholly before the warpgroup's first query (the masked one costs 470 instructions a
+#: step against 326), and the output normalised by each row's reciprocal (_store_rows).
+LEAN = False
 #: Rows per masked pointer-load chunk of the producer's partial tile ([8, 128] over its four warps: 8
 #: elements a thread, inside the producer's register budget).
 TAIL_ROWS = gl.constexpr(8)
@@ -136,7 +142,7 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 
 
 def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
-           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS):
+           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS, lean=LEAN):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
     block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x 32 KiB +
     stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
@@ -158,7 +164,7 @@ def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
         batch, num_blocks, q.shape[1], q.shape[1] // k.shape[1], float(sm_scale) * _LOG2E, q.shape[0], items,
         CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=block_m,
-        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong),
+        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong), LEAN=bool(lean),
         CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=max_registers,
     )
 
@@ -189,7 +195,7 @@ def _item(w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q
 
 @gluon.jit
 def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
     """The producer: per item i, its query block into Q slot i % Q_SLOTS once both consumers released it, then its
     tiles into ring slot c % STAGES (c counts tiles across items): the K tile once both consumers released the
     slot's K (their logits of its previous tile are done), the V tile once they released its V. The `*_empty`
@@ -280,6 +286,24 @@ def _online_softmax(s, j, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUS
 
 
 @gluon.jit
+def _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL: gl.constexpr,
+                   BLOCK_N: gl.constexpr, O_LAYOUT: gl.constexpr, LEAN: gl.constexpr):
+    """_online_softmax of an item's first tile: masked, or (LEAN) unmasked where the tile lies wholly before the
+    warpgroup's first query (n_unmasked > 0: every key visible to every row)."""
+    if LEAN:
+        if n_unmasked > 0:
+            p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
+                                                   BLOCK_N, O_LAYOUT, False)
+        else:
+            p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
+                                                   BLOCK_N, O_LAYOUT, True)
+    else:
+        p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
+                                               BLOCK_N, O_LAYOUT, True)
+    return p, alpha_o, m_i, l_i
+
+
+@gluon.jit
 def _p_operand(p, dtype: gl.constexpr, P_LAYOUT: gl.constexpr):
     """P [64, BLOCK_N] fp32 as the value product's register operand."""
     return gl.convert_layout(p.to(dtype), P_LAYOUT)
@@ -328,7 +352,7 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
 
 @gluon.jit
 def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr,
               ROLE: gl.constexpr):
     """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against the item's tiles that hold a
     key they see (n_own: causal tiles past the warpgroup's last query hold none; a warpgroup whose rows all lie
@@ -381,8 +405,8 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 turns += 1
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
-                p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale,
-                                                       CAUSAL, BLOCK_N, o_layout, True)
+                p, alpha_o, m_i, l_i = _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale,
+                                                      CAUSAL, BLOCK_N, o_layout, LEAN)
                 p_operand = _p_operand(p, dtype, p_layout)
                 # step j: tile j + 1's logits and tile j's value product, then tile j + 1's softmax
                 unmasked_steps = gl.maximum(gl.minimum(n_own - 1, n_unmasked - 1), 0)
@@ -410,7 +434,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                                 STAGES, PINGPONG)
                 turns += n_tiles - n_own
                 _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
-                            stride_oh, stride_lt, stride_lh, ROWS, HEAD_DIM, o_layout, WRITE_LSE)
+                            stride_oh, stride_lt, stride_lh, ROWS, HEAD_DIM, o_layout, WRITE_LSE, LEAN)
             else:
                 # released once landed: its ready phase implies every warpgroup released the slot's previous
                 # item (an earlier arrive would count toward that item's release, call24: wrong rows, a hang)
@@ -445,10 +469,15 @@ def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_emp
 @gluon.jit
 def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
                 stride_lt, stride_lh, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
-                WRITE_LSE: gl.constexpr):
-    """The warpgroup's normalised rows of the output (and their log-sum-exp), rows past q_len masked."""
+                WRITE_LSE: gl.constexpr, LEAN: gl.constexpr):
+    """The warpgroup's normalised rows of the output (and their log-sum-exp), rows past q_len masked. LEAN
+    multiplies by each row's reciprocal (one division a row) where the division per element compiled to
+    196 FMUL and 66 FSEL of the item's ~1000 instructions outside its loops (SASS, three consumers)."""
     l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-    out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+    if LEAN:
+        out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+    else:
+        out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
     out_queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     valid = (out_queries >= 0) & (out_queries < q_len)  # a sequence's first block starts before its first row
     index = (q_start + gl.where(valid, out_queries, 0)).to(gl.int64)
@@ -464,23 +493,23 @@ def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr
 
 @gluon.jit
 def _consumer_first(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
     """The first consumer warpgroup (the default partition)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 0)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 0)
 
 
 @gluon.jit
 def _consumer_second(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
     """The second consumer warpgroup (worker partitions share one signature: the producer's)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 1)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 1)
 
 
 @gluon.jit
 def _consumer_third(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
     """The third consumer warpgroup (BLOCK_M = 192)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 2)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 2)
 
 
 @gluon.jit
@@ -490,7 +519,7 @@ def _prefill_gluon_kernel(
     batch, num_blocks, num_q_heads, group, qk_scale, total_q, items,
     CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, DTYPE: gl.constexpr, BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
-    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, LEAN: gl.constexpr,
 ):
     CONSUMERS: gl.constexpr = BLOCK_M // 64
     # one query buffer per consumer warpgroup (a buffer's dimensions are powers of two: 192 rows are not)
@@ -529,16 +558,16 @@ def _prefill_gluon_kernel(
             total_q, items)
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
         ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
         ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 

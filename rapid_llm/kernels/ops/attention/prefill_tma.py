@@ -109,7 +109,8 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     attention_2026-12-01/variants/call19; three: 946.5 in the benchmark of call26); this module's kernel serves the
     rest (MLA's 192, head dims 64 and 256, sm100). A config {"GLUON": True, ...} forces prefill_gluon.py with
     optional "BLOCK_N" (keys per tile), "STAGES" (ring slots), "Q_SLOTS", "PINGPONG" (turns between its
-    consumers), "CONSUMERS" (its consumer warpgroups, 2 or 3) and "PROGRAMS" (the grid); any other config takes this module's kernel."""
+    consumers), "CONSUMERS" (its consumer warpgroups, 2 or 3), "LEAN" (fewer instructions an item; opt-in, not yet
+    run on a GPU) and "PROGRAMS" (the grid); any other config takes this module's kernel."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = v.shape[2]
     out = torch.empty((tokens, num_q_heads, head_dim_v), dtype=q.dtype, device=q.device)
@@ -131,7 +132,8 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
                              stages=config.get("STAGES", prefill_gluon.STAGES),
                              pingpong=config.get("PINGPONG", prefill_gluon.PINGPONG),
                              q_slots=config.get("Q_SLOTS", prefill_gluon.Q_SLOTS), programs=config.get("PROGRAMS"),
-                             consumers=config.get("CONSUMERS", prefill_gluon.CONSUMERS))
+                             consumers=config.get("CONSUMERS", prefill_gluon.CONSUMERS),
+                             lean=config.get("LEAN", prefill_gluon.LEAN))
         return (out, lse) if return_lse else out
     d_a, d_b = split_head_dim(head_dim)
     block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
