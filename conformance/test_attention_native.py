@@ -27,7 +27,7 @@
   in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
   it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
 - prefill_gluon.py (sm90's path for head dim 128: warp-specialized, persistent) against the pointer kernel on
-  every ragged prefill case it serves, in four configurations, and with a NaN next sequence: GPU only.
+  every ragged prefill case it serves, in six configurations, and with a NaN next sequence: GPU only.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.

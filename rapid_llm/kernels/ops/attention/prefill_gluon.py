@@ -17,7 +17,7 @@ against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1: still short of SDPA (1.04x
 Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers'
 loop is latency-bound on its own instruction stream (warp-state samples in the unmasked loop: 35% waiting on
 a fixed-latency dependency, 21% issuing, 12% at a barrier or the products' waits, 9% on MUFU or shuffle
-results), not on the tensor cores (the shared pipe ~55% busy); a 64-key step is 313 - 327 instructions a warp.
+results), not on the tensor cores (the tensor pipe 54% busy); a 64-key step is 313 - 327 instructions a warp.
 A third consumer warpgroup puts a third instruction stream beside the tensor cores on each scheduler and makes
 each key/value tile serve 192 query rows: 953.5 against 1016.6 us (call24). What did not help (call23, against the same kernel in one
 run): the softmax in a block of its own so that ptxas keeps the value product's wait after the exponentials
@@ -91,8 +91,8 @@ BLOCK_N = 64
 #: and 1025.4 / 361.1 in the same runs; with blocks counted from the sequence's end (_item) 940.4 / 333.5
 #: against two's 1016.6 / 353.7 (call26).
 CONSUMERS = 3
-#: Query rows of a consumer warpgroup (its wgmma's M) and of one Q copy.
-ROWS = 64
+#: Query rows of a consumer warpgroup (its wgmma's M), of one Q copy and of one Q buffer.
+ROWS = gl.constexpr(64)
 #: The one q/k/v head dim this kernel serves.
 HEAD_DIM = 128
 #: Key/value tiles in flight: Q_SLOTS x 64 * CONSUMERS rows x 256 B + STAGES x (K + V) 32 KiB (BLOCK_N 64):
@@ -130,7 +130,7 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 def _layouts(dtype: torch.dtype, block_n: int) -> dict:
     element = _GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"q": default([ROWS, HEAD_DIM], element), "kv": default([block_n, HEAD_DIM], element),
+    return {"q": default([ROWS.value, HEAD_DIM], element), "kv": default([block_n, HEAD_DIM], element),
             "DTYPE": element}
 
 
@@ -144,13 +144,13 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
            pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS, lean=LEAN):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
-    block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x 32 KiB +
-    stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
+    block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x consumers x
+    16 KiB + stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
     grid (tests: fewer programs than items, so each walks several); consumers: 2 or 3 consumer warpgroups (the
     turns take two)."""
     if consumers not in REGISTERS or (pingpong and consumers != 2):
         raise ValueError(f"prefill_gluon: consumers must be 2 or 3 (2 with pingpong); got {consumers}")
-    block_m = ROWS * consumers
+    block_m = ROWS.value * consumers
     consumer_regs, producer_regs, max_registers = REGISTERS[consumers]
     layouts = _layouts(q.dtype, block_n)
     batch = cu_seqlens.shape[0] - 1
@@ -158,7 +158,7 @@ def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=
     items = num_blocks * batch * q.shape[1]
     grid = min(items, programs or multiprocessor_count(q.device))
     _prefill_gluon_kernel[(grid, )](
-        _descriptor(q, ROWS, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
+        _descriptor(q, ROWS.value, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
         _descriptor(v, block_n, layouts["kv"]), k, v, out, lse if lse is not None else out, cu_seqlens,
         q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
@@ -214,10 +214,10 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             q_slot = items_done % Q_SLOTS
             mbarrier.wait(q_empty.index(q_slot), ((items_done // Q_SLOTS) & 1) ^ 1)
             # one 64-row copy per consumer warpgroup (a copy's rows are a power of two: 192 is not)
-            mbarrier.expect(q_ready.index(q_slot), (BLOCK_M // 64) * q_desc.block_type.nbytes)
-            for part in gl.static_range(BLOCK_M // 64):
+            mbarrier.expect(q_ready.index(q_slot), (BLOCK_M // ROWS) * q_desc.block_type.nbytes)
+            for part in gl.static_range(BLOCK_M // ROWS):
                 # rows before the sequence's start (first_row < 0): another sequence's or TMA's zeros, never stored
-                tma.async_copy_global_to_shared(q_desc, [q_start + first_row + part * 64, head * stride_qh],
+                tma.async_copy_global_to_shared(q_desc, [q_start + first_row + part * ROWS, head * stride_qh],
                                                 q_ready.index(q_slot), q_smem[part].index(q_slot))
             for j in range(n_tiles):
                 count = tiles_done + j
@@ -364,7 +364,6 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
      stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
      items) = args
     Q_SLOTS: gl.constexpr = q_smem[ROLE].shape[0]
-    ROWS: gl.constexpr = 64  # a warpgroup's wgmma rows
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -434,7 +433,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                                 STAGES, PINGPONG)
                 turns += n_tiles - n_own
                 _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
-                            stride_oh, stride_lt, stride_lh, ROWS, HEAD_DIM, o_layout, WRITE_LSE, LEAN)
+                            stride_oh, stride_lt, stride_lh, HEAD_DIM, o_layout, WRITE_LSE, LEAN)
             else:
                 # released once landed: its ready phase implies every warpgroup released the slot's previous
                 # item (an earlier arrive would count toward that item's release, call24: wrong rows, a hang)
@@ -468,7 +467,7 @@ def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_emp
 
 @gluon.jit
 def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
-                stride_lt, stride_lh, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
+                stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
                 WRITE_LSE: gl.constexpr, LEAN: gl.constexpr):
     """The warpgroup's normalised rows of the output (and their log-sum-exp), rows past q_len masked. LEAN
     multiplies by each row's reciprocal (one division a row) where the division per element compiled to
@@ -521,15 +520,15 @@ def _prefill_gluon_kernel(
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
     PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, LEAN: gl.constexpr,
 ):
-    CONSUMERS: gl.constexpr = BLOCK_M // 64
+    CONSUMERS: gl.constexpr = BLOCK_M // ROWS
     # one query buffer per consumer warpgroup (a buffer's dimensions are powers of two: 192 rows are not)
     if CONSUMERS == 3:
-        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout))
+        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout))
     else:
-        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, 64, HEAD_DIM], q_desc.layout))
+        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout))
     k_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())

@@ -127,13 +127,9 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
             raise ValueError("prefill_gluon serves sm90 with q/k/v head dim 128 and sm_scale > 0 only; got "
                              f"head dims {head_dim}/{head_dim_v}, sm_scale {sm_scale}")
         from . import prefill_gluon  # Gluon (sm90): imported only where it runs
+        # the config's keys are launch's keyword arguments, upper-cased; launch holds the defaults
         prefill_gluon.launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse,
-                             block_n=config.get("BLOCK_N", prefill_gluon.BLOCK_N),
-                             stages=config.get("STAGES", prefill_gluon.STAGES),
-                             pingpong=config.get("PINGPONG", prefill_gluon.PINGPONG),
-                             q_slots=config.get("Q_SLOTS", prefill_gluon.Q_SLOTS), programs=config.get("PROGRAMS"),
-                             consumers=config.get("CONSUMERS", prefill_gluon.CONSUMERS),
-                             lean=config.get("LEAN", prefill_gluon.LEAN))
+                             **{key.lower(): value for key, value in config.items()})
         return (out, lse) if return_lse else out
     d_a, d_b = split_head_dim(head_dim)
     block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
