@@ -4,9 +4,10 @@
         python -m perf.profiles.attention_kernels CASE
 
 CASE: decode_bf16 | decode_fp8 (GQA 32/8 d128 page 16, B=64 L=4096), mla_16 | mla_128 (page 64, B=64
-L=4096, Hq 16 / 128), prefill (4 x 4096 causal GQA 32/8 d128), mla_prefill (4 x 4096, 16 heads, 192 / 128),
-prefill_paged (4 chunks of 512 after 4096, page 16). The launch configuration is the
-kernel's heuristic unless RAPID_LLM_PROFILE_CONFIG holds a JSON dict (and "splits") to force one.
+L=4096, Hq 16 / 128), prefill (4 x 4096 causal GQA 32/8 d128), prefill_16x1024 (16 x 1024, the same heads),
+mla_prefill (4 x 4096, 16 heads, 192 / 128), prefill_paged (4 chunks of 512 after 4096, page 16). The
+launch configuration is the kernel's heuristic unless RAPID_LLM_PROFILE_CONFIG holds a JSON dict (and
+"splits") to force one.
 """
 
 from __future__ import annotations
@@ -47,15 +48,15 @@ def _mla(heads: int):
     return lambda **kw: mla_decode.mla_decode(q, cache, table, lens, 64, 192 ** -0.5, **kw)
 
 
-def _prefill(heads=32, kv_heads=8, dim=128, dim_v=128):
+def _prefill(heads=32, kv_heads=8, dim=128, dim_v=128, length=4096):
     from rapid_llm.kernels.ops.attention import prefill
 
     g = torch.Generator(device="cuda").manual_seed(2)
     q = torch.randn((16384, heads, dim), device="cuda", generator=g).bfloat16()
     k = torch.randn((16384, kv_heads, dim), device="cuda", generator=g).bfloat16()
     v = torch.randn((16384, kv_heads, dim_v), device="cuda", generator=g).bfloat16()
-    cu = torch.arange(0, 16385, 4096, dtype=torch.int32, device="cuda")
-    return lambda **kw: prefill.prefill(q, k, v, cu, 4096, dim ** -0.5, True, False, **kw)
+    cu = torch.arange(0, 16385, length, dtype=torch.int32, device="cuda")
+    return lambda **kw: prefill.prefill(q, k, v, cu, length, dim ** -0.5, True, False, **kw)
 
 
 def _prefill_paged():
@@ -71,8 +72,8 @@ def _prefill_paged():
 
 
 CASES = {"decode_bf16": lambda: _decode("bf16"), "decode_fp8": lambda: _decode("fp8"), "mla_16": lambda: _mla(16),
-         "mla_128": lambda: _mla(128), "prefill": _prefill, "mla_prefill": lambda: _prefill(16, 16, 192, 128),
-         "prefill_paged": _prefill_paged}
+         "mla_128": lambda: _mla(128), "prefill": _prefill, "prefill_16x1024": lambda: _prefill(length=1024),
+         "mla_prefill": lambda: _prefill(16, 16, 192, 128), "prefill_paged": _prefill_paged}
 
 
 def main(argv=None) -> int:

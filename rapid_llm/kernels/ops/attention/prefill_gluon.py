@@ -8,11 +8,12 @@ that TMA can read, sm_scale > 0.
 Why: the Triton kernels (prefill.py, prefill_tma.py) run every warp of a program through the same
 instruction stream, so a warpgroup's softmax and its tensor-core products alternate instead of
 overlapping (Triton's own warp specialization did not compile at these tiles, prefill_tma.launch_config).
-Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8; perf/results/h200/attention_2026-12-01/variants): the
-prefill benchmark (call26: three consumer warpgroups, blocks counted from the sequence's end) 946.5 / 333.3 us
-against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1: still short of SDPA (1.04x and 1.13x its time); call25
-(blocks from the start) 964.8 / 358.2; two consumer warpgroups 1016.6 / 353.7 in call26's sweep, 1015.3 /
-360.2 in call21's benchmark.
+Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8; perf/results/h200/attention_2026-12-01/variants): with
+the output leaving through shared memory by TMA (_store_rows) 910.5 / 288.6 us against SDPA's 917.5 / 296.7 in
+the same run (call27); before it, the prefill benchmark of call26 (three consumer warpgroups, blocks counted
+from the sequence's end, masked stores) 946.5 / 333.3 against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1;
+call25 (blocks from the start) 964.8 / 358.2; two consumer warpgroups 1016.6 / 353.7 in call26's sweep,
+1015.3 / 360.2 in call21's benchmark.
 
 Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers'
 loop is latency-bound on its own instruction stream (warp-state samples in the unmasked loop: 35% waiting on
@@ -42,10 +43,12 @@ same K/V tiles side by side in time, so those tiles are read from L2). A program
   warpgroup's product rows are its own 16-row warp slices), then O += P . V with P straight from registers
   (wgmma's register A operand). A consumer releases a ring slot's keys (one arrive of the CONSUMERS its
   `k_empty` barrier counts) once its logits of that tile are done, the slot's values (`v_empty`) once its value
-  product is, and a Q slot once the item is done: the producer refills keys a value product ahead. A consumer
-  computes only the tiles holding a key its rows see (causal: none past its last query; none at all where its
-  rows lie before the sequence's start) and releases the others unread once they land (a landed tile implies every
-  consumer released the slot's previous one; an earlier release would count toward that one's).
+  product is, and a Q slot once its output rows, written into that slot, have left by TMA: the producer
+  refills keys a value product ahead. A consumer computes only the tiles holding a key its rows see (causal:
+  none past its last query; none at all where its rows lie before the sequence's start) and releases the
+  others unread once they land (a landed tile implies every consumer released the slot's previous one; an
+  earlier release would count toward that one's). Every partition loads the next item's sequence bounds
+  (cu_seqlens) while it works on the current item (_sequence_bounds).
 
 PINGPONG (a constexpr switch, two consumers only, off by default: slower in the sweeps) makes the two consumers
 take turns issuing products (two mbarriers, `turn`: a warpgroup waits for its turn, issues, and hands the turn
@@ -106,12 +109,6 @@ STAGES = 4
 PINGPONG = False
 #: Q slots: the next item's query block loads while the consumers finish the current one.
 Q_SLOTS = 2
-#: LEAN (opt-in, compiled for sm90, not yet run on a GPU): fewer instructions an item outside its loops, where a
-#: fit of call26's two shapes puts ~5 us per item (SASS of a consumer, three consumers: ~1000 instructions an
-#: item outside the loops, 505 before the first and 492 after the last): the first tile's softmax unmasked
-#: where the tile lies wholly before the warpgroup's first query (the masked one costs 470 instructions a
-#: step against 326), and the output normalised by each row's reciprocal (_store_rows).
-LEAN = False
 #: Rows per masked pointer-load chunk of the producer's partial tile ([8, 128] over its four warps: 8
 #: elements a thread, inside the producer's register budget).
 TAIL_ROWS = gl.constexpr(8)
@@ -142,7 +139,7 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 
 
 def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
-           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS, lean=LEAN):
+           pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
     block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x consumers x
     16 KiB + stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
@@ -159,57 +156,69 @@ def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=
     grid = min(items, programs or multiprocessor_count(q.device))
     _prefill_gluon_kernel[(grid, )](
         _descriptor(q, ROWS.value, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
-        _descriptor(v, block_n, layouts["kv"]), k, v, out, lse if lse is not None else out, cu_seqlens,
+        _descriptor(v, block_n, layouts["kv"]), _descriptor(out, ROWS.value, layouts["q"]), k, v, out, lse if lse is not None else out, cu_seqlens,
         q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
         batch, num_blocks, q.shape[1], q.shape[1] // k.shape[1], float(sm_scale) * _LOG2E, q.shape[0], items,
         CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=block_m,
-        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong), LEAN=bool(lean),
+        BLOCK_N=int(block_n), HEAD_DIM=HEAD_DIM, STAGES=int(stages), Q_SLOTS=int(q_slots), PINGPONG=bool(pingpong),
         CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4, maxnreg=max_registers,
     )
 
 
 @gluon.jit
-def _item(w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Item w: (head, kv_head, first_row, q_start, q_len, n_tiles, n_whole). Blocks are counted from the
-    sequence's end: block b holds rows q_len - (b + 1) * BLOCK_M .. q_len - b * BLOCK_M - 1, so first_row may be
-    negative and a sequence's one partial block is its first, whose causal rows see the fewest keys (aligned to
-    the start, 1024 = 5 x 192 + 64 rows left the last block's 64 rows to one consumer of three across all 16
-    of its tiles). n_tiles is 0 where the block lies wholly before the sequence's start (a shorter sequence of
-    the batch): every partition skips the item."""
-    head = w % num_q_heads
-    rest = w // num_q_heads
-    sequence = rest % batch
-    block = rest // batch  # 0: the last rows, the most keys: longest work first
-    # clamped as in prefill.py: offsets outside the contract give an unspecified result, never a fault
+def _sequence_bounds(w, cu_q_ptr, stride_cu, batch, num_q_heads, total_q):
+    """Item w's sequence: (q_start, q_end) from cu_seqlens, clamped as in prefill.py (offsets outside the contract
+    give an unspecified result, never a fault). Any w >= 0 names a sequence of the batch, so the partitions load
+    the next item's bounds while they work on the current one: the load's latency (at each item's start: the
+    largest stall outside the loops in call22's source counters) then lies under an item's work."""
+    sequence = (w // num_q_heads) % batch
     q_start = gl.minimum(gl.maximum(gl.load(cu_q_ptr + sequence * stride_cu), 0), total_q)
     q_end = gl.minimum(gl.maximum(gl.load(cu_q_ptr + (sequence + 1) * stride_cu), q_start), total_q)
+    return q_start, q_end
+
+
+@gluon.jit
+def _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+          BLOCK_N: gl.constexpr):
+    """Item w of the sequence q_start .. q_end (_sequence_bounds): (head, kv_head, first_row, q_len, n_tiles,
+    n_whole). Blocks are counted from the sequence's end: block b holds rows q_len - (b + 1) * BLOCK_M ..
+    q_len - b * BLOCK_M - 1, so first_row may be negative and a sequence's one partial block is its first, whose
+    causal rows see the fewest keys (aligned to the start, 1024 = 5 x 192 + 64 rows left the last block's 64
+    rows to one consumer of three across all 16 of its tiles). n_tiles is 0 where the block lies wholly before
+    the sequence's start (a shorter sequence of the batch): every partition skips the item."""
+    head = w % num_q_heads
+    block = (w // num_q_heads) // batch  # 0: the last rows, the most keys: longest work first
     q_len = q_end - q_start
     rows_end = q_len - block * BLOCK_M
     key_end = rows_end if CAUSAL else q_len
     n_tiles = gl.where(rows_end > 0, gl.cdiv(key_end, BLOCK_N), 0)
     n_whole = q_len // BLOCK_N  # tiles wholly inside the sequence: TMA copies
-    return head, head // group, rows_end - BLOCK_M, q_start, q_len, n_tiles, n_whole
+    return head, head // group, rows_end - BLOCK_M, q_len, n_tiles, n_whole
 
 
 @gluon.jit
 def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The producer: per item i, its query block into Q slot i % Q_SLOTS once both consumers released it, then its
     tiles into ring slot c % STAGES (c counts tiles across items): the K tile once both consumers released the
     slot's K (their logits of its previous tile are done), the V tile once they released its V. The `*_empty`
     phases start complete: the first waits of each slot pass."""
-    (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
+    (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
      k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
      stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
      items) = args
     Q_SLOTS: gl.constexpr = q_smem[0].shape[0]
     tiles_done = 0
     items_done = 0
+    next_start, next_end = _sequence_bounds(gl.program_id(0), cu_q_ptr, stride_cu, batch, num_q_heads, total_q)
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
-        head, kv_head, first_row, q_start, q_len, n_tiles, n_whole = _item(
-            w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL, BLOCK_M, BLOCK_N)
+        q_start = next_start
+        q_end = next_end
+        next_start, next_end = _sequence_bounds(w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads,
+                                                total_q)
+        head, kv_head, first_row, q_len, n_tiles, n_whole = _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL,
+                                                           BLOCK_M, BLOCK_N)
         if n_tiles > 0:
             q_slot = items_done % Q_SLOTS
             mbarrier.wait(q_empty.index(q_slot), ((items_done // Q_SLOTS) & 1) ^ 1)
@@ -287,16 +296,13 @@ def _online_softmax(s, j, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUS
 
 @gluon.jit
 def _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL: gl.constexpr,
-                   BLOCK_N: gl.constexpr, O_LAYOUT: gl.constexpr, LEAN: gl.constexpr):
-    """_online_softmax of an item's first tile: masked, or (LEAN) unmasked where the tile lies wholly before the
-    warpgroup's first query (n_unmasked > 0: every key visible to every row)."""
-    if LEAN:
-        if n_unmasked > 0:
-            p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
-                                                   BLOCK_N, O_LAYOUT, False)
-        else:
-            p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
-                                                   BLOCK_N, O_LAYOUT, True)
+                   BLOCK_N: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """_online_softmax of an item's first tile: unmasked where the tile lies wholly before the warpgroup's first
+    query (n_unmasked > 0: every key visible to every row; the masked step is 470 instructions against 326,
+    SASS), masked otherwise."""
+    if n_unmasked > 0:
+        p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
+                                               BLOCK_N, O_LAYOUT, False)
     else:
         p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
                                                BLOCK_N, O_LAYOUT, True)
@@ -352,14 +358,13 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
 
 @gluon.jit
 def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr,
-              ROLE: gl.constexpr):
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, ROLE: gl.constexpr):
     """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against the item's tiles that hold a
     key they see (n_own: causal tiles past the warpgroup's last query hold none; a warpgroup whose rows all lie
     before the sequence's start sees none), releasing the item's other tiles unread once they are loaded (the
     other warpgroups are done with the slot's previous tile by then). Every warpgroup takes n_tiles + 1 turns
     an item (a released tile, and an item it computes nothing of, take empty turns), so the turns alternate."""
-    (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
+    (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
      k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
      stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
      items) = args
@@ -375,9 +380,14 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
     tiles_done = 0
     items_done = 0
     turns = 0
+    next_start, next_end = _sequence_bounds(gl.program_id(0), cu_q_ptr, stride_cu, batch, num_q_heads, total_q)
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
-        head, kv_head, block_row, q_start, q_len, n_tiles, n_whole = _item(
-            w, cu_q_ptr, stride_cu, batch, num_blocks, num_q_heads, group, total_q, CAUSAL, BLOCK_M, BLOCK_N)
+        q_start = next_start
+        q_end = next_end
+        next_start, next_end = _sequence_bounds(w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads,
+                                                total_q)
+        head, kv_head, block_row, q_len, n_tiles, n_whole = _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL,
+                                                           BLOCK_M, BLOCK_N)
         if n_tiles > 0:
             first_row = block_row + ROLE * ROWS
             n_own = n_tiles
@@ -405,7 +415,7 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 mbarrier.arrive(k_empty.index(slot), count=1)
                 p, alpha_o, m_i, l_i = _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale,
-                                                      CAUSAL, BLOCK_N, o_layout, LEAN)
+                                                      CAUSAL, BLOCK_N, o_layout)
                 p_operand = _p_operand(p, dtype, p_layout)
                 # step j: tile j + 1's logits and tile j's value product, then tile j + 1's softmax
                 unmasked_steps = gl.maximum(gl.minimum(n_own - 1, n_unmasked - 1), 0)
@@ -428,12 +438,15 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 turns += 1
                 acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 mbarrier.arrive(v_empty.index(slot), count=1)
-                mbarrier.arrive(q_empty.index(q_slot), count=1)  # its last product has read the query block
+                # the rows leave through the warpgroup's own Q buffer, so the Q slot is released once the copy has
+                # read it (the tiles this warpgroup sees no key of are released while the copy runs)
+                _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows, o_desc, out_ptr, lse_ptr,
+                            stride_ot, stride_oh, stride_lt, stride_lh, HEAD_DIM, o_layout, WRITE_LSE)
                 _release_unread(n_own, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE,
                                 STAGES, PINGPONG)
+                tma.store_wait(0)
+                mbarrier.arrive(q_empty.index(q_slot), count=1)
                 turns += n_tiles - n_own
-                _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
-                            stride_oh, stride_lt, stride_lh, HEAD_DIM, o_layout, WRITE_LSE, LEAN)
             else:
                 # released once landed: its ready phase implies every warpgroup released the slot's previous
                 # item (an earlier arrive would count toward that item's release, call24: wrong rows, a hang)
@@ -466,17 +479,39 @@ def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_emp
 
 
 @gluon.jit
-def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
-                stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
-                WRITE_LSE: gl.constexpr, LEAN: gl.constexpr):
-    """The warpgroup's normalised rows of the output (and their log-sum-exp), rows past q_len masked. LEAN
-    multiplies by each row's reciprocal (one division a row) where the division per element compiled to
-    196 FMUL and 66 FSEL of the item's ~1000 instructions outside its loops (SASS, three consumers)."""
-    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-    if LEAN:
+def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows, o_desc, out_ptr, lse_ptr, stride_ot,
+                stride_oh, stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
+                WRITE_LSE: gl.constexpr):
+    """The warpgroup's normalised rows of the output (and their log-sum-exp). Rows wholly inside the sequence
+    (first_row >= 0; a block ends at or before q_len) go into q_rows, the warpgroup's own Q buffer (its last
+    product is done), and leave by one TMA copy; the caller waits for the copy to have read the buffer before
+    the producer may refill it. A sequence's partial first block takes _store_rows_masked, which leaves the
+    previous sequence's rows alone. Measured (call27, against 64 masked 32-bit stores a thread): 910.5 against
+    951.4 us at 4 x 4096 and 288.6 against 333.4 at 16 x 1024; call22's source counters had put those stores'
+    memory-queue throttle among the largest stalls outside the loops."""
+    if first_row >= 0:
+        l_safe = gl.where(l_i > 0.0, l_i, 1.0)
         out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+        q_rows.store(out.to(q_rows.dtype))
+        fence_async_shared()  # the generic-proxy stores before the copy's asynchronous read
+        tma.async_copy_shared_to_global(o_desc, [q_start + first_row, head * stride_oh], q_rows)
+        if WRITE_LSE:
+            lse_index = (q_start + queries).to(gl.int64)
+            gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh, (m_i + gl.log2(l_safe)) * 0.6931471805599453)
     else:
-        out = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+        _store_rows_masked(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
+                           stride_oh, stride_lt, stride_lh, HEAD_DIM, O_LAYOUT, WRITE_LSE)
+
+
+@gluon.jit
+def _store_rows_masked(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
+                       stride_oh, stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
+                       WRITE_LSE: gl.constexpr):
+    """_store_rows by masked stores: rows before the sequence's start (first_row < 0) are not written. Each row is
+    scaled by its reciprocal (one division a row; the division per element compiled to 196 FMUL and 66 FSEL of an
+    item's ~1000 instructions outside its loops, SASS)."""
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
     out_queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     valid = (out_queries >= 0) & (out_queries < q_len)  # a sequence's first block starts before its first row
     index = (q_start + gl.where(valid, out_queries, 0)).to(gl.int64)
@@ -492,33 +527,33 @@ def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr
 
 @gluon.jit
 def _consumer_first(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The first consumer warpgroup (the default partition)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 0)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 0)
 
 
 @gluon.jit
 def _consumer_second(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
+                     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The second consumer warpgroup (worker partitions share one signature: the producer's)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 1)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 1)
 
 
 @gluon.jit
 def _consumer_third(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, LEAN: gl.constexpr):
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
     """The third consumer warpgroup (BLOCK_M = 192)."""
-    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN, 2)
+    _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 2)
 
 
 @gluon.jit
 def _prefill_gluon_kernel(
-    q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr,
+    q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr,
     stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lt, stride_lh, stride_cu,
     batch, num_blocks, num_q_heads, group, qk_scale, total_q, items,
     CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, DTYPE: gl.constexpr, BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
-    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, LEAN: gl.constexpr,
+    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
 ):
     CONSUMERS: gl.constexpr = BLOCK_M // ROWS
     # one query buffer per consumer warpgroup (a buffer's dimensions are powers of two: 192 rows are not)
@@ -551,22 +586,22 @@ def _prefill_gluon_kernel(
     fence_async_shared()
     mbarrier.arrive(turn.index(0), count=1)  # the first consumer issues first
 
-    args = (q_desc, k_desc, v_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready,
+    args = (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready,
             q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
             stride_ot, stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale,
             total_q, items)
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
-            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
         ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, LEAN)),
+            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
         ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
