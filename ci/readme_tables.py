@@ -212,7 +212,7 @@ def attention_table() -> str:
         "from the decode benchmark alone on the next machine (`bench_attention_decode.json`, `variants/call16`: "
         "call15's host made the event timing of the small decode calls host-bound, p20-p80 89-132 us at B=8), "
         "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "
-        "(`bench_attention_prefill.json`, `variants/call28`: three consumer warpgroups, the output through TMA). "
+        "(`bench_attention_prefill.json`, `variants/call31`: two consumer warpgroups, 128-key tiles, the output through TMA). "
         "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
         "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
         "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "

@@ -179,15 +179,16 @@ def _gluon_prefill_or_skip(q, k, v, sm_scale):
     return prefill_tma
 
 
-#: The default (three consumer warpgroups, 64-key tiles, 4 slots, 2 Q slots), two consumers (alone, with
-#: PINGPONG's turns, with 128-key tiles in 3 slots and one Q slot), and 3 programs for every item of the call
-#: (each walks many items: the Q slots, whose buffers also carry the output rows out, and the ring carry over
-#: from item to item).
-_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "CONSUMERS": 2},
-                          {"GLUON": True, "CONSUMERS": 2, "PINGPONG": True},
-                          {"GLUON": True, "CONSUMERS": 2, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
-                          {"GLUON": True, "PROGRAMS": 3}]
-_GLUON_PREFILL_IDS = ["default", "2_consumers", "2_consumers_pingpong", "2_consumers_128x128_s3_q1", "3_programs"]
+#: The default (two consumer warpgroups, 128-key tiles, 2 slots, 2 Q slots), three consumers (64-key tiles, 4
+#: slots), two consumers with 64-key tiles in 4 slots, with PINGPONG's turns, with 128-key tiles in 3 slots and
+#: one Q slot, and 3 programs for every item of the call with two and three consumers (each program walks many
+#: items: the Q slots, whose buffers also carry the output rows out, and the ring carry over from item to item).
+_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "CONSUMERS": 3},
+                          {"GLUON": True, "BLOCK_N": 64, "STAGES": 4}, {"GLUON": True, "PINGPONG": True},
+                          {"GLUON": True, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1}, {"GLUON": True, "PROGRAMS": 3},
+                          {"GLUON": True, "CONSUMERS": 3, "PROGRAMS": 3}]
+_GLUON_PREFILL_IDS = ["default", "3_consumers", "64_key_tiles_s4", "pingpong", "128_key_tiles_s3_q1", "3_programs",
+                      "3_consumers_3_programs"]
 
 
 @pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)
@@ -236,6 +237,21 @@ def test_gluon_prefill_reads_no_row_of_the_next_sequence(causal, config):
     assert torch.isfinite(got[:100]).all(), "the second sequence's NaN rows reached the first sequence's output"
     atol, rtol = TOLERANCES[("attention.prefill", "fp16")][0]
     torch.testing.assert_close(got[:100].float(), want[:100].float(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("config", [{"GLUON": True, "CONSUMERS": 3, "BLOCK_N": 128},
+                                    {"GLUON": True, "CONSUMERS": 3, "PINGPONG": True}, {"GLUON": True, "CONSUMERS": 4}],
+                         ids=["3_consumers_128_key_tiles", "3_consumers_pingpong", "4_consumers"])
+def test_gluon_prefill_refuses_a_config_it_cannot_run(config):
+    """Catches a prefill_gluon config outside its register and turn budgets (three consumers with 128-key tiles:
+    160 registers a thread for the logits, P and the accumulator alone; turns between three consumers; four)
+    compiling anyway, spilling or hanging, instead of a ValueError that names the kernel."""
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn((64, heads, 128), generator=g).half().to(DEVICE) for heads in (8, 2, 2))
+    cu = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
+    prefill_tma = _gluon_prefill_or_skip(q, k, v, 128 ** -0.5)
+    with pytest.raises(ValueError, match="prefill_gluon"):
+        prefill_tma.prefill(q, k, v, cu, 64, 128 ** -0.5, True, config=dict(config))
 
 
 @pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e3, 1e5])

@@ -12,7 +12,7 @@ median; B=1 decode also in CUDA-graph replay).
   mla_decode   page 64, Hq=16 B=64 L=4096, Hq=16 B=1 L=32768, Hq=32 B=64 L=4096, Hq=16 B=8 L=32768 (--shapes
                replaces them): the heuristic and FlashMLA (where installed) against the --variants configs
   prefill      causal GQA 32/8 d128, 4 x 4096 and 16 x 1024 tokens: the heuristic and torch SDPA against the
-               --variants configs
+               --variants configs (SDPA and the variants interleaved --repeat times)
   decode_fp8   GQA 32/8 d128 page 16 fp8 KV, B=64 L=4096, B=8 L=8192, B=1 L=32768: the fp8 and bf16 heuristics
                against the --variants configs
 
@@ -124,16 +124,17 @@ def section_prefill():
         sdpa_v = v.view(batch, length, 8, 128).transpose(1, 2)
         sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(sdpa_q, sdpa_k, sdpa_v, is_causal=True,
                                                                         enable_gqa=True)
-        entry = {**base, "variant": "peer/torch.sdpa"}
-        try:
-            entry.update(attention_tiles._time(sdpa))
-        except Exception as error:
-            entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        rows.append(entry)
-        print(json.dumps(entry), flush=True)
-        for name, config in variants:
-            entry = {**base, "variant": name, **config}
-            _check_and_time(rows, entry, lambda: call(dict(config)), want)
+        for round_ in range(REPEAT):  # SDPA and the variants interleaved, REPEAT rounds: the drift beside them
+            entry = {**base, "variant": "peer/torch.sdpa", "round": round_}
+            try:
+                entry.update(attention_tiles._time(sdpa))
+            except Exception as error:
+                entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+            rows.append(entry)
+            print(json.dumps(entry), flush=True)
+            for name, config in variants:
+                entry = {**base, "variant": name, "round": round_, **config}
+                _check_and_time(rows, entry, lambda: call(dict(config)), want)
         for row in rows:
             if row.get("batch") == batch and "event_us" in row:
                 row["TFLOPs"] = round(flops / row["event_us"] / 1e6, 1)
@@ -182,7 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--variants", help="JSON file: {section: [[name, config], ...]} of extra variants")
-    parser.add_argument("--repeat", type=int, default=1, help="mla_decode: run the extra variants N times, interleaved")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="mla_decode, prefill: run the extra variants (prefill: and SDPA) N times, interleaved")
     parser.add_argument("--graph-all", action="store_true", help="mla_decode: CUDA-graph replay for every shape")
     parser.add_argument("--shapes", help="mla_decode: B,L,H;B,L,H... instead of SHAPES_MLA")
     args = parser.parse_args(argv)

@@ -271,10 +271,10 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
 #     against the FlashInfer row's 822.5 / 508.6 / 452.6 / 418.2 (and FlashInfer planned once per step, a peer:
 #     390.0 / 105.8 / 60.7 / 15.1): native 30. decode_fp8: the only row for an fp8 buffer besides the
 #     reference (177.9 / 70.0 / 82.0 us at the first three shapes; 169.2 / 50.4 / 30.1 in graph replay): 10.
-#   prefill (its own run, variants/call28): native 923.2 / 286.6 us at 4 x 4096 / 16 x 1024 causal (sm90's
-#     Gluon kernel for head dim 128, three consumer warpgroups, the output through TMA; the TMA kernel took
-#     1136.8 / 379.5 in call15), FA3 865.4 / 332.5, the FlashInfer row 1706.4 / 1067.9: native 15, between
-#     them (FA3 ahead at the long sequences, native at the short ones). mla_prefill: native 748.2, FA3 529.4,
+#   prefill (its own run, variants/call31): native 864.3 / 290.3 us at 4 x 4096 / 16 x 1024 causal (sm90's
+#     Gluon kernel for head dim 128, two consumer warpgroups, 128-key tiles, the output through TMA; the TMA
+#     kernel took 1136.8 / 379.5 in call15), FA3 841.1 / 322.1, the FlashInfer row 2288.7 / 1120.1: native 15,
+#     between them (FA3 ahead at the long sequences, native at the short ones). mla_prefill: native 748.2, FA3 529.4,
 #     FlashInfer 1611.3: 15.
 #   prefill_paged: native 523.2 us, the FlashInfer row 1383.8: native 20.
 #   mla_decode page 64 (graph replay, CUDA events in brackets): Hq=128 B=64 L=4096 native 167.8 (174.2) us (the

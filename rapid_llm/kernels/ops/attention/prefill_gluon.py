@@ -8,19 +8,24 @@ that TMA can read, sm_scale > 0.
 Why: the Triton kernels (prefill.py, prefill_tma.py) run every warp of a program through the same
 instruction stream, so a warpgroup's softmax and its tensor-core products alternate instead of
 overlapping (Triton's own warp specialization did not compile at these tiles, prefill_tma.launch_config).
-Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8; perf/results/h200/attention_2026-12-01/variants): with
-the output leaving through shared memory by TMA (_store_rows) 910.5 / 288.6 us against SDPA's 917.5 / 296.7 in
-the same run (call27); before it, the prefill benchmark of call26 (three consumer warpgroups, blocks counted
-from the sequence's end, masked stores) 946.5 / 333.3 against SDPA's 911.6 / 294.8 and FA3's 832.8 / 319.1;
-call25 (blocks from the start) 964.8 / 358.2; two consumer warpgroups 1016.6 / 353.7 in call26's sweep,
-1015.3 / 360.2 in call21's benchmark.
+Measured (H200, 4 x 4096 / 16 x 1024 causal GQA 32/8; perf/results/h200/attention_2026-12-01/variants): two
+consumer warpgroups with 128-key tiles (the default, CONSUMERS and TILES) 866 - 947 / 285.0 - 287.3 us over four
+rounds interleaved with SDPA's 907 - 1023 / 293.5 - 295.7 (call30), three consumers with 64-key tiles 952 -
+960 / 283.8 - 286.7 in the same rounds; the output leaving through shared memory by TMA (_store_rows) took
+three consumers from 951.4 / 333.4 to 910.5 / 288.6 (call27). Before it, the prefill benchmark of call26
+(three consumers, blocks counted from the sequence's end, masked stores) 946.5 / 333.3 against SDPA's 911.6 /
+294.8 and FA3's 832.8 / 319.1; call25 (blocks from the start) 964.8 / 358.2; two consumers with 64-key tiles
+1016.6 / 353.7 in call26's sweep, 1015.3 / 360.2 in call21's benchmark. Identical launches drift by up to 8%
+across one run at 4 x 4096 (call29: 898 / 924 / 972 us), so variants are compared in interleaved rounds.
 
 Where the time goes (ncu, call22: two consumers, the softmax-block variant below, 1.76 GHz): the consumers'
 loop is latency-bound on its own instruction stream (warp-state samples in the unmasked loop: 35% waiting on
 a fixed-latency dependency, 21% issuing, 12% at a barrier or the products' waits, 9% on MUFU or shuffle
 results), not on the tensor cores (the tensor pipe 54% busy); a 64-key step is 313 - 327 instructions a warp.
 A third consumer warpgroup puts a third instruction stream beside the tensor cores on each scheduler and makes
-each key/value tile serve 192 query rows: 953.5 against 1016.6 us (call24). What did not help (call23, against the same kernel in one
+each key/value tile serve 192 query rows: 953.5 against 1016.6 us (call24) with 64-key tiles and masked
+stores; with the output through TMA, two consumers with 128-key tiles (a 128-key step is 492 instructions a
+warp against two 64-key steps' 652) came out ahead (call30). What did not help (call23, against the same kernel in one
 run): the softmax in a block of its own so that ptxas keeps the value product's wait after the exponentials
 (SASS: it otherwise places it ahead of them, where its latency model says the product ends): 1096 against
 1012 us; with the accumulator's rescale moved between the two products' issues and P carried in fp32: 1039
@@ -38,7 +43,7 @@ same K/V tiles side by side in time, so those tiles are read from L2). A program
   consumers finish the current one), then its key/value tiles through a STAGES-slot ring that runs on across
   items (TMA for tiles wholly inside the sequence; masked pointer loads, zeros past the sequence's end, for
   its partial last tile, so no row of another sequence reaches a product);
-- CONSUMERS consumer warpgroups (3 by default, or 2), 64 query rows each: S = Q_w . K^T (wgmma, both operands
+- CONSUMERS consumer warpgroups (2 by default, or 3), 64 query rows each: S = Q_w . K^T (wgmma, both operands
   in shared memory), the online softmax in fp32 with base-2 logits (the row reductions stay inside a warp: a
   warpgroup's product rows are its own 16-row warp slices), then O += P . V with P straight from registers
   (wgmma's register A operand). A consumer releases a ring slot's keys (one arrive of the CONSUMERS its
@@ -82,27 +87,29 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..device_facts import multiprocessor_count
 from .prefill import _LOG2E
 
-#: Keys per tile (and below, ring slots). Two consumers (perf/results/h200/attention_2026-12-01/variants): 64-key
-#: tiles in 4 slots 1001.8 us at 4 x 4096 and 358.4 at 16 x 1024, 128-key tiles in 2 slots 1163.7 / 404.9
-#: (call19; 3 slots 1036.7 with PINGPONG, 2 slots 1542.7); 128-key tiles in 3 slots with one Q slot 963.3 /
-#: 378.5 (call21), 937.2 / 361.2 (call25), 960.5 / 390.4 (call26). Three consumers take 64-key tiles only: a
-#: 128-key tile's logits, P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the 152 the default
-#: partition gets (SASS: USETMAXREG 0x98).
-BLOCK_N = 64
-#: Consumer warpgroups (64 query rows each, so an item's block is 64 * CONSUMERS rows): three, each key/value tile
-#: serving 192 rows, measured 953.5 / 355.6 us (call24) and 960.2 / 357.2 (call25) against two's 1016.6 / 362.5
-#: and 1025.4 / 361.1 in the same runs; with blocks counted from the sequence's end (_item) 940.4 / 333.5
-#: against two's 1016.6 / 353.7 (call26).
-CONSUMERS = 3
+#: Consumer warpgroups (64 query rows each, so an item's block is 64 * CONSUMERS rows), 2 or 3, and per count
+#: the keys per tile and the ring slots (TILES). Two consumers with 128-key tiles in 2 slots (and 2 Q slots),
+#: four rounds interleaved with the others in one run (call30): 866 / 929 / 911 / 947 us at 4 x 4096 and
+#: 285.0 - 287.3 at 16 x 1024, against three consumers with 64-key tiles in 4 slots: 952 / 960 / 956 / 956 and
+#: 283.8 - 286.7 (SDPA 907 / 995 / 1023 / 994 and 293.5 - 295.7). Without the output through TMA (call26) the
+#: order was the other way: three consumers 940.4 / 333.5, two with 64-key tiles 1016.6 / 353.7 and with
+#: 128-key tiles in 3 slots and one Q slot 960.5 / 390.4: each key/value tile served 192 rows, and the item's
+#: fixed cost (the masked stores) weighed on the short sequences. Three consumers take 64-key tiles only: a
+#: 128-key tile's logits, P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the
+#: 152 the default partition gets (SASS: USETMAXREG 0x98).
+CONSUMERS = 2
+#: consumers: (keys per tile, ring slots). Shared memory: Q_SLOTS x 16 KiB a consumer + STAGES x (K + V)
+#: BLOCK_N x 512 B: two consumers 2 x 32 + 2 x 64 = 192 KiB, three 2 x 48 + 4 x 32 = 224 KiB, at the ~227 KiB
+#: an sm90 block may hold. Other measurements (perf/results/h200/attention_2026-12-01/variants): two consumers
+#: with 64-key tiles in 4 slots 1001.8 / 358.4 (call19), 971.7 / 301.3 (call28); 128-key tiles in 3 slots with
+#: one Q slot 963.3 / 378.5 (call21), 895.8 / 324.6 (call29: one Q slot leaves each item's query load exposed);
+#: three consumers with 3 slots 946.7 / 353.5 (call24), 940.3 / 335.3 (call26), 910.0 / 287.7 (call27), within
+#: the runs' spread of 4 slots.
+TILES = {2: (128, 2), 3: (64, 4)}
 #: Query rows of a consumer warpgroup (its wgmma's M), of one Q copy and of one Q buffer.
 ROWS = gl.constexpr(64)
 #: The one q/k/v head dim this kernel serves.
 HEAD_DIM = 128
-#: Key/value tiles in flight: Q_SLOTS x 64 * CONSUMERS rows x 256 B + STAGES x (K + V) 32 KiB (BLOCK_N 64):
-#: 2 x 48 KiB + 4 x 32 KiB = 224 KiB with three consumers, at the ~227 KiB an sm90 block may hold. Three
-#: consumers with 3 slots: 946.7 / 353.5 (call24), 954.0 / 353.0 (call25), 940.3 / 335.3 (call26), within the
-#: runs' spread of the default; 5 slots with one Q slot 975.0 / 377.7 (call25).
-STAGES = 4
 #: The turns between the consumers (PINGPONG) are off by default: they measured slower, 1049.1 against 1001.8
 #: us at 4 x 4096 and 370.3 against 358.4 at 16 x 1024 (call19): both warpgroups wait on the same tiles anyway,
 #: and a turn costs each warpgroup a barrier wait and an arrive (with its partition-wide bar.sync) per tile.
@@ -138,15 +145,19 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
     return TensorDescriptor(tensor, [tokens, columns], [tensor.stride(0), 1], [rows, dim], layout)
 
 
-def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=BLOCK_N, stages=STAGES,
+def launch(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, out, lse, block_n=None, stages=None,
            pingpong=PINGPONG, q_slots=Q_SLOTS, programs=None, consumers=CONSUMERS):
     """Launch min(SMs, items) persistent programs; prefill.prefill checked the call and allocated.
     block_n / stages / q_slots: keys per tile, ring slots and Q slots (shared memory: q_slots x consumers x
-    16 KiB + stages x block_n x 512 B, at most ~227 KiB); pingpong: the turns of the module docstring; programs: the
-    grid (tests: fewer programs than items, so each walks several); consumers: 2 or 3 consumer warpgroups (the
-    turns take two)."""
+    16 KiB + stages x block_n x 512 B, at most ~227 KiB; block_n and stages default to TILES[consumers]);
+    pingpong: the turns of the module docstring; programs: the grid (tests: fewer programs than items, so each
+    walks several); consumers: 2 or 3 consumer warpgroups (the turns take two, three take 64-key tiles)."""
     if consumers not in REGISTERS or (pingpong and consumers != 2):
         raise ValueError(f"prefill_gluon: consumers must be 2 or 3 (2 with pingpong); got {consumers}")
+    block_n = TILES[consumers][0] if block_n is None else int(block_n)
+    stages = TILES[consumers][1] if stages is None else int(stages)
+    if consumers == 3 and block_n != 64:
+        raise ValueError(f"prefill_gluon: three consumers take 64-key tiles (registers); got block_n {block_n}")
     block_m = ROWS.value * consumers
     consumer_regs, producer_regs, max_registers = REGISTERS[consumers]
     layouts = _layouts(q.dtype, block_n)
@@ -605,4 +616,4 @@ def _prefill_gluon_kernel(
         ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-__all__ = ["BLOCK_N", "CONSUMERS", "HEAD_DIM", "launch"]
+__all__ = ["CONSUMERS", "HEAD_DIM", "TILES", "launch"]

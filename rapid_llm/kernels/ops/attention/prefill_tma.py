@@ -107,10 +107,11 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     Where gluon_fits (sm90, q/k/v head dim 128, sm_scale > 0) prefill_gluon.py's warp-specialized kernel serves
     (two consumer warpgroups: 1001.8 us at 4 x 4096 causal GQA 32/8 against this module's 1094.5 in the same run,
     attention_2026-12-01/variants/call19; three: 946.5 in the benchmark of call26, 910.5 with the output through
-    TMA in call27); this module's kernel serves the rest (MLA's 192, head dims 64 and 256, sm100). A config
-    {"GLUON": True, ...} forces prefill_gluon.py with optional "BLOCK_N" (keys per tile), "STAGES" (ring slots),
-    "Q_SLOTS", "PINGPONG" (turns between its consumers), "CONSUMERS" (its consumer warpgroups, 2 or 3) and
-    "PROGRAMS" (the grid); any other config takes this module's kernel."""
+    TMA in call27; two with 128-key tiles, the default since call30); this module's kernel serves the rest
+    (MLA's 192, head dims 64 and 256, sm100). A config {"GLUON": True, ...} forces prefill_gluon.py with optional
+    "BLOCK_N" (keys per tile), "STAGES" (ring slots), "Q_SLOTS", "PINGPONG" (turns between its consumers),
+    "CONSUMERS" (its consumer warpgroups, 2 or 3) and "PROGRAMS" (the grid); any other config takes this
+    module's kernel."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = v.shape[2]
     out = torch.empty((tokens, num_q_heads, head_dim_v), dtype=q.dtype, device=q.device)
