@@ -352,6 +352,20 @@ def _expected_calls(name):
             assert args[0] is buffer and args[1] is kv and args[2] is loc, "not (buffer, kv, loc)"
             assert result is buffer
         return (kv, loc, buffer), check
+    if name == "decode":
+        q = torch.randn(2, 8, 128).half()
+        kv_buffer = torch.zeros(32, 4, 128, dtype=torch.float8_e4m3fn)
+        page_table, seq_lens = torch.arange(4, dtype=torch.int32).view(2, 2), torch.tensor([20, 9], dtype=torch.int32)
+        k_scale, v_scale = torch.ones(1), torch.full((1,), 0.5)
+
+        def check(args, result):
+            out, partial, partial_lse, *inputs, page_size, sm_scale, splits = args
+            assert all(a is b for a, b in zip(inputs, (q, kv_buffer, page_table, seq_lens, k_scale, v_scale))), (
+                "not (out, partial, partial_lse, q, kv_buffer, page_table, seq_lens, k_scale, v_scale, ...)")
+            assert result is out and out.shape == q.shape and out.dtype == q.dtype
+            assert partial.dtype == partial_lse.dtype == torch.float32
+            assert (page_size, sm_scale, splits) == (8, 0.125, 1) and type(sm_scale) is float
+        return (q, kv_buffer, page_table, seq_lens, 8, 0.125, k_scale, v_scale), check
     raise AssertionError(f"op {name!r}: add its expected call (outputs first) to this test")
 
 
@@ -849,3 +863,102 @@ class TestKvWriteExtensionOnGpu:
             torch.cuda.synchronize()
             assert torch.equal(buffer, expected), f"head_dim {head_dim}: rows written other than loc's"
             assert torch.equal(storage[:, width:], before_padding), "wrote into a row's padding"
+
+
+# ---------------------------------------------------------------------------
+# attention.decode over an fp8 KV buffer on the extension path (aot/ and jit/decode_fp8)
+# ---------------------------------------------------------------------------
+
+DECODE_ROWS = ["aot/decode_fp8", "jit/decode_fp8"]
+
+
+def _fp8_decode_inputs(batch, q_heads, kv_heads, lengths, page_size, dtype, seed, magnitude=1.0):
+    """q, an e4m3 buffer of shuffled pages (non-monotonic, past each sequence's end NaN-free garbage), the
+    page table, seq_lens and the scales, on CUDA."""
+    g = torch.Generator().manual_seed(seed)
+    pages_per = max(-(-length // page_size) for length in lengths) + 1
+    pages = batch * pages_per + 3
+    table = torch.randperm(pages, generator=g)[:batch * pages_per].view(batch, pages_per).to(torch.int32)
+    values = torch.randn((pages * page_size, 2 * kv_heads, 128), generator=g) * 3
+    scale = (values.abs().amax() / 448).reshape(1)
+    buffer = (values / scale).to(torch.float8_e4m3fn)
+    q = (torch.randn((batch, q_heads, 128), generator=g) * magnitude).to(dtype)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    return [x.cuda() for x in (q, buffer, table, lens)] + [page_size, 128 ** -0.5, scale.cuda(), (scale * 0.5).cuda()]
+
+
+@needs_cuda
+@pytest.mark.parametrize("row_name", DECODE_ROWS)
+class TestFp8DecodeExtensionOnGpu:
+    @pytest.mark.parametrize("case", [
+        # (batch, Hq, Hk, lengths, page size): GQA 4 / 8 / 1 (MHA) / 32 (two blocks of 16 heads per KV head),
+        # pages of 1 (a lookup per position), 16, 64 (one page a 32-position chunk); lengths that end mid chunk,
+        # one position, a long context (split-K) and a batch large enough for one split
+        (3, 32, 8, [1, 100, 1000], 16),
+        (2, 16, 2, [33, 4097], 64),
+        (2, 8, 8, [31, 257], 1),
+        (1, 32, 1, [2000], 16),
+        (1, 32, 8, [32768], 64),
+        (64, 32, 8, [1024] * 64, 16),
+    ], ids=["gqa4_page16", "gqa8_page64", "mha_page1", "gqa32_two_head_blocks", "long_32k", "b64_one_split"])
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+    def test_equals_the_native_fp8_row(self, row_name, case, dtype):
+        """Catches a wrong operand permutation (the logits' dims or the value product's position pairs: a
+        large diff everywhere), a position past a sequence's end read (its bytes are garbage here), a page
+        looked up at the wrong granularity, the heads of a KV head's second 16-head block, a split or the
+        merge wrong, and (bf16) q's power-of-two scaling or its compensation off."""
+        fn = _wrapper_or_skip(row_name)
+        from rapid_llm.kernels.ops.attention import decode
+
+        batch, q_heads, kv_heads, lengths, page_size = case
+        lengths = (lengths * batch)[:batch]
+        args = _fp8_decode_inputs(batch, q_heads, kv_heads, lengths, page_size, dtype, seed=len(lengths))
+        got = fn(*args)
+        want = decode.decode(*args)
+        torch.cuda.synchronize()
+        assert torch.isfinite(got).all(), "an unwritten or NaN output element"
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+    @pytest.mark.parametrize("magnitude", [1e-6, 1e3, 1e5])
+    def test_bf16_query_scaling_keeps_fp16_in_range(self, row_name, magnitude):
+        """Catches q entering fp16 unscaled (1e5 overflows fp16: inf logits; 1e-6 underflows: uniform
+        weights) where the Triton row scales it by a power of two."""
+        fn = _wrapper_or_skip(row_name)
+        from rapid_llm.kernels.ops.attention import decode
+
+        args = _fp8_decode_inputs(2, 32, 8, [300, 77], 16, torch.bfloat16, seed=7, magnitude=magnitude)
+        args[5] = 128 ** -0.5 / magnitude  # logits of order one whatever q's magnitude
+        got, want = fn(*args), decode.decode(*args)
+        torch.cuda.synchronize()
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+    def test_direct_op_calls_fail_the_torch_checks(self, row_name):
+        """Catches a launcher that decodes unchecked inputs (another head dim, an unaligned buffer, a page
+        size that is no power of two, an fp16 buffer), and an error path that crashes the process."""
+        _torch_op_or_skip(row_name, "decode")
+        _assert_direct_calls_raise(row_name, "decode", """
+            q = torch.randn(2, 8, 128, device="cuda", dtype=torch.bfloat16)
+            buffer = torch.zeros(64, 4, 128, device="cuda", dtype=torch.float8_e4m3fn)
+            table = torch.zeros(2, 4, device="cuda", dtype=torch.int32)
+            lens = torch.full((2,), 40, device="cuda", dtype=torch.int32)
+            one = torch.ones(1, device="cuda")
+            out = torch.empty_like(q)
+            none = torch.empty(0, device="cuda")
+            def call(**changes):
+                args = dict(out=out, partial=none, partial_lse=none, q=q, kv_buffer=buffer, page_table=table,
+                            seq_lens=lens, k_scale=one, v_scale=one, page_size=16, sm_scale=0.1, num_splits=1)
+                args.update(changes)
+                return tuple(args.values())
+            cases = [
+                (call(q=q.cpu()), "must be a CUDA tensor"),
+                (call(q=q[..., :64].contiguous(), out=out[..., :64].contiguous()), "q must be [B, Hq, 128]"),
+                (call(kv_buffer=buffer.half()), "must be float8_e4m3fn"),
+                (call(kv_buffer=torch.zeros(64, 4, 136, device="cuda", dtype=torch.float8_e4m3fn)[..., 8:]),
+                 "16-byte aligned"),
+                (call(kv_buffer=buffer[:, :3]), "must be [rows, 2*Hk, 128]"),
+                (call(page_size=12), "power of two"),
+                (call(page_table=table.long()), "page_table must be int32"),
+                (call(num_splits=2), "partial must be contiguous float32"),
+            ]
+        """)

@@ -30,6 +30,12 @@ TORCH_LIBRARY_FRAGMENT(RAPID_LLM_OP_NAMESPACE, m) {
   m.def("update_kv_buffer(Tensor! buffer, Tensor kv, Tensor loc) -> ()");
   m.impl("update_kv_buffer", c10::kCUDA, &rapid_llm::update_kv_buffer);
   m.impl("update_kv_buffer", c10::kCPU, &rapid_llm::update_kv_buffer);
+
+  // attention.decode over an fp8-e4m3 KV buffer (csrc/attention/decode_fp8.cu); partial and partial_lse are
+  // the splits' scratch (one schema string: conformance/test_extension.py parses it).
+  m.def("decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale, int num_splits) -> ()");
+  m.impl("decode", c10::kCUDA, &rapid_llm::decode);
+  m.impl("decode", c10::kCPU, &rapid_llm::decode);
 }
 
 // `import rapid_llm._C` needs a module init function. The module carries no

@@ -56,6 +56,18 @@ void scale(at::Tensor& out, const at::Tensor& input, double factor);
 // on the device.
 void update_kv_buffer(at::Tensor& buffer, const at::Tensor& kv, const at::Tensor& loc);
 
+// attention.decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor kv_buffer,
+//   Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale,
+//   int num_splits) -> ()
+// The fp8-e4m3 KV buffer's decode (csrc/attention/decode_fp8.cu): q float16/bfloat16 [B, Hq, 128] any
+// strides, kv_buffer e4m3 [rows, 2*Hk, 128] (16-byte aligned rows and heads), page_table int32 [B, pages],
+// seq_lens int32 [B], one-element float32 scales, page_size a power of two; out contiguous [B, Hq, 128] of
+// q's dtype; with num_splits > 1, partial fp32 [B, Hq, S, 128] and partial_lse fp32 [B, Hq, S] (scratch).
+void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const at::Tensor& q,
+            const at::Tensor& kv_buffer, const at::Tensor& page_table, const at::Tensor& seq_lens,
+            const at::Tensor& k_scale, const at::Tensor& v_scale, int64_t page_size, double sm_scale,
+            int64_t num_splits);
+
 // ---------------------------------------------------------------------------
 // Helpers shared by the launchers (host code only)
 // ---------------------------------------------------------------------------

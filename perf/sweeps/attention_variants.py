@@ -14,7 +14,7 @@ median; B=1 decode also in CUDA-graph replay).
   prefill      causal GQA 32/8 d128, 4 x 4096 and 16 x 1024 tokens: the heuristic and torch SDPA against the
                --variants configs (SDPA and the variants interleaved --repeat times)
   decode_fp8   GQA 32/8 d128 page 16 fp8 KV, B=64 L=4096, B=8 L=8192, B=1 L=32768: the fp8 and bf16 heuristics
-               against the --variants configs
+               and the CUDA extension's fp8 row (where a build loads) against the --variants configs
 
 Writes DIR/attention_variants.json; prints one line per entry as it runs and a summary line per entry last.
 """
@@ -141,6 +141,18 @@ def section_prefill():
     return rows
 
 
+def _extension_decode(backend: str):
+    """The aot/ or jit/decode_fp8 row's function, or None (printed why) where that build does not load."""
+    from rapid_llm.kernels import aot, jit
+    from rapid_llm.kernels.ops.attention import decode_cuda
+
+    ok, reason = (aot if backend == "aot" else jit).available()
+    if not ok:
+        print(f"{backend}/decode_fp8 not timed: {reason}", flush=True)
+        return None
+    return decode_cuda.decode_aot if backend == "aot" else decode_cuda.decode_jit
+
+
 def section_decode_fp8():
     from rapid_llm.kernels.ops.attention import decode as module
 
@@ -164,6 +176,12 @@ def section_decode_fp8():
         _check_and_time(rows, {**base, "variant": "heuristic"},
                         lambda: module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale), want,
                         graph=batch == 1)
+        for backend in ("jit", "aot"):  # the CUDA extension's row, where that build loads (RAPID_LLM_JIT=1 ...)
+            extension = _extension_decode(backend)
+            if extension is not None:
+                _check_and_time(rows, {**base, "variant": f"{backend}/decode_fp8"},
+                                lambda: extension(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale), want,
+                                graph=batch == 1)
         for name, config in EXTRA.get("decode_fp8", []):
             entry = {**base, "variant": name, **config}
             _check_and_time(rows, entry, lambda: module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale,

@@ -31,7 +31,7 @@ from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
 from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
 from ...backends.flashinfer import REQUIREMENT as FLASHINFER
 from ..common_rows import LIBRARY_PARITY
-from ..common_rows import ATTENTION_RESULTS, TRITON, TRITON_DEVICES, TRITON_FP8_READ_DEVICES
+from ..common_rows import ATTENTION_RESULTS, TRITON, TRITON_DEVICES, TRITON_FP8_DEVICES, TRITON_FP8_READ_DEVICES
 
 PREFILL = "attention.prefill"
 PREFILL_PAGED = "attention.prefill_paged"
@@ -257,6 +257,27 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
         description=description,
     )
 
+def _extension_decode_row(backend: str, function: str) -> KernelSpec:
+    """aot/decode_fp8 or jit/decode_fp8: attention.decode over an fp8-e4m3 buffer on the CUDA extension."""
+    return KernelSpec(
+        name=f"{backend}/decode_fp8",
+        op=DECODE,
+        backend=backend,
+        target=f"{_HERE}.decode_cuda:{function}",
+        available=f"rapid_llm.kernels.{backend}:available",
+        capability=TRITON_FP8_DEVICES,  # CUDA sm89+: the e4m3 -> f16x2 conversion
+        dtypes={"fp16", "bf16"},
+        shape=(ShapeConstraint("head_dim", one_of=(128,)),
+               ShapeConstraint("page_size", one_of=tuple(2 ** i for i in range(11)))),  # powers of two to 1024
+        layout=("kv:fp8_e4m3", "kv:paged"),
+        golden=GoldenRecord.unverified(),
+        priority=20,
+        graph_safe=True,
+        description=("CUDA extension: paged fp8-KV decode with mma.sync, the value operand built in registers by "
+                     "byte permutes" + ("" if backend == "aot" else " (built on first use, RAPID_LLM_JIT=1)")),
+    )
+
+
 # Priorities (common_rows.LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
 #   prefill, GQA 32/8 d128 causal: FA3 825.7 us at 4 x 4096 tokens and 322.6 us at 16 x 1024, FlashInfer
 #     1652.1 / 1044.5 us (plan() in every call); mla_prefill 4 x 4096, 16 heads 192/128: FA3 512.5, FlashInfer
@@ -309,6 +330,12 @@ ROWS = (
                 layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, max_abs_diff=0.0078125, priority=10,
                 description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
                             "conversion), scales folded into the softmax"),
+    # The CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu: mma.sync with the value operand
+    # built in registers by byte permutes, no shared memory in the loop), built ahead of time or on first
+    # use. Compiled for sm90 (212-222 registers, no spills, 34 KiB of shared memory: two blocks an SM) and
+    # not yet run on a GPU: unverified, so default dispatch passes it over until its H200 parity run.
+    *(_extension_decode_row(backend, function) for backend, function in (("aot", "decode_aot"),
+                                                                         ("jit", "decode_jit"))),
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
                 description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
                             "on sm90 for pages that hold whole tiles, Hq < 64: a Gluon kernel with a TMA ring and "

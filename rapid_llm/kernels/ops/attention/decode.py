@@ -37,16 +37,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device_facts import multiprocessor_count
 from ..launch_fitting import launch_fitting
+# the split rule lives in splits.py (no Triton import: the extension row uses it too); re-exported here
+from .splits import MAX_SPLITS, MIN_SPLIT_POSITIONS, num_splits  # noqa: F401
 from .prefill import paged_rows, softmax_step, split_head_dim
 
 _LOG2E = 1.4426950408889634
-#: Upper bound of the split count (and the merge kernel's tile): 256 splits of a 32k context are
-#: 128 positions each, already below a tile per program at BLOCK_N = 64.
-MAX_SPLITS = 256
-#: A split should cover at least this many positions of the page table's reach.
-MIN_SPLIT_POSITIONS = 256
 #: Head-dim columns per merge program.
 MERGE_BLOCK_D = 64
 
@@ -77,23 +73,6 @@ def launch_config(head_dim: int, kv_dtype: torch.dtype, device: torch.device) ->
         if head_dim <= 128:
             config["maxnreg"] = 128
     return config
-
-
-def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device) -> int:
-    """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
-    per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
-    4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
-    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, common_rows.ATTENTION_SWEEP): B=64
-    L=4096 (512 programs) 260.2 us with 1 split, 280.4 with 2; B=8 L=8192 81.6 us with 9 splits, 94.3 with
-    4, 85.6 with 18; B=1 L=32768 51.4 us with 66 (40.3 in graph replay), 56.9 with 33, 52.5 with 132."""
-    if device.type != "cuda" or batch == 0:
-        return 1
-    programs = batch * programs_per_sequence
-    if programs >= 2 * multiprocessor_count(device):
-        return 1
-    wanted = triton.cdiv(4 * multiprocessor_count(device), programs)
-    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
-    return max(1, min(wanted, reach, MAX_SPLITS))
 
 
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None, *, splits=None,

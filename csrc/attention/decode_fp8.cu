@@ -1,0 +1,595 @@
+// attention.decode over an fp8-e4m3 paged KV buffer on the CUDA extension path (sm89+: mma.sync with
+// fp16 operands and the e4m3x2 -> f16x2 conversion).
+// Schema (outputs first; the op is attention.decode's, the extension op `decode`, and serves the fp8 buffer):
+//   decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor kv_buffer, Tensor page_table,
+//          Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale, int num_splits) -> ()
+// partial / partial_lse: the splits' scratch ([B, Hq, num_splits, 128] and [B, Hq, num_splits] fp32, not read
+// with one split); the launcher merges the splits into out itself (merge_kernel).
+//
+//   out[b, h] = v_scale * sum_j softmax_j(q[b, h] . k[j] * k_scale * sm_scale) v[j],  j < seq_lens[b]
+//
+// Why a CUDA kernel: the P.V product reduces over positions, so its B operand needs two positions of one
+// head dim in each 32-bit register, while the buffer [rows, 2*Hk, 128] stores a position's dims
+// contiguously. The Triton row gathers the value tile byte by byte from shared memory (128 LDS.U8 a
+// 128-position tile; sm90 has no transposing ldmatrix for 8-bit elements) and reaches 1.43x the bf16
+// row's tokens per second; here each thread loads whole 16-byte rows into registers and builds its
+// operands with byte permutes (PRMT), with no shared memory in the loop.
+//
+// Mapping: one block of 4 warps per (sequence b, KV head, split) and 16 of the KV head's G = Hq / Hk query
+// heads (one block for G <= 16), the 16 rows of every m16n8k16 product (rows past G are zeros, never
+// stored): the KV rows are read once per 16 query heads. Each warp takes 32-position chunks of the split
+// (warp w: chunks w, w + 4, ...) with its own online softmax, and the block merges its 4 warps through
+// shared memory at the end. A reduction index may be permuted as
+// long as both operands agree, and so may an output index as long as the store undoes it:
+//   - logits S = Q K^T (k = head dims): thread (g = lane / 4, t = lane % 4) holds dims 32t .. 32t + 31 of
+//     the K row of position 8j + g (two 16-byte loads; j = 0..3, the chunk's four 8-position n-tiles);
+//     its k-step c uses the word of dims 32t + 4c .. + 3: bytes 0-1 as the k pair (2t, 2t + 1), bytes 2-3
+//     as (2t + 8, 2t + 9). q's fragments are loaded under the same dim permutation.
+//   - P.V (k = positions, n = head dims): logical head dim n of n-tile j is physical dim 16 * n + j, so
+//     thread (g, t) needs physical dims 16g .. 16g + 15 (one 16-byte load a position) of positions 2t,
+//     2t + 1, 2t + 8, 2t + 9 of each 16-position k-step; two PRMTs interleave the two positions of a k
+//     pair byte by byte, and each 16-bit half converts to one f16x2 B register. P comes from the logits'
+//     accumulators in registers (the layouts line up: FlashAttention-2's register reuse). The output
+//     accumulator of n-tile j holds dims 32t + j and 32t + 16 + j: each thread owns 32 contiguous dims.
+// q: a bf16 q enters fp16 scaled by a power of two 2^s so that the block's largest |q| lands in
+// [2^14, 2^15) (exact), as the Triton row does for its group; 2^-s, k_scale, sm_scale and log2(e) fold into the
+// logit multiplier, v_scale into the final normalisation. P enters the value product in fp16.
+// Split-K: sequence b's positions are cut into num_splits equal chunks of its own length (rounded up to
+// 32); with one split the block writes out directly, else its normalised partial output and base-2
+// log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse).
+// Index values outside the contract (unchecked page ids, lengths past the table) are clamped into the
+// page table and the buffer: an unspecified result, never an out-of-bounds read.
+// ASCII only.
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "rapid_llm_ext.h"
+
+namespace rapid_llm {
+namespace {
+
+constexpr int kHeadDim = 128;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 32;     // positions a warp takes per step: four n-tiles of the logits
+constexpr int kMaxGroup = 16;  // query heads per KV head: the product's 16 rows
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMergeRow = kHeadDim + 4;  // shared-memory row of the block's merge (4 floats of padding)
+
+// Column of head dim 32 * slab + n (n < 32) in a merge row: rotated by the slab, see merge_acc.
+__device__ __forceinline__ int merge_column(int slab, int n) { return 32 * slab + ((n + slab) & 31); }
+
+struct Fragments {  // one warp's running state
+  float acc[16][4];  // P.V accumulators: 16 n-tiles of 8 (permuted) head dims
+  float m[2];        // running maximum of rows g and g + 8 (base-2 logit units)
+  float l[2];        // this thread's part of the running sums of rows g and g + 8
+};
+
+__device__ __forceinline__ uint32_t byte_permute(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+
+// The four e4m3 values of `word` as two f16x2 (low: bytes 0-1, high: bytes 2-3; the lower byte in the lower
+// half), exact. One asm for both halves, so ptxas reads the 16-bit halves in place.
+struct F16x2Pair {
+  uint32_t low;
+  uint32_t high;
+};
+
+__device__ __forceinline__ F16x2Pair e4m3x4_to_f16x2(uint32_t word) {
+  F16x2Pair d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.rn.f16x2.e4m3x2 %0, lo; cvt.rn.f16x2.e4m3x2 %1, hi; }"
+      : "=r"(d.low), "=r"(d.high)
+      : "r"(word));
+#else
+  d.low = d.high = 0;
+  __trap();  // the launcher refuses devices below sm89
+#endif
+  return d;
+}
+
+__device__ __forceinline__ uint32_t pack_f16x2(float low, float high) {
+  const __half2 pair = __floats2half2_rn(low, high);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// D = A B + D, m16n8k16, fp16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+// Positions, pages and rows are 32-bit (the launcher checks that rows and the row stride fit); page_size
+// is a power of two (1 << page_shift), so a position's page and offset are a shift and a mask.
+struct Paging {
+  const int32_t* table;  // this sequence's page table row
+  int table_stride;
+  int max_pages;
+  int page_shift;
+  uint32_t num_pages;  // the buffer's rows >> page_shift
+};
+
+// The buffer row of position p: its page id clamped into the buffer, its index into the table.
+__device__ __forceinline__ uint32_t buffer_row(const Paging& paging, int p) {
+  const int index = min(p >> paging.page_shift, paging.max_pages - 1);
+  const uint32_t page = min(static_cast<uint32_t>(max(__ldg(paging.table + index * paging.table_stride), 0)),
+                            paging.num_pages - 1);
+  return (page << paging.page_shift) | static_cast<uint32_t>(p & ((1 << paging.page_shift) - 1));
+}
+
+// The row of position chunk + offset: with pages of >= 32 positions (ONE_PAGE) a chunk (32-aligned) lies
+// in one page, whose row is chunk_row; else the position's own lookup.
+template <bool ONE_PAGE>
+__device__ __forceinline__ uint32_t chunk_position_row(const Paging& paging, uint32_t chunk_row, int chunk,
+                                                       int offset) {
+  return ONE_PAGE ? chunk_row + static_cast<uint32_t>(offset) : buffer_row(paging, chunk + offset);
+}
+
+// 16 bytes of row `row` at byte `column`; zeros (e4m3 zeros) for a position past the split (FULL: none is).
+template <bool FULL>
+__device__ __forceinline__ uint4 load_part(const uint8_t* base, uint32_t row, uint32_t stride_row, int column,
+                                           bool valid) {
+  if (!FULL && !valid) {
+    return make_uint4(0, 0, 0, 0);
+  }
+  return __ldg(reinterpret_cast<const uint4*>(base + static_cast<uint64_t>(row) * stride_row + column));
+}
+
+struct ChunkLoads {
+  uint4 k[4][2];  // K: n-tile j's position 8j + g, dims 32t .. 32t + 31
+  uint4 v[2][4];  // V: k-step c's positions 16c + {2t, 2t + 1, 2t + 8, 2t + 9}, dims 16g .. 16g + 15
+};
+
+template <bool FULL, bool ONE_PAGE>
+__device__ __forceinline__ void load_k(ChunkLoads& loads, const uint8_t* k_base, const Paging& paging,
+                                       uint32_t chunk_row, uint32_t stride_row, int chunk, int end, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int offset = 8 * j + g;
+    const bool valid = FULL || chunk + offset < end;
+    const uint32_t row = valid ? chunk_position_row<ONE_PAGE>(paging, chunk_row, chunk, offset) : 0;
+    loads.k[j][0] = load_part<FULL>(k_base, row, stride_row, 32 * t, valid);
+    loads.k[j][1] = load_part<FULL>(k_base, row, stride_row, 32 * t + 16, valid);
+  }
+}
+
+template <bool FULL, bool ONE_PAGE>
+__device__ __forceinline__ void load_v(ChunkLoads& loads, const uint8_t* v_base, const Paging& paging,
+                                       uint32_t chunk_row, uint32_t stride_row, int chunk, int end, int g, int t) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int offset = 16 * c + 2 * t + (i & 1) + 8 * (i >> 1);
+      const bool valid = FULL || chunk + offset < end;
+      const uint32_t row = valid ? chunk_position_row<ONE_PAGE>(paging, chunk_row, chunk, offset) : 0;
+      loads.v[c][i] = load_part<FULL>(v_base, row, stride_row, 16 * g, valid);
+    }
+  }
+}
+
+// Both tiles of a chunk: the keys and values of positions chunk .. chunk + 31 (past `end`: zeros).
+template <bool ONE_PAGE>
+__device__ __forceinline__ uint32_t chunk_row_of(const Paging& paging, int chunk) {
+  return ONE_PAGE ? buffer_row(paging, chunk) : 0;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// The logits of one 32-position chunk: s[j][0..1] rows g, positions chunk + 8j + 2t + {0, 1}; s[j][2..3]
+// rows g + 8.
+__device__ __forceinline__ void chunk_logits(float (&s)[4][4], const uint32_t (&q_frag)[8][4],
+                                             const ChunkLoads& loads) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const F16x2Pair k_pair = e4m3x4_to_f16x2(word(loads.k[j][c / 4], c % 4));  // dims 32t + 4c .. + 3
+      mma_f16(s[j], q_frag[c], k_pair.low, k_pair.high);
+    }
+  }
+}
+
+// The online softmax of a chunk's logits (masked past `end` unless FULL) and its value product.
+template <bool FULL>
+__device__ __forceinline__ void chunk_softmax_and_values(Fragments& state, float (&s)[4][4], const ChunkLoads& loads,
+                                                         float qk_scale, int chunk, int end, int t) {
+  float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool valid = FULL || chunk + 8 * j + 2 * t + (e & 1) < end;
+      s[j][e] = valid ? s[j][e] * qk_scale : -INFINITY;
+      row_max[e >> 1] = fmaxf(row_max[e >> 1], s[j][e]);
+    }
+  }
+  float alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffff, row_max[r], 1));
+    row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffff, row_max[r], 2));
+    const float m_new = fmaxf(state.m[r], row_max[r]);
+    const float m_safe = m_new == -INFINITY ? 0.0f : m_new;  // a row with no position yet
+    alpha[r] = fast_exp2(state.m[r] - m_safe);
+    state.m[r] = m_new;
+    row_max[r] = m_safe;
+  }
+  float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = fast_exp2(s[j][e] - row_max[e >> 1]);
+      row_sum[e >> 1] += s[j][e];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    state.l[r] = state.l[r] * alpha[r] + row_sum[r];
+  }
+  if (__any_sync(0xffffffff, alpha[0] != 1.0f || alpha[1] != 1.0f)) {  // a maximum moved in this warp
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      state.acc[n][0] *= alpha[0];
+      state.acc[n][1] *= alpha[0];
+      state.acc[n][2] *= alpha[1];
+      state.acc[n][3] *= alpha[1];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {  // k-step c: positions chunk + 16c .. + 15, logical k = the offset
+    const uint32_t p_frag[4] = {pack_f16x2(s[2 * c][0], s[2 * c][1]), pack_f16x2(s[2 * c][2], s[2 * c][3]),
+                                pack_f16x2(s[2 * c + 1][0], s[2 * c + 1][1]),
+                                pack_f16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {  // dims 16g + 4w .. + 3: n-tiles 4w .. 4w + 3
+      // bytes [p0 d0, p1 d0, p0 d1, p1 d1] and [p0 d2, p1 d2, p0 d3, p1 d3] of positions (2t, 2t + 1)
+      // and (2t + 8, 2t + 9)
+      const uint32_t low01 = byte_permute(word(loads.v[c][0], w), word(loads.v[c][1], w), 0x5140);
+      const uint32_t low23 = byte_permute(word(loads.v[c][0], w), word(loads.v[c][1], w), 0x7362);
+      const uint32_t high01 = byte_permute(word(loads.v[c][2], w), word(loads.v[c][3], w), 0x5140);
+      const uint32_t high23 = byte_permute(word(loads.v[c][2], w), word(loads.v[c][3], w), 0x7362);
+      const F16x2Pair low01_pair = e4m3x4_to_f16x2(low01);
+      const F16x2Pair low23_pair = e4m3x4_to_f16x2(low23);
+      const F16x2Pair high01_pair = e4m3x4_to_f16x2(high01);
+      const F16x2Pair high23_pair = e4m3x4_to_f16x2(high23);
+      mma_f16(state.acc[4 * w + 0], p_frag, low01_pair.low, high01_pair.low);
+      mma_f16(state.acc[4 * w + 1], p_frag, low01_pair.high, high01_pair.high);
+      mma_f16(state.acc[4 * w + 2], p_frag, low23_pair.low, high23_pair.low);
+      mma_f16(state.acc[4 * w + 3], p_frag, low23_pair.high, high23_pair.high);
+    }
+  }
+}
+
+template <typename T, bool ONE_PAGE>
+__global__ void __launch_bounds__(kThreads, 2)
+    decode_fp8_kernel(T* __restrict__ out, float* __restrict__ partial, float* __restrict__ partial_lse,
+                      const T* __restrict__ q, const uint8_t* __restrict__ kv, const int32_t* __restrict__ table,
+                      const int32_t* __restrict__ seq_lens, const float* __restrict__ k_scale,
+                      const float* __restrict__ v_scale, int64_t stride_qb, int64_t stride_qh, int64_t stride_qd,
+                      uint32_t stride_row, int64_t stride_head, int64_t table_stride0, int table_stride1,
+                      int64_t seq_lens_stride, uint32_t num_pages, int max_pages, int page_shift, int num_kv_heads,
+                      int group, int head_blocks, float sm_scale_log2, int num_splits) {
+  // a row's 128 dims in kMergeRow floats, thread t's 32 dims rotated by t: the stores of a warp's 32 lanes
+  // (rows g, dims 32t + n) fall in 32 different banks
+  __shared__ float merge_acc[kWarps][kMaxGroup][kMergeRow];
+  __shared__ float merge_m[kWarps][kMaxGroup];
+  __shared__ float merge_l[kWarps][kMaxGroup];
+
+  const int64_t sequence = blockIdx.x;
+  const int kv_head = blockIdx.y / head_blocks;
+  // this block's query heads: first_head .. first_head + rows - 1 of the KV head's group (16 at most)
+  const int first_head = kv_head * group + (blockIdx.y % head_blocks) * kMaxGroup;
+  const int rows = min(kMaxGroup, (kv_head + 1) * group - first_head);
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int num_q_heads = num_kv_heads * group;
+
+  // q rows g and g + 8 (heads first_head + row), dims 32t .. 32t + 31, and the block's max |q|
+  float q_vals[2][32];
+  float q_abs_max = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    const bool valid = row < rows;
+    const T* q_row = q + sequence * stride_qb + static_cast<int64_t>(first_head + (valid ? row : 0)) * stride_qh;
+#pragma unroll
+    for (int d = 0; d < 32; ++d) {
+      q_vals[r][d] = valid ? to_float(q_row[static_cast<int64_t>(32 * t + d) * stride_qd]) : 0.0f;
+      q_abs_max = fmaxf(q_abs_max, fabsf(q_vals[r][d]));
+    }
+  }
+  float qk_scale = sm_scale_log2 * __ldg(k_scale);
+  float q_scale = 1.0f;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    // 2^s with the group's largest |q| in [2^14, 2^15): exact in fp16 (the Triton row's rule)
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      q_abs_max = fmaxf(q_abs_max, __shfl_xor_sync(0xffffffff, q_abs_max, offset));
+    }
+    const int exponent = (__float_as_int(q_abs_max) >> 23) & 0xFF;
+    const int scale_bits = exponent == 0 ? 127 : min(max(268 - exponent, 1), 254);
+    q_scale = __int_as_float(scale_bits << 23);
+    qk_scale /= q_scale;
+  }
+  uint32_t q_frag[8][4];  // k-step c: rows (g, g + 8) x logical k (2t, 2t + 1) and (2t + 8, 2t + 9)
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    q_frag[c][0] = pack_f16x2(q_vals[0][4 * c] * q_scale, q_vals[0][4 * c + 1] * q_scale);
+    q_frag[c][1] = pack_f16x2(q_vals[1][4 * c] * q_scale, q_vals[1][4 * c + 1] * q_scale);
+    q_frag[c][2] = pack_f16x2(q_vals[0][4 * c + 2] * q_scale, q_vals[0][4 * c + 3] * q_scale);
+    q_frag[c][3] = pack_f16x2(q_vals[1][4 * c + 2] * q_scale, q_vals[1][4 * c + 3] * q_scale);
+  }
+
+  const int seq_len = __ldg(seq_lens + sequence * seq_lens_stride);
+  const int split_len = ((seq_len + num_splits - 1) / num_splits + kChunk - 1) / kChunk * kChunk;
+  const int start = split * split_len;
+  const int end = min(start + split_len, seq_len);
+  const Paging paging{table + sequence * table_stride0, table_stride1, max_pages, page_shift, num_pages};
+  const uint8_t* k_base = kv + static_cast<int64_t>(kv_head) * stride_head;
+  const uint8_t* v_base = kv + static_cast<int64_t>(num_kv_heads + kv_head) * stride_head;
+
+  Fragments state;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    state.acc[n][0] = state.acc[n][1] = state.acc[n][2] = state.acc[n][3] = 0.0f;
+  }
+  state.m[0] = state.m[1] = -INFINITY;
+  state.l[0] = state.l[1] = 0.0f;
+
+  // software pipeline: a warp's loads of chunk i + 1 are in flight while it computes chunk i (its keys
+  // under chunk i's softmax and value product, its values under chunk i + 1's logits)
+  ChunkLoads loads;
+  int chunk = start + kChunk * warp;
+  if (chunk < end) {
+    const uint32_t chunk_row = chunk_row_of<ONE_PAGE>(paging, chunk);
+    if (chunk + kChunk <= end) {
+      load_k<true, ONE_PAGE>(loads, k_base, paging, chunk_row, stride_row, chunk, end, g, t);
+      load_v<true, ONE_PAGE>(loads, v_base, paging, chunk_row, stride_row, chunk, end, g, t);
+    } else {
+      load_k<false, ONE_PAGE>(loads, k_base, paging, chunk_row, stride_row, chunk, end, g, t);
+      load_v<false, ONE_PAGE>(loads, v_base, paging, chunk_row, stride_row, chunk, end, g, t);
+    }
+  }
+  for (; chunk < end; chunk += kChunk * kWarps) {
+    const int next = chunk + kChunk * kWarps;
+    const uint32_t next_row = next < end ? chunk_row_of<ONE_PAGE>(paging, next) : 0;
+    float s[4][4];
+    chunk_logits(s, q_frag, loads);
+    if (next + kChunk <= end) {
+      load_k<true, ONE_PAGE>(loads, k_base, paging, next_row, stride_row, next, end, g, t);
+    } else if (next < end) {
+      load_k<false, ONE_PAGE>(loads, k_base, paging, next_row, stride_row, next, end, g, t);
+    }
+    if (chunk + kChunk <= end) {
+      chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
+    } else {
+      chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
+    }
+    if (next + kChunk <= end) {
+      load_v<true, ONE_PAGE>(loads, v_base, paging, next_row, stride_row, next, end, g, t);
+    } else if (next < end) {
+      load_v<false, ONE_PAGE>(loads, v_base, paging, next_row, stride_row, next, end, g, t);
+    }
+  }
+
+  // the block's merge: each warp's rows through shared memory
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    state.l[r] += __shfl_xor_sync(0xffffffff, state.l[r], 1);
+    state.l[r] += __shfl_xor_sync(0xffffffff, state.l[r], 2);
+    const int row = g + 8 * r;
+    if (t == 0) {
+      merge_m[warp][row] = state.m[r];
+      merge_l[warp][row] = state.l[r];
+    }
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      merge_acc[warp][row][merge_column(t, n)] = state.acc[n][2 * r];
+      merge_acc[warp][row][merge_column(t, 16 + n)] = state.acc[n][2 * r + 1];
+    }
+  }
+  __syncthreads();
+  const float value_scale = __ldg(v_scale);
+  for (int index = threadIdx.x; index < rows * kHeadDim; index += kThreads) {
+    const int row = index / kHeadDim;
+    const int dim = index % kHeadDim;
+    float top = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      top = fmaxf(top, merge_m[w][row]);
+    }
+    const float top_safe = top == -INFINITY ? 0.0f : top;
+    float total = 0.0f;
+    float value = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = fast_exp2(merge_m[w][row] - top_safe);  // 0 for a warp with no position
+      total += weight * merge_l[w][row];
+      value += weight * merge_acc[w][row][merge_column(dim / 32, dim % 32)];
+    }
+    const float result = total > 0.0f ? value * value_scale / total : 0.0f;
+    const int64_t head = first_head + row;
+    if (num_splits == 1) {
+      store(out + (sequence * num_q_heads + head) * kHeadDim + dim, result);
+    } else {
+      const int64_t slot = (sequence * num_q_heads + head) * num_splits + split;
+      partial[slot * kHeadDim + dim] = result;
+      if (dim == 0) {
+        partial_lse[slot] = total > 0.0f ? top_safe + __log2f(total) : -INFINITY;
+      }
+    }
+  }
+}
+
+// out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s with w_s = exp2(lse_s - max_s lse_s): one block per
+// (sequence, query head), one thread per head dim (an empty split has lse = -inf: weight 0).
+template <typename T>
+__global__ void __launch_bounds__(kHeadDim)
+    merge_kernel(T* __restrict__ out, const float* __restrict__ partial, const float* __restrict__ partial_lse,
+                 int num_splits) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;  // b * Hq + h
+  const float* lse = partial_lse + slot * num_splits;
+  float top = -INFINITY;
+  for (int s = 0; s < num_splits; ++s) {
+    top = fmaxf(top, __ldg(lse + s));
+  }
+  const float top_safe = top == -INFINITY ? 0.0f : top;
+  float total = 0.0f;
+  float value = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float weight = fast_exp2(__ldg(lse + s) - top_safe);
+    total += weight;
+    value += weight * __ldg(partial + (slot * num_splits + s) * kHeadDim + threadIdx.x);
+  }
+  store(out + slot * kHeadDim + threadIdx.x, total > 0.0f ? value / total : 0.0f);
+}
+
+}  // namespace
+
+void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const at::Tensor& q,
+                const at::Tensor& kv_buffer, const at::Tensor& page_table, const at::Tensor& seq_lens,
+                const at::Tensor& k_scale, const at::Tensor& v_scale, int64_t page_size, double sm_scale,
+                int64_t num_splits) {
+  const std::string op = "rapid_llm::decode (fp8 KV): ";
+  TORCH_CHECK(q.is_cuda(), op + "q must be a CUDA tensor");
+  const at::Tensor* tensors[] = {&out, &partial, &partial_lse, &kv_buffer, &page_table, &seq_lens, &k_scale, &v_scale};
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK(t->device() == q.device(), op + "every tensor must be on q's device");
+  }
+  int major = 0;
+  int minor = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device()));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q.get_device()));
+  TORCH_CHECK(major * 10 + minor >= 89, op + "needs sm89+ (the e4m3 -> f16x2 conversion), got sm" +
+                                            std::to_string(major) + std::to_string(minor));
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+              op + "q must be float16 or bfloat16");
+  TORCH_CHECK(q.dim() == 3 && q.size(2) == kHeadDim, op + "q must be [B, Hq, 128], got " + dims_to_string(q.sizes()));
+  TORCH_CHECK(kv_buffer.scalar_type() == at::kFloat8_e4m3fn, op + "kv_buffer must be float8_e4m3fn");
+  TORCH_CHECK(kv_buffer.dim() == 3 && kv_buffer.size(1) > 0 && kv_buffer.size(1) % 2 == 0 &&
+                  kv_buffer.size(2) == kHeadDim,
+              op + "kv_buffer must be [rows, 2*Hk, 128], got " + dims_to_string(kv_buffer.sizes()));
+  TORCH_CHECK(kv_buffer.stride(2) == 1 && kv_buffer.stride(1) % kVectorBytes == 0 &&
+                  kv_buffer.stride(0) % kVectorBytes == 0 && is_vector_aligned(kv_buffer.const_data_ptr()),
+              op + "kv_buffer's rows and heads must be 16-byte aligned with unit stride along the head dim");
+  const int64_t batch = q.size(0);
+  const int64_t num_q_heads = q.size(1);
+  const int64_t num_kv_heads = kv_buffer.size(1) / 2;
+  TORCH_CHECK(num_q_heads % num_kv_heads == 0, op + "q's heads must be a multiple of the buffer's KV heads");
+  const int64_t group = num_q_heads / num_kv_heads;
+  const int64_t head_blocks = (group + kMaxGroup - 1) / kMaxGroup;  // blocks of 16 query heads per KV head
+  TORCH_CHECK(page_table.scalar_type() == at::kInt && page_table.dim() == 2 && page_table.size(0) == batch &&
+                  page_table.size(1) > 0,
+              op + "page_table must be int32 [B, max_pages]");
+  TORCH_CHECK(seq_lens.scalar_type() == at::kInt && seq_lens.dim() == 1 && seq_lens.size(0) == batch,
+              op + "seq_lens must be int32 [B]");
+  TORCH_CHECK(k_scale.scalar_type() == at::kFloat && k_scale.numel() == 1 && v_scale.scalar_type() == at::kFloat &&
+                  v_scale.numel() == 1,
+              op + "k_scale and v_scale must be one-element float32 tensors");
+  TORCH_CHECK(page_size >= 1 && (page_size & (page_size - 1)) == 0 && kv_buffer.size(0) % page_size == 0,
+              op + "page_size must be a power of two dividing the buffer's rows");
+  TORCH_CHECK(kv_buffer.size(0) <= 2147483647 && kv_buffer.stride(0) <= 4294967295LL &&
+                  page_table.size(1) * page_size <= 2147483647 - 1024 && page_table.stride(1) <= 2147483647,
+              op + "the buffer's rows and positions must fit 31 bits, its row stride 32");
+  TORCH_CHECK(num_splits >= 1 && num_splits <= 65535, op + "num_splits must be in [1, 65535]");
+  TORCH_CHECK(out.scalar_type() == q.scalar_type() && out.sizes() == q.sizes() && out.is_contiguous(),
+              op + "out must be a contiguous tensor of q's shape and dtype");
+  if (num_splits > 1) {
+    TORCH_CHECK(partial.scalar_type() == at::kFloat && partial.is_contiguous() && partial.dim() == 4 &&
+                    partial.size(0) == batch && partial.size(1) == num_q_heads && partial.size(2) == num_splits &&
+                    partial.size(3) == kHeadDim,
+                op + "partial must be contiguous float32 [B, Hq, num_splits, 128]");
+    TORCH_CHECK(partial_lse.scalar_type() == at::kFloat && partial_lse.is_contiguous() && partial_lse.dim() == 3 &&
+                    partial_lse.size(0) == batch && partial_lse.size(1) == num_q_heads &&
+                    partial_lse.size(2) == num_splits,
+                op + "partial_lse must be contiguous float32 [B, Hq, num_splits]");
+  }
+  TORCH_CHECK(batch <= 2147483647 && num_q_heads <= 65535, op + "B must fit the grid's x axis, Hq its y axis");
+  if (batch == 0) {
+    return;
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const dim3 grid(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_kv_heads * head_blocks),
+                  static_cast<unsigned int>(num_splits));
+  const float sm_scale_log2 = static_cast<float>(sm_scale) * kLog2e;
+  const int page_shift = __builtin_ctzll(static_cast<unsigned long long>(page_size));
+  const auto launch = [&](auto* typed_out, auto* typed_q, auto one_page) {
+    using T = std::remove_pointer_t<decltype(typed_out)>;
+    decode_fp8_kernel<T, decltype(one_page)::value><<<grid, kThreads, 0, stream>>>(
+        typed_out, num_splits > 1 ? partial.mutable_data_ptr<float>() : nullptr,
+        num_splits > 1 ? partial_lse.mutable_data_ptr<float>() : nullptr, typed_q,
+        static_cast<const uint8_t*>(kv_buffer.const_data_ptr()), page_table.const_data_ptr<int32_t>(),
+        seq_lens.const_data_ptr<int32_t>(), k_scale.const_data_ptr<float>(), v_scale.const_data_ptr<float>(),
+        q.stride(0), q.stride(1), q.stride(2), static_cast<uint32_t>(kv_buffer.stride(0)), kv_buffer.stride(1),
+        page_table.stride(0), static_cast<int>(page_table.stride(1)), seq_lens.stride(0),
+        static_cast<uint32_t>(kv_buffer.size(0) / page_size), static_cast<int>(page_table.size(1)), page_shift,
+        static_cast<int>(num_kv_heads), static_cast<int>(group), static_cast<int>(head_blocks), sm_scale_log2,
+        static_cast<int>(num_splits));
+  };
+  // pages of >= 32 positions hold a whole 32-aligned chunk: one page-table read a chunk
+  const auto launch_paged = [&](auto* typed_out, auto* typed_q) {
+    if (page_size >= kChunk) {
+      launch(typed_out, typed_q, std::true_type{});
+    } else {
+      launch(typed_out, typed_q, std::false_type{});
+    }
+  };
+  const auto merge = [&](auto* typed_out) {
+    using T = std::remove_pointer_t<decltype(typed_out)>;
+    merge_kernel<T><<<dim3(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_q_heads)), kHeadDim, 0,
+                       stream>>>(typed_out, partial.const_data_ptr<float>(), partial_lse.const_data_ptr<float>(),
+                                 static_cast<int>(num_splits));
+  };
+  if (q.scalar_type() == at::kHalf) {
+    launch_paged(static_cast<__half*>(out.mutable_data_ptr()), static_cast<const __half*>(q.const_data_ptr()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (num_splits > 1) {
+      merge(static_cast<__half*>(out.mutable_data_ptr()));
+    }
+  } else {
+    launch_paged(static_cast<__nv_bfloat16*>(out.mutable_data_ptr()),
+                 static_cast<const __nv_bfloat16*>(q.const_data_ptr()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (num_splits > 1) {
+      merge(static_cast<__nv_bfloat16*>(out.mutable_data_ptr()));
+    }
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace rapid_llm

@@ -1,0 +1,45 @@
+"""The CUDA extension's decode over an fp8-e4m3 KV buffer (csrc/attention/decode_fp8.cu), two builds.
+
+    decode_aot   torch.ops.rapid_llm.decode      (rapid_llm._C: RAPID_LLM_BUILD_EXT=1)
+    decode_jit   torch.ops.rapid_llm_jit.decode  (compiled on first use: RAPID_LLM_JIT=1)
+
+attention.decode's public order (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale);
+the schema's is outputs first: decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor
+kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale,
+int num_splits) -> (). The split count comes from host-known sizes only (splits.num_splits, the Triton row's
+rule), so a call is capturable in a CUDA graph; partial / partial_lse are the splits' scratch (empty with one
+split), merged into out by the launcher. q fp16/bf16 [B, Hq, 128], kv_buffer [rows, 2*Hk, 128] e4m3 with
+16-byte aligned rows (layout ``kv:paged``), page_size a power of two (the rows' shape constraints). Unchecked
+kernels: the op's check ran before (attention/checks.py); the C++ launcher still validates with TORCH_CHECK.
+Importing this module loads no extension.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ... import aot, jit
+from .splits import num_splits
+
+
+def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale):
+    batch, num_q_heads, head_dim = q.shape
+    out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    splits = num_splits(batch, kv_buffer.shape[1] // 2, page_table.shape[1] * int(page_size), q.device)
+    scratch = (batch, num_q_heads, splits) if splits > 1 else (0, 0, 0)
+    partial = torch.empty((*scratch, head_dim), dtype=torch.float32, device=q.device)
+    partial_lse = torch.empty(scratch, dtype=torch.float32, device=q.device)
+    op(out, partial, partial_lse, q, kv_buffer, page_table, seq_lens, k_scale, v_scale, int(page_size),
+       float(sm_scale), splits)
+    return out
+
+
+def decode_aot(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    return _decode(aot.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+
+
+def decode_jit(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    return _decode(jit.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+
+
+__all__ = ["decode_aot", "decode_jit"]
