@@ -37,8 +37,10 @@
 // Split-K: sequence b's positions are cut into num_splits equal chunks of its own length (rounded up to
 // 32); with one split the block writes out directly, else its normalised partial output and base-2
 // log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse).
-// Index values outside the contract (unchecked page ids, lengths past the table) are clamped into the
-// page table and the buffer: an unspecified result, never an out-of-bounds read.
+// Pages: page_size is a power of two; pages of >= 8 positions are read once per page a 32-position chunk
+// spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position. Index values outside the contract
+// (unchecked page ids, lengths past the table) are clamped into the page table and the buffer: an
+// unspecified result, never an out-of-bounds read.
 // ASCII only.
 
 #include <c10/cuda/CUDAException.h>
@@ -143,12 +145,36 @@ __device__ __forceinline__ uint32_t buffer_row(const Paging& paging, int p) {
   return (page << paging.page_shift) | static_cast<uint32_t>(p & ((1 << paging.page_shift) - 1));
 }
 
-// The row of position chunk + offset: with pages of >= 32 positions (ONE_PAGE) a chunk (32-aligned) lies
-// in one page, whose row is chunk_row; else the position's own lookup.
-template <bool ONE_PAGE>
-__device__ __forceinline__ uint32_t chunk_position_row(const Paging& paging, uint32_t chunk_row, int chunk,
-                                                       int offset) {
-  return ONE_PAGE ? chunk_row + static_cast<uint32_t>(offset) : buffer_row(paging, chunk + offset);
+// A 32-position chunk (32-aligned) spans CHUNK_PAGES pages of 32 / CHUNK_PAGES positions or more: 1 for
+// pages of >= 32, 2 for 16, 4 for 8; their rows are read once a chunk (ChunkRows). CHUNK_PAGES = 0 (pages of
+// 1, 2 or 4 positions): each position's own lookup.
+template <int CHUNK_PAGES>
+struct ChunkRows {
+  uint32_t row[CHUNK_PAGES > 0 ? CHUNK_PAGES : 1];
+};
+
+template <int CHUNK_PAGES>
+__device__ __forceinline__ ChunkRows<CHUNK_PAGES> chunk_rows_of(const Paging& paging, int chunk) {
+  ChunkRows<CHUNK_PAGES> rows;
+#pragma unroll
+  for (int k = 0; k < (CHUNK_PAGES > 0 ? CHUNK_PAGES : 1); ++k) {
+    rows.row[k] = CHUNK_PAGES > 0 ? buffer_row(paging, chunk + k * (kChunk / CHUNK_PAGES)) : 0;
+  }
+  return rows;
+}
+
+// The row of position chunk + base + lane_offset, where base is a compile-time multiple of 8 (after
+// unrolling) and 0 <= lane_offset < 8: with CHUNK_PAGES > 0 the page index base / (32 / CHUNK_PAGES) is a
+// constant, so the row comes from the chunk's rows with no lookup (pages of >= 8 positions).
+template <int CHUNK_PAGES>
+__device__ __forceinline__ uint32_t chunk_position_row(const Paging& paging, const ChunkRows<CHUNK_PAGES>& rows,
+                                                       int chunk, int base, int lane_offset) {
+  if constexpr (CHUNK_PAGES > 0) {
+    constexpr int kPagePart = kChunk / CHUNK_PAGES;  // positions of the chunk in one page
+    return rows.row[base / kPagePart] + static_cast<uint32_t>(base % kPagePart + lane_offset);
+  } else {
+    return buffer_row(paging, chunk + base + lane_offset);
+  }
 }
 
 // 16 bytes of row `row` at byte `column`; zeros (e4m3 zeros) for a position past the split (FULL: none is).
@@ -166,38 +192,33 @@ struct ChunkLoads {
   uint4 v[2][4];  // V: k-step c's positions 16c + {2t, 2t + 1, 2t + 8, 2t + 9}, dims 16g .. 16g + 15
 };
 
-template <bool FULL, bool ONE_PAGE>
+template <bool FULL, int CHUNK_PAGES>
 __device__ __forceinline__ void load_k(ChunkLoads& loads, const uint8_t* k_base, const Paging& paging,
-                                       uint32_t chunk_row, uint32_t stride_row, int chunk, int end, int g, int t) {
+                                       const ChunkRows<CHUNK_PAGES>& rows, uint32_t stride_row, int chunk, int end,
+                                       int g, int t) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int offset = 8 * j + g;
-    const bool valid = FULL || chunk + offset < end;
-    const uint32_t row = valid ? chunk_position_row<ONE_PAGE>(paging, chunk_row, chunk, offset) : 0;
+    const bool valid = FULL || chunk + 8 * j + g < end;
+    const uint32_t row = valid ? chunk_position_row<CHUNK_PAGES>(paging, rows, chunk, 8 * j, g) : 0;
     loads.k[j][0] = load_part<FULL>(k_base, row, stride_row, 32 * t, valid);
     loads.k[j][1] = load_part<FULL>(k_base, row, stride_row, 32 * t + 16, valid);
   }
 }
 
-template <bool FULL, bool ONE_PAGE>
+template <bool FULL, int CHUNK_PAGES>
 __device__ __forceinline__ void load_v(ChunkLoads& loads, const uint8_t* v_base, const Paging& paging,
-                                       uint32_t chunk_row, uint32_t stride_row, int chunk, int end, int g, int t) {
+                                       const ChunkRows<CHUNK_PAGES>& rows, uint32_t stride_row, int chunk, int end,
+                                       int g, int t) {
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int offset = 16 * c + 2 * t + (i & 1) + 8 * (i >> 1);
-      const bool valid = FULL || chunk + offset < end;
-      const uint32_t row = valid ? chunk_position_row<ONE_PAGE>(paging, chunk_row, chunk, offset) : 0;
+      const int base = 16 * c + 8 * (i >> 1);  // positions base + 2t + (i & 1)
+      const bool valid = FULL || chunk + base + 2 * t + (i & 1) < end;
+      const uint32_t row = valid ? chunk_position_row<CHUNK_PAGES>(paging, rows, chunk, base, 2 * t + (i & 1)) : 0;
       loads.v[c][i] = load_part<FULL>(v_base, row, stride_row, 16 * g, valid);
     }
   }
-}
-
-// Both tiles of a chunk: the keys and values of positions chunk .. chunk + 31 (past `end`: zeros).
-template <bool ONE_PAGE>
-__device__ __forceinline__ uint32_t chunk_row_of(const Paging& paging, int chunk) {
-  return ONE_PAGE ? buffer_row(paging, chunk) : 0;
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
@@ -291,7 +312,7 @@ __device__ __forceinline__ void chunk_softmax_and_values(Fragments& state, float
   }
 }
 
-template <typename T, bool ONE_PAGE>
+template <typename T, int CHUNK_PAGES>
 __global__ void __launch_bounds__(kThreads, 2)
     decode_fp8_kernel(T* __restrict__ out, float* __restrict__ partial, float* __restrict__ partial_lse,
                       const T* __restrict__ q, const uint8_t* __restrict__ kv, const int32_t* __restrict__ table,
@@ -375,24 +396,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   ChunkLoads loads;
   int chunk = start + kChunk * warp;
   if (chunk < end) {
-    const uint32_t chunk_row = chunk_row_of<ONE_PAGE>(paging, chunk);
+    const ChunkRows<CHUNK_PAGES> chunk_rows = chunk_rows_of<CHUNK_PAGES>(paging, chunk);
     if (chunk + kChunk <= end) {
-      load_k<true, ONE_PAGE>(loads, k_base, paging, chunk_row, stride_row, chunk, end, g, t);
-      load_v<true, ONE_PAGE>(loads, v_base, paging, chunk_row, stride_row, chunk, end, g, t);
+      load_k<true, CHUNK_PAGES>(loads, k_base, paging, chunk_rows, stride_row, chunk, end, g, t);
+      load_v<true, CHUNK_PAGES>(loads, v_base, paging, chunk_rows, stride_row, chunk, end, g, t);
     } else {
-      load_k<false, ONE_PAGE>(loads, k_base, paging, chunk_row, stride_row, chunk, end, g, t);
-      load_v<false, ONE_PAGE>(loads, v_base, paging, chunk_row, stride_row, chunk, end, g, t);
+      load_k<false, CHUNK_PAGES>(loads, k_base, paging, chunk_rows, stride_row, chunk, end, g, t);
+      load_v<false, CHUNK_PAGES>(loads, v_base, paging, chunk_rows, stride_row, chunk, end, g, t);
     }
   }
   for (; chunk < end; chunk += kChunk * kWarps) {
     const int next = chunk + kChunk * kWarps;
-    const uint32_t next_row = next < end ? chunk_row_of<ONE_PAGE>(paging, next) : 0;
+    const ChunkRows<CHUNK_PAGES> next_rows = next < end ? chunk_rows_of<CHUNK_PAGES>(paging, next)
+                                                        : ChunkRows<CHUNK_PAGES>{};
     float s[4][4];
     chunk_logits(s, q_frag, loads);
     if (next + kChunk <= end) {
-      load_k<true, ONE_PAGE>(loads, k_base, paging, next_row, stride_row, next, end, g, t);
+      load_k<true, CHUNK_PAGES>(loads, k_base, paging, next_rows, stride_row, next, end, g, t);
     } else if (next < end) {
-      load_k<false, ONE_PAGE>(loads, k_base, paging, next_row, stride_row, next, end, g, t);
+      load_k<false, CHUNK_PAGES>(loads, k_base, paging, next_rows, stride_row, next, end, g, t);
     }
     if (chunk + kChunk <= end) {
       chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
@@ -400,9 +422,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
     }
     if (next + kChunk <= end) {
-      load_v<true, ONE_PAGE>(loads, v_base, paging, next_row, stride_row, next, end, g, t);
+      load_v<true, CHUNK_PAGES>(loads, v_base, paging, next_rows, stride_row, next, end, g, t);
     } else if (next < end) {
-      load_v<false, ONE_PAGE>(loads, v_base, paging, next_row, stride_row, next, end, g, t);
+      load_v<false, CHUNK_PAGES>(loads, v_base, paging, next_rows, stride_row, next, end, g, t);
     }
   }
 
@@ -548,9 +570,9 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
                   static_cast<unsigned int>(num_splits));
   const float sm_scale_log2 = static_cast<float>(sm_scale) * kLog2e;
   const int page_shift = __builtin_ctzll(static_cast<unsigned long long>(page_size));
-  const auto launch = [&](auto* typed_out, auto* typed_q, auto one_page) {
+  const auto launch = [&](auto* typed_out, auto* typed_q, auto chunk_pages) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
-    decode_fp8_kernel<T, decltype(one_page)::value><<<grid, kThreads, 0, stream>>>(
+    decode_fp8_kernel<T, decltype(chunk_pages)::value><<<grid, kThreads, 0, stream>>>(
         typed_out, num_splits > 1 ? partial.mutable_data_ptr<float>() : nullptr,
         num_splits > 1 ? partial_lse.mutable_data_ptr<float>() : nullptr, typed_q,
         static_cast<const uint8_t*>(kv_buffer.const_data_ptr()), page_table.const_data_ptr<int32_t>(),
@@ -561,12 +583,16 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
         static_cast<int>(num_kv_heads), static_cast<int>(group), static_cast<int>(head_blocks), sm_scale_log2,
         static_cast<int>(num_splits));
   };
-  // pages of >= 32 positions hold a whole 32-aligned chunk: one page-table read a chunk
+  // the pages a 32-aligned chunk spans: one page-table read a page of the chunk for pages of >= 8 positions
   const auto launch_paged = [&](auto* typed_out, auto* typed_q) {
     if (page_size >= kChunk) {
-      launch(typed_out, typed_q, std::true_type{});
+      launch(typed_out, typed_q, std::integral_constant<int, 1>{});
+    } else if (page_size == 16) {
+      launch(typed_out, typed_q, std::integral_constant<int, 2>{});
+    } else if (page_size == 8) {
+      launch(typed_out, typed_q, std::integral_constant<int, 4>{});
     } else {
-      launch(typed_out, typed_q, std::false_type{});
+      launch(typed_out, typed_q, std::integral_constant<int, 0>{});
     }
   };
   const auto merge = [&](auto* typed_out) {
