@@ -12,7 +12,7 @@
 // head dim in each 32-bit register, while the buffer [rows, 2*Hk, 128] stores a position's dims
 // contiguously. The Triton row gathers the value tile byte by byte from shared memory (128 LDS.U8 a
 // 128-position tile; sm90 has no transposing ldmatrix for 8-bit elements) and reaches 1.43x the bf16
-// row's tokens per second; here each thread loads whole 16-byte rows into registers and builds its
+// row's tokens per second; here each thread loads 16-byte pieces of K/V rows into registers and builds its
 // operands with byte permutes (PRMT), with no shared memory in the loop.
 //
 // Mapping: one block of 4 warps per (sequence b, KV head, split) and 16 of the KV head's G = Hq / Hk query
@@ -394,16 +394,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   // software pipeline: a warp's loads of chunk i + 1 are in flight while it computes chunk i (its keys
   // under chunk i's softmax and value product, its values under chunk i + 1's logits)
   ChunkLoads loads;
+  // the keys / values of the chunk at `at` (< end), unmasked where the chunk lies wholly before the end
+  const auto load_keys = [&](int at, const ChunkRows<CHUNK_PAGES>& rows) {
+    if (at + kChunk <= end) {
+      load_k<true, CHUNK_PAGES>(loads, k_base, paging, rows, stride_row, at, end, g, t);
+    } else {
+      load_k<false, CHUNK_PAGES>(loads, k_base, paging, rows, stride_row, at, end, g, t);
+    }
+  };
+  const auto load_values = [&](int at, const ChunkRows<CHUNK_PAGES>& rows) {
+    if (at + kChunk <= end) {
+      load_v<true, CHUNK_PAGES>(loads, v_base, paging, rows, stride_row, at, end, g, t);
+    } else {
+      load_v<false, CHUNK_PAGES>(loads, v_base, paging, rows, stride_row, at, end, g, t);
+    }
+  };
   int chunk = start + kChunk * warp;
   if (chunk < end) {
     const ChunkRows<CHUNK_PAGES> chunk_rows = chunk_rows_of<CHUNK_PAGES>(paging, chunk);
-    if (chunk + kChunk <= end) {
-      load_k<true, CHUNK_PAGES>(loads, k_base, paging, chunk_rows, stride_row, chunk, end, g, t);
-      load_v<true, CHUNK_PAGES>(loads, v_base, paging, chunk_rows, stride_row, chunk, end, g, t);
-    } else {
-      load_k<false, CHUNK_PAGES>(loads, k_base, paging, chunk_rows, stride_row, chunk, end, g, t);
-      load_v<false, CHUNK_PAGES>(loads, v_base, paging, chunk_rows, stride_row, chunk, end, g, t);
-    }
+    load_keys(chunk, chunk_rows);
+    load_values(chunk, chunk_rows);
   }
   for (; chunk < end; chunk += kChunk * kWarps) {
     const int next = chunk + kChunk * kWarps;
@@ -411,20 +421,16 @@ __global__ void __launch_bounds__(kThreads, 2)
                                                         : ChunkRows<CHUNK_PAGES>{};
     float s[4][4];
     chunk_logits(s, q_frag, loads);
-    if (next + kChunk <= end) {
-      load_k<true, CHUNK_PAGES>(loads, k_base, paging, next_rows, stride_row, next, end, g, t);
-    } else if (next < end) {
-      load_k<false, CHUNK_PAGES>(loads, k_base, paging, next_rows, stride_row, next, end, g, t);
+    if (next < end) {
+      load_keys(next, next_rows);
     }
     if (chunk + kChunk <= end) {
       chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
     } else {
       chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
     }
-    if (next + kChunk <= end) {
-      load_v<true, CHUNK_PAGES>(loads, v_base, paging, next_rows, stride_row, next, end, g, t);
-    } else if (next < end) {
-      load_v<false, CHUNK_PAGES>(loads, v_base, paging, next_rows, stride_row, next, end, g, t);
+    if (next < end) {
+      load_values(next, next_rows);
     }
   }
 

@@ -257,6 +257,7 @@ def _native_row(name, op, module, function, *, shape=(), layout=(), capability=T
         description=description,
     )
 
+
 def _extension_decode_row(backend: str, function: str) -> KernelSpec:
     """aot/decode_fp8 or jit/decode_fp8: attention.decode over an fp8-e4m3 buffer on the CUDA extension."""
     return KernelSpec(
@@ -332,7 +333,7 @@ ROWS = (
                             "conversion), scales folded into the softmax"),
     # The CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu: mma.sync with the value operand
     # built in registers by byte permutes, no shared memory in the loop), built ahead of time or on first
-    # use. Compiled for sm90 (212-222 registers, no spills, 34 KiB of shared memory: two blocks an SM) and
+    # use. Compiled for sm90 (219-224 registers, no spills, 34 KiB of shared memory: two blocks an SM) and
     # not yet run on a GPU: unverified, so default dispatch passes it over until its H200 parity run.
     *(_extension_decode_row(backend, function) for backend, function in (("aot", "decode_aot"),
                                                                          ("jit", "decode_jit"))),

@@ -93,8 +93,7 @@ from .prefill import _LOG2E
 #: 285.0 - 287.3 at 16 x 1024, against three consumers with 64-key tiles in 4 slots: 952 / 960 / 956 / 956 and
 #: 283.8 - 286.7 (SDPA 907 / 995 / 1023 / 994 and 293.5 - 295.7). Without the output through TMA (call26) the
 #: order was the other way: three consumers 940.4 / 333.5, two with 64-key tiles 1016.6 / 353.7 and with
-#: 128-key tiles in 3 slots and one Q slot 960.5 / 390.4: each key/value tile served 192 rows, and the item's
-#: fixed cost (the masked stores) weighed on the short sequences. Three consumers take 64-key tiles only: a
+#: 128-key tiles in 3 slots and one Q slot 960.5 / 390.4. Three consumers take 64-key tiles only: a
 #: 128-key tile's logits, P and the accumulator alone hold 64 + 32 + 64 = 160 registers a thread, more than the
 #: 152 the default partition gets (SASS: USETMAXREG 0x98).
 CONSUMERS = 2
@@ -500,29 +499,28 @@ def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows,
     previous sequence's rows alone. Measured (call27, against 64 masked 32-bit stores a thread): 910.5 against
     951.4 us at 4 x 4096 and 288.6 against 333.4 at 16 x 1024; call22's source counters had put those stores'
     memory-queue throttle among the largest stalls outside the loops."""
+    # each row scaled by its reciprocal (one division a row; the division per element compiled to 196 FMUL and
+    # 66 FSEL of an item's ~1000 instructions outside its loops, SASS)
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+    lse = (m_i + gl.log2(l_safe)) * 0.6931471805599453  # natural log
     if first_row >= 0:
-        l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-        out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
         q_rows.store(out.to(q_rows.dtype))
         fence_async_shared()  # the generic-proxy stores before the copy's asynchronous read
         tma.async_copy_shared_to_global(o_desc, [q_start + first_row, head * stride_oh], q_rows)
         if WRITE_LSE:
             lse_index = (q_start + queries).to(gl.int64)
-            gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh, (m_i + gl.log2(l_safe)) * 0.6931471805599453)
+            gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh, lse)
     else:
-        _store_rows_masked(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
-                           stride_oh, stride_lt, stride_lh, HEAD_DIM, O_LAYOUT, WRITE_LSE)
+        _store_rows_masked(out, lse, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
+                           stride_lt, stride_lh, HEAD_DIM, O_LAYOUT, WRITE_LSE)
 
 
 @gluon.jit
-def _store_rows_masked(acc, m_i, l_i, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot,
-                       stride_oh, stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
-                       WRITE_LSE: gl.constexpr):
-    """_store_rows by masked stores: rows before the sequence's start (first_row < 0) are not written. Each row is
-    scaled by its reciprocal (one division a row; the division per element compiled to 196 FMUL and 66 FSEL of an
-    item's ~1000 instructions outside its loops, SASS)."""
-    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-    out = acc * gl.expand_dims(gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
+def _store_rows_masked(out, lse, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
+                       stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr, WRITE_LSE: gl.constexpr):
+    """_store_rows' normalised rows `out` (and `lse`) by masked stores: rows before the sequence's start
+    (first_row < 0) are not written."""
     out_queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     valid = (out_queries >= 0) & (out_queries < q_len)  # a sequence's first block starts before its first row
     index = (q_start + gl.where(valid, out_queries, 0)).to(gl.int64)
@@ -532,8 +530,7 @@ def _store_rows_masked(acc, m_i, l_i, queries, first_row, q_start, q_len, head, 
     if WRITE_LSE:
         lse_valid = (queries >= 0) & (queries < q_len)
         lse_index = (q_start + gl.where(lse_valid, queries, 0)).to(gl.int64)
-        gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh,
-                 (m_i + gl.log2(l_safe)) * 0.6931471805599453, mask=lse_valid)
+        gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh, lse, mask=lse_valid)
 
 
 @gluon.jit
