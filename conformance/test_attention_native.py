@@ -386,6 +386,31 @@ def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits,
                                                                "num_stages": 2, "GLUON_WIDE": True, **schedule})
 
 
+def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypatch):
+    """splits.one_wave_splits (the CUDA extension's fp8 decode) on a 132-SM GPU at 2 blocks per SM (264 slots):
+    the grid fits one wave and one more split would start a second, unless the batch alone fills the slots
+    (one split) or the page table's reach or MAX_SPLITS caps it. Catches the Triton row's rule applied to this
+    kernel (B=8 GQA 32/8: 9 splits, 576 blocks, a third wave that is 18% full) and a cap that is ignored."""
+    from rapid_llm.kernels.ops.attention import splits as module  # no Triton import: every cell runs it
+
+    monkeypatch.setattr(module, "multiprocessor_count", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert module.one_wave_splits(8, 8, 8192, torch.device("cpu"), 2) == 1
+    for batch, programs, capacity in [(8, 8, 8192), (1, 8, 32768), (64, 8, 4096), (16, 8, 4096), (33, 8, 4096),
+                                      (1, 8, 1024), (1, 1, 1 << 20), (3, 16, 1000), (0, 8, 4096)]:
+        splits = module.one_wave_splits(batch, programs, capacity, cuda, 2)
+        blocks = batch * programs
+        reach = max(1, capacity // module.MIN_SPLIT_POSITIONS)
+        assert 1 <= splits <= min(reach, module.MAX_SPLITS), (batch, programs, capacity, splits)
+        if blocks == 0 or blocks >= 264:
+            assert splits == 1, (batch, programs, capacity, splits)
+        else:
+            assert blocks * splits <= 264, (batch, programs, capacity, splits)
+            assert blocks * (splits + 1) > 264 or splits == min(reach, module.MAX_SPLITS), (batch, programs, splits)
+    assert module.one_wave_splits(8, 8, 8192, cuda, 2) == 4  # the benchmark's B=8 L=8192
+    assert module.one_wave_splits(1, 8, 32768, cuda, 2) == 33  # and B=1 L=32768
+
+
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_mla_split_count_leaves_no_split_empty_for_a_full_length_sequence(block_n, monkeypatch):
     """mla_num_splits on a 132-SM GPU, for the batch / head-block / reach / residency shapes of the benchmarks and

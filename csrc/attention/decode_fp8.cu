@@ -12,8 +12,15 @@
 // head dim in each 32-bit register, while the buffer [rows, 2*Hk, 128] stores a position's dims
 // contiguously. The Triton row gathers the value tile byte by byte from shared memory (128 LDS.U8 a
 // 128-position tile; sm90 has no transposing ldmatrix for 8-bit elements) and reaches 1.43x the bf16
-// row's tokens per second; here each thread loads 16-byte pieces of K/V rows into registers and builds its
-// operands with byte permutes (PRMT), with no shared memory in the loop.
+// row's tokens per second; here each thread reads 16-byte pieces of K/V rows and builds its operands
+// with byte permutes (PRMT).
+// Memory pipeline: each warp copies its chunks (K and V tiles of 32 positions, 8 KiB) with cp.async into
+// its own ring of kStages slots in shared memory, kStages - 1 chunks ahead of the one it computes, and reads
+// its fragments from there (16-byte reads, units swizzled by row: no bank conflicts). The first version
+// prefetched only the next chunk into registers: at 8 warps per SM that left about 32 KiB per SM in flight,
+// and it reached 3.34 TB/s at B=64 L=4096 (160.6 us, perf/results/h200/attention_2026-12-01/variants/call32);
+// the ring holds up to 2 x 4 x 2 x 8 KiB per SM in flight and took the same shape to 148.8 us (call33; 137-139 us
+// with the call's launch overhead out, call34/decode_fp8_builds.json, where 2 slots measured within 1%).
 //
 // Mapping: one block of 4 warps per (sequence b, KV head, split) and 16 of the KV head's G = Hq / Hk query
 // heads (one block for G <= 16), the 16 rows of every m16n8k16 product (rows past G are zeros, never
@@ -38,7 +45,7 @@
 // 32); with one split the block writes out directly, else its normalised partial output and base-2
 // log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse).
 // Pages: page_size is a power of two; pages of >= 8 positions are read once per page a 32-position chunk
-// spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position. Index values outside the contract
+// spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position, one chunk before the chunk's copy. Index values outside the contract
 // (unchecked page ids, lengths past the table) are clamped into the page table and the buffer: an
 // unspecified result, never an out-of-bounds read.
 // ASCII only.
@@ -66,6 +73,25 @@ constexpr int kChunk = 32;     // positions a warp takes per step: four n-tiles 
 constexpr int kMaxGroup = 16;  // query heads per KV head: the product's 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMergeRow = kHeadDim + 4;  // shared-memory row of the block's merge (4 floats of padding)
+constexpr int kTileBytes = kChunk * kHeadDim;  // a chunk's K (or V) tile: 32 rows of 128 e4m3, 4 KiB
+constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K tile, then its V tile
+
+// Sweep knobs (perf/sweeps/decode_fp8_builds.py compiles the alternatives with -D; the defaults are the
+// measured best there): ring slots per warp (a warp's copies of its next STAGES - 1 chunks are in flight
+// while it computes one) and the blocks per SM that __launch_bounds__ asks ptxas to fit.
+#ifndef RAPID_LLM_DECODE_FP8_STAGES
+#define RAPID_LLM_DECODE_FP8_STAGES 3
+#endif
+#ifndef RAPID_LLM_DECODE_FP8_MIN_BLOCKS
+#define RAPID_LLM_DECODE_FP8_MIN_BLOCKS 2
+#endif
+constexpr int kStages = RAPID_LLM_DECODE_FP8_STAGES;
+constexpr int kMinBlocks = RAPID_LLM_DECODE_FP8_MIN_BLOCKS;
+static_assert(kStages >= 2, "a ring of one slot would leave no copy in flight");
+constexpr int kRingBytes = kStages * kWarps * kStageBytes;
+constexpr int kMergeBytes = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (kMergeRow + 2);
+// the ring and, after the loop, the block's merge (which reuses it) in one dynamic allocation
+constexpr int kSharedBytes = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
 
 // Column of head dim 32 * slab + n (n < 32) in a merge row: rotated by the slab, see merge_acc.
 __device__ __forceinline__ int merge_column(int slab, int n) { return 32 * slab + ((n + slab) & 31); }
@@ -146,45 +172,75 @@ __device__ __forceinline__ uint32_t buffer_row(const Paging& paging, int p) {
 }
 
 // A 32-position chunk (32-aligned) spans CHUNK_PAGES pages of 32 / CHUNK_PAGES positions or more: 1 for
-// pages of >= 32, 2 for 16, 4 for 8; their rows are read once a chunk (ChunkRows). CHUNK_PAGES = 0 (pages of
-// 1, 2 or 4 positions): each position's own lookup.
+// pages of >= 32, 2 for 16, 4 for 8; their rows are read once a chunk. CHUNK_PAGES = 0 (pages of 1, 2 or 4
+// positions): each of the lane's 8 positions (4k + lane / 8, k = 0..7: the ones it copies) its own lookup.
 template <int CHUNK_PAGES>
 struct ChunkRows {
-  uint32_t row[CHUNK_PAGES > 0 ? CHUNK_PAGES : 1];
+  uint32_t row[CHUNK_PAGES > 0 ? CHUNK_PAGES : kChunk / 4];
 };
 
 template <int CHUNK_PAGES>
-__device__ __forceinline__ ChunkRows<CHUNK_PAGES> chunk_rows_of(const Paging& paging, int chunk) {
+__device__ __forceinline__ ChunkRows<CHUNK_PAGES> chunk_rows_of(const Paging& paging, int chunk, int lane) {
   ChunkRows<CHUNK_PAGES> rows;
+  if constexpr (CHUNK_PAGES > 0) {
 #pragma unroll
-  for (int k = 0; k < (CHUNK_PAGES > 0 ? CHUNK_PAGES : 1); ++k) {
-    rows.row[k] = CHUNK_PAGES > 0 ? buffer_row(paging, chunk + k * (kChunk / CHUNK_PAGES)) : 0;
+    for (int k = 0; k < CHUNK_PAGES; ++k) {
+      rows.row[k] = buffer_row(paging, chunk + k * (kChunk / CHUNK_PAGES));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kChunk / 4; ++k) {
+      rows.row[k] = buffer_row(paging, chunk + 4 * k + lane / 8);
+    }
   }
   return rows;
 }
 
-// The row of position chunk + base + lane_offset, where base is a compile-time multiple of 8 (after
-// unrolling) and 0 <= lane_offset < 8: with CHUNK_PAGES > 0 the page index base / (32 / CHUNK_PAGES) is a
-// constant, so the row comes from the chunk's rows with no lookup (pages of >= 8 positions).
-template <int CHUNK_PAGES>
-__device__ __forceinline__ uint32_t chunk_position_row(const Paging& paging, const ChunkRows<CHUNK_PAGES>& rows,
-                                                       int chunk, int base, int lane_offset) {
-  if constexpr (CHUNK_PAGES > 0) {
-    constexpr int kPagePart = kChunk / CHUNK_PAGES;  // positions of the chunk in one page
-    return rows.row[base / kPagePart] + static_cast<uint32_t>(base % kPagePart + lane_offset);
-  } else {
-    return buffer_row(paging, chunk + base + lane_offset);
-  }
+// Byte offset of 16-byte unit `unit` (dims 16 unit .. + 15) of row `row` in a tile: rows of 128 bytes with
+// the unit index XORed by the row's low 3 bits, so that the fragment reads below (8 lanes a phase: K rows
+// g, g + 1 at units 2t (+ 1); V rows 2t (+ 1) at unit g) fall in 8 different 16-byte bank groups.
+__device__ __forceinline__ uint32_t tile_offset(int row, int unit) {
+  return static_cast<uint32_t>(row * kHeadDim + ((unit ^ (row & 7)) << 4));
 }
 
-// 16 bytes of row `row` at byte `column`; zeros (e4m3 zeros) for a position past the split (FULL: none is).
-template <bool FULL>
-__device__ __forceinline__ uint4 load_part(const uint8_t* base, uint32_t row, uint32_t stride_row, int column,
-                                           bool valid) {
-  if (!FULL && !valid) {
-    return make_uint4(0, 0, 0, 0);
+// 16 bytes global -> shared, asynchronous and bypassing L1 (cp.async.cg); valid = false fills zeros
+// (src-size 0: nothing is read; e4m3 zeros, so a masked position's value row adds nothing, never a NaN).
+__device__ __forceinline__ void copy_async_16(uint32_t shared_address, const void* source, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address), "l"(source),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most PENDING of this thread's copy groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+
+// One warp copies a chunk's K and V tiles (positions past `end` as zeros) into the ring slot at
+// `slot_address`: lane l copies unit l % 8 of rows 4k + l / 8 (k = 0..7), a whole 128-byte row of a head
+// per 8 lanes, so every instruction reads full 32-byte sectors.
+template <int CHUNK_PAGES>
+__device__ __forceinline__ void copy_chunk(uint32_t slot_address, const uint8_t* k_base, const uint8_t* v_base,
+                                           const ChunkRows<CHUNK_PAGES>& rows, uint32_t stride_row, int chunk,
+                                           int end, int lane) {
+  const int unit = lane % 8;
+#pragma unroll
+  for (int k = 0; k < kChunk / 4; ++k) {
+    const int position = 4 * k + lane / 8;  // in the chunk
+    const bool valid = chunk + position < end;
+    uint32_t row = 0;
+    if constexpr (CHUNK_PAGES > 0) {
+      constexpr int kPagePart = kChunk / CHUNK_PAGES;  // the chunk's positions in one page (a multiple of 4)
+      row = rows.row[(4 * k) / kPagePart] + static_cast<uint32_t>((4 * k) % kPagePart + lane / 8);
+    } else {
+      row = rows.row[k];
+    }
+    const uint64_t offset = static_cast<uint64_t>(valid ? row : 0) * stride_row + 16 * unit;
+    const uint32_t destination = slot_address + tile_offset(position, unit);
+    copy_async_16(destination, k_base + offset, valid);
+    copy_async_16(destination + kTileBytes, v_base + offset, valid);
   }
-  return __ldg(reinterpret_cast<const uint4*>(base + static_cast<uint64_t>(row) * stride_row + column));
 }
 
 struct ChunkLoads {
@@ -192,31 +248,26 @@ struct ChunkLoads {
   uint4 v[2][4];  // V: k-step c's positions 16c + {2t, 2t + 1, 2t + 8, 2t + 9}, dims 16g .. 16g + 15
 };
 
-template <bool FULL, int CHUNK_PAGES>
-__device__ __forceinline__ void load_k(ChunkLoads& loads, const uint8_t* k_base, const Paging& paging,
-                                       const ChunkRows<CHUNK_PAGES>& rows, uint32_t stride_row, int chunk, int end,
-                                       int g, int t) {
+__device__ __forceinline__ uint4 load_unit(const uint8_t* tile, int row, int unit) {
+  return *reinterpret_cast<const uint4*>(tile + tile_offset(row, unit));
+}
+
+// The thread's K fragments of a chunk from its ring slot.
+__device__ __forceinline__ void load_k(ChunkLoads& loads, const uint8_t* slot, int g, int t) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const bool valid = FULL || chunk + 8 * j + g < end;
-    const uint32_t row = valid ? chunk_position_row<CHUNK_PAGES>(paging, rows, chunk, 8 * j, g) : 0;
-    loads.k[j][0] = load_part<FULL>(k_base, row, stride_row, 32 * t, valid);
-    loads.k[j][1] = load_part<FULL>(k_base, row, stride_row, 32 * t + 16, valid);
+    loads.k[j][0] = load_unit(slot, 8 * j + g, 2 * t);
+    loads.k[j][1] = load_unit(slot, 8 * j + g, 2 * t + 1);
   }
 }
 
-template <bool FULL, int CHUNK_PAGES>
-__device__ __forceinline__ void load_v(ChunkLoads& loads, const uint8_t* v_base, const Paging& paging,
-                                       const ChunkRows<CHUNK_PAGES>& rows, uint32_t stride_row, int chunk, int end,
-                                       int g, int t) {
+// The thread's V fragments of a chunk from its ring slot.
+__device__ __forceinline__ void load_v(ChunkLoads& loads, const uint8_t* slot, int g, int t) {
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int base = 16 * c + 8 * (i >> 1);  // positions base + 2t + (i & 1)
-      const bool valid = FULL || chunk + base + 2 * t + (i & 1) < end;
-      const uint32_t row = valid ? chunk_position_row<CHUNK_PAGES>(paging, rows, chunk, base, 2 * t + (i & 1)) : 0;
-      loads.v[c][i] = load_part<FULL>(v_base, row, stride_row, 16 * g, valid);
+      loads.v[c][i] = load_unit(slot + kTileBytes, 16 * c + 8 * (i >> 1) + 2 * t + (i & 1), g);
     }
   }
 }
@@ -313,7 +364,7 @@ __device__ __forceinline__ void chunk_softmax_and_values(Fragments& state, float
 }
 
 template <typename T, int CHUNK_PAGES>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     decode_fp8_kernel(T* __restrict__ out, float* __restrict__ partial, float* __restrict__ partial_lse,
                       const T* __restrict__ q, const uint8_t* __restrict__ kv, const int32_t* __restrict__ table,
                       const int32_t* __restrict__ seq_lens, const float* __restrict__ k_scale,
@@ -321,11 +372,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                       uint32_t stride_row, int64_t stride_head, int64_t table_stride0, int table_stride1,
                       int64_t seq_lens_stride, uint32_t num_pages, int max_pages, int page_shift, int num_kv_heads,
                       int group, int head_blocks, float sm_scale_log2, int num_splits) {
-  // a row's 128 dims in kMergeRow floats, thread t's 32 dims rotated by t: the stores of a warp's 32 lanes
-  // (rows g, dims 32t + n) fall in 32 different banks
-  __shared__ float merge_acc[kWarps][kMaxGroup][kMergeRow];
-  __shared__ float merge_m[kWarps][kMaxGroup];
-  __shared__ float merge_l[kWarps][kMaxGroup];
+  // kSharedBytes: each warp's ring of kStages slots, then (after the loop) the block's merge
+  extern __shared__ __align__(128) uint8_t shared[];
 
   const int64_t sequence = blockIdx.x;
   const int kv_head = blockIdx.y / head_blocks;
@@ -391,48 +439,58 @@ __global__ void __launch_bounds__(kThreads, 2)
   state.m[0] = state.m[1] = -INFINITY;
   state.l[0] = state.l[1] = 0.0f;
 
-  // software pipeline: a warp's loads of chunk i + 1 are in flight while it computes chunk i (its keys
-  // under chunk i's softmax and value product, its values under chunk i + 1's logits)
-  ChunkLoads loads;
-  // the keys / values of the chunk at `at` (< end), unmasked where the chunk lies wholly before the end
-  const auto load_keys = [&](int at, const ChunkRows<CHUNK_PAGES>& rows) {
-    if (at + kChunk <= end) {
-      load_k<true, CHUNK_PAGES>(loads, k_base, paging, rows, stride_row, at, end, g, t);
-    } else {
-      load_k<false, CHUNK_PAGES>(loads, k_base, paging, rows, stride_row, at, end, g, t);
+  // software pipeline: a warp copies its chunks into its own ring of kStages slots, kStages - 1 chunks
+  // ahead of the one it computes (cp.async: the bytes in flight hold no registers), and reads each page-table
+  // entry one chunk before it copies that chunk's rows, so no copy waits on a table read. Warps never wait
+  // for one another in the loop (__syncwarp only).
+  uint8_t* ring = shared + warp * (kStages * kStageBytes);
+  const uint32_t ring_address = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  constexpr int kStep = kChunk * kWarps;  // warp w takes chunks start + 32w, + 32w + kStep, ...
+  const int first = start + kChunk * warp;
+  ChunkRows<CHUNK_PAGES> copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, first, lane);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int at = first + s * kStep;
+    if (at < end) {
+      copy_chunk<CHUNK_PAGES>(ring_address + s * kStageBytes, k_base, v_base, copy_rows, stride_row, at, end, lane);
+      copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, at + kStep, lane);
     }
-  };
-  const auto load_values = [&](int at, const ChunkRows<CHUNK_PAGES>& rows) {
-    if (at + kChunk <= end) {
-      load_v<true, CHUNK_PAGES>(loads, v_base, paging, rows, stride_row, at, end, g, t);
-    } else {
-      load_v<false, CHUNK_PAGES>(loads, v_base, paging, rows, stride_row, at, end, g, t);
-    }
-  };
-  int chunk = start + kChunk * warp;
-  if (chunk < end) {
-    const ChunkRows<CHUNK_PAGES> chunk_rows = chunk_rows_of<CHUNK_PAGES>(paging, chunk);
-    load_keys(chunk, chunk_rows);
-    load_values(chunk, chunk_rows);
+    commit_copies();  // one group per slot, empty or not: wait_copies counts groups
   }
-  for (; chunk < end; chunk += kChunk * kWarps) {
-    const int next = chunk + kChunk * kWarps;
-    const ChunkRows<CHUNK_PAGES> next_rows = next < end ? chunk_rows_of<CHUNK_PAGES>(paging, next)
-                                                        : ChunkRows<CHUNK_PAGES>{};
+  int slot = 0;  // the ring slot of `chunk`
+  for (int chunk = first; chunk < end; chunk += kStep) {
+    const int ahead = chunk + (kStages - 1) * kStep;
+    const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;  // the slot computed last iteration
+    if (ahead < end) {
+      copy_chunk<CHUNK_PAGES>(ring_address + ahead_slot * kStageBytes, k_base, v_base, copy_rows, stride_row, ahead,
+                              end, lane);
+      copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, ahead + kStep, lane);
+    }
+    commit_copies();
+    wait_copies<kStages - 1>();  // this thread's copies of `chunk` have landed
+    __syncwarp();                // and so have the other lanes'
+    const uint8_t* chunk_slot = ring + slot * kStageBytes;
+    ChunkLoads loads;
+    load_k(loads, chunk_slot, g, t);
     float s[4][4];
     chunk_logits(s, q_frag, loads);
-    if (next < end) {
-      load_keys(next, next_rows);
-    }
+    load_v(loads, chunk_slot, g, t);
     if (chunk + kChunk <= end) {
       chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
     } else {
       chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
     }
-    if (next < end) {
-      load_values(next, next_rows);
-    }
+    __syncwarp();  // every lane has read the slot before the next iteration copies into it
+    slot = slot + 1 == kStages ? 0 : slot + 1;
   }
+  wait_copies<0>();
+  __syncthreads();  // every warp is out of its ring before the merge reuses it
+
+  // a row's 128 dims in kMergeRow floats, thread t's 32 dims rotated by t: the stores of a warp's 32 lanes
+  // (rows g, dims 32t + n) fall in 32 different banks
+  auto merge_acc = reinterpret_cast<float(*)[kMaxGroup][kMergeRow]>(shared);
+  auto merge_m = reinterpret_cast<float(*)[kMaxGroup]>(shared + sizeof(float) * kWarps * kMaxGroup * kMergeRow);
+  auto merge_l = merge_m + kWarps;
 
   // the block's merge: each warp's rows through shared memory
 #pragma unroll
@@ -578,7 +636,10 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
   const int page_shift = __builtin_ctzll(static_cast<unsigned long long>(page_size));
   const auto launch = [&](auto* typed_out, auto* typed_q, auto chunk_pages) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
-    decode_fp8_kernel<T, decltype(chunk_pages)::value><<<grid, kThreads, 0, stream>>>(
+    const auto kernel = decode_fp8_kernel<T, decltype(chunk_pages)::value>;
+    // above 48 KiB a block's dynamic shared memory needs the opt-in (a host call, legal during graph capture)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+    kernel<<<grid, kThreads, kSharedBytes, stream>>>(
         typed_out, num_splits > 1 ? partial.mutable_data_ptr<float>() : nullptr,
         num_splits > 1 ? partial_lse.mutable_data_ptr<float>() : nullptr, typed_q,
         static_cast<const uint8_t*>(kv_buffer.const_data_ptr()), page_table.const_data_ptr<int32_t>(),

@@ -153,21 +153,24 @@ def _extension_decode(backend: str):
     return decode_cuda.decode_aot if backend == "aot" else decode_cuda.decode_jit
 
 
+def decode_fp8_inputs(batch, length, generator):
+    """(q, fp8 buffer, bf16 buffer, page table, seq_lens, scale, KV bytes of the fp8 buffer): GQA 32/8 d128 page 16,
+    pages in random order, the fp8 buffer the bf16 one quantized with one per-tensor scale."""
+    table, pages = attention_tiles._pages(batch, length, 16)
+    values = torch.randn((pages * 16, 16, 128), device="cuda", generator=generator)
+    q = torch.randn((batch, 32, 128), device="cuda", generator=generator).bfloat16()
+    lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+    scale = (values.abs().amax() / 448).reshape(1)
+    return q, (values / scale).to(torch.float8_e4m3fn), values.bfloat16(), table, lens, scale, batch * length * 16 * 128
+
+
 def section_decode_fp8():
     from rapid_llm.kernels.ops.attention import decode as module
 
     rows = []
     g = torch.Generator(device="cuda").manual_seed(0)
     for batch, length in ((64, 4096), (8, 8192), (1, 32768)):
-        table, pages = attention_tiles._pages(batch, length, 16)
-        values = torch.randn((pages * 16, 16, 128), device="cuda", generator=g)
-        q = torch.randn((batch, 32, 128), device="cuda", generator=g).bfloat16()
-        lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
-        scale = (values.abs().amax() / 448).reshape(1)
-        fp8 = (values / scale).to(torch.float8_e4m3fn)
-        bf16 = values.bfloat16()
-        del values
-        nbytes = batch * length * 16 * 128
+        q, fp8, bf16, table, lens, scale, nbytes = decode_fp8_inputs(batch, length, g)
         base = {"batch": batch, "length": length}
         want = module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale)
         bf16_call = lambda: module.decode(q, bf16, table, lens, 16, 128 ** -0.5)

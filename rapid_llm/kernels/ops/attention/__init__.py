@@ -271,11 +271,13 @@ def _extension_decode_row(backend: str, function: str) -> KernelSpec:
         shape=(ShapeConstraint("head_dim", one_of=(128,)),
                ShapeConstraint("page_size", one_of=tuple(2 ** i for i in range(11)))),  # powers of two to 1024
         layout=("kv:fp8_e4m3", "kv:paged"),
-        golden=GoldenRecord.unverified(),
+        golden=GoldenRecord(verified=True, max_abs_diff=0.0078125, baseline="torch/decode",
+                            evidence=f"{ATTENTION_RESULTS}/parity_{backend}_decode_fp8.json"),
         priority=20,
         graph_safe=True,
-        description=("CUDA extension: paged fp8-KV decode with mma.sync, the value operand built in registers by "
-                     "byte permutes" + ("" if backend == "aot" else " (built on first use, RAPID_LLM_JIT=1)")),
+        description=("CUDA extension: paged fp8-KV decode with mma.sync, K/V chunks through a cp.async ring per "
+                     "warp, the value operand built by byte permutes" +
+                     ("" if backend == "aot" else " (built on first use, RAPID_LLM_JIT=1)")),
     )
 
 
@@ -291,8 +293,11 @@ def _extension_decode_row(backend: str, function: str) -> KernelSpec:
 #   decode GQA 32/8 d128 page 16 (its own run, variants/call16): native 254.3 / 80.4 / 50.9 / 49.1 us at B=64
 #     L=4096 / B=8 L=8192 / B=1 L=32768 / B=1 L=1024 by events (244.3 / 68.8 / 39.4 / 10.0 in graph replay),
 #     against the FlashInfer row's 822.5 / 508.6 / 452.6 / 418.2 (and FlashInfer planned once per step, a peer:
-#     390.0 / 105.8 / 60.7 / 15.1): native 30. decode_fp8: the only row for an fp8 buffer besides the
-#     reference (177.9 / 70.0 / 82.0 us at the first three shapes; 169.2 / 50.4 / 30.1 in graph replay): 10.
+#     390.0 / 105.8 / 60.7 / 15.1): native 30. fp8 buffer (the decode run of variants/call34): the
+#     extension rows aot/decode_fp8 and jit/decode_fp8 152.8 / 55.6 / 37.3 and 149.8 / 56.1 / 37.8 us by
+#     events at B=64 L=4096 / B=8 L=8192 / B=1 L=32768 (137.5 / 41.9 / 28.4 and 135.9 / 41.3 / 28.0 in graph
+#     replay), native/decode_fp8 178.3 / 57.6 / 66.8 (169.3 / 50.8 / 30.2): the extension rows 20, where
+#     their build loads, native/decode_fp8 10.
 #   prefill (its own run, variants/call31): native 864.3 / 290.3 us at 4 x 4096 / 16 x 1024 causal (sm90's
 #     Gluon kernel for head dim 128, two consumer warpgroups, 128-key tiles, the output through TMA; the TMA
 #     kernel took 1136.8 / 379.5 in call15), FA3 841.1 / 322.1, the FlashInfer row 2288.7 / 1120.1: native 15,
@@ -331,10 +336,9 @@ ROWS = (
                 layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, max_abs_diff=0.0078125, priority=10,
                 description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
                             "conversion), scales folded into the softmax"),
-    # The CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu: mma.sync with the value operand
-    # built in registers by byte permutes, no shared memory in the loop), built ahead of time or on first
-    # use. Compiled for sm90 (219-224 registers, no spills, 34 KiB of shared memory: two blocks an SM) and
-    # not yet run on a GPU: unverified, so default dispatch passes it over until its H200 parity run.
+    # The CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu: mma.sync, K/V chunks copied by
+    # cp.async into a ring per warp, the value operand built by byte permutes), built ahead of time or on
+    # first use. Parity on the H200 (variants/call34): both builds within 0.0078125 of the reference.
     *(_extension_decode_row(backend, function) for backend, function in (("aot", "decode_aot"),
                                                                          ("jit", "decode_jit"))),
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,

@@ -60,7 +60,8 @@ def launch_config(head_dim: int, kv_dtype: torch.dtype, device: torch.device) ->
     common_rows.ATTENTION_SWEEP); fp8 (perf/results/h200/attention_2026-12-01/
     sweep_attention_tiles_decode.json) 128 x 4 warps 176.9 us with the cap and CVT_ASM, 205.3 with the
     cap alone, 249.5 with CVT_ASM alone, 226.9 with neither, 240.9 at 64 positions, 286.9 at 256:
-    1.43x the bf16 row's tokens per second, short of the 1.6x the issue asks (README). An e4m3 -> fp16
+    1.43x the bf16 row's tokens per second, short of the 1.6x the issue asks; the CUDA extension's row
+    (decode_cuda.py) reaches 1.66-1.70x (README). An e4m3 -> fp16
     conversion by integer bit moves (2^8 folded into the scales) measured 495 us at the same tile
     (attention_2026-12-01/mla_tma/experiments/sweep_decode_fp8_bit_conversion.json): not kept.
     """

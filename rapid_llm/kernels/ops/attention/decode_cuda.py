@@ -6,8 +6,8 @@
 attention.decode's public order (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale);
 the schema's is outputs first: decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor
 kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale,
-int num_splits) -> (). The split count comes from host-known sizes only (splits.num_splits, the Triton row's
-rule), so a call is capturable in a CUDA graph; partial / partial_lse are the splits' scratch (empty with one
+int num_splits) -> (). The split count comes from host-known sizes only (splits.one_wave_splits with the
+kernel's blocks per SM), so a call is capturable in a CUDA graph; partial / partial_lse are the splits' scratch (empty with one
 split), merged into out by the launcher. q fp16/bf16 [B, Hq, 128], kv_buffer [rows, 2*Hk, 128] e4m3 with
 16-byte aligned rows (layout ``kv:paged``), page_size a power of two (the rows' shape constraints). Unchecked
 kernels: the op's check ran before (attention/checks.py); the C++ launcher still validates with TORCH_CHECK.
@@ -16,16 +16,42 @@ Importing this module loads no extension.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ... import aot, jit
-from .splits import num_splits
+from .splits import one_wave_splits
+
+#: The kernel's block (decode_fp8.cu's defaults): 128 threads, a ring of 3 slots x 4 warps x 8 KiB of shared
+#: memory, __launch_bounds__(128, 2); a block reserves 1 KiB more.
+BLOCK_SHARED_BYTES = 3 * 4 * 8192 + 1024
+MAX_BLOCKS_PER_SM = 2
+#: Query heads per block (the mma rows): a KV head's group takes ceil(G / 16) blocks.
+HEADS_PER_BLOCK = 16
+
+
+def blocks_per_sm(device: torch.device) -> int:
+    """Resident blocks per SM: 2 where two blocks' shared memory fits (sm90: 228 KiB), else 1 (sm89: 100 KiB)."""
+    if device.type != "cuda":
+        return 1
+    return _cuda_blocks_per_sm(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_blocks_per_sm(index: int) -> int:
+    properties = torch.cuda.get_device_properties(index)
+    shared = getattr(properties, "shared_memory_per_multiprocessor", 0) or 228 * 1024
+    return max(1, min(MAX_BLOCKS_PER_SM, shared // BLOCK_SHARED_BYTES))
 
 
 def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale):
     batch, num_q_heads, head_dim = q.shape
     out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    splits = num_splits(batch, kv_buffer.shape[1] // 2, page_table.shape[1] * int(page_size), q.device)
+    num_kv_heads = kv_buffer.shape[1] // 2
+    head_blocks = -(-(num_q_heads // num_kv_heads) // HEADS_PER_BLOCK)
+    splits = one_wave_splits(batch, num_kv_heads * head_blocks, page_table.shape[1] * int(page_size), q.device,
+                             blocks_per_sm(q.device))
     scratch = (batch, num_q_heads, splits) if splits > 1 else (0, 0, 0)
     partial = torch.empty((*scratch, head_dim), dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(scratch, dtype=torch.float32, device=q.device)

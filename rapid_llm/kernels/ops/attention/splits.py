@@ -34,4 +34,21 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     return max(1, min(wanted, reach, MAX_SPLITS))
 
 
-__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits"]
+def one_wave_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device,
+                    blocks_per_sm: int) -> int:
+    """Splits per sequence for a kernel whose blocks all run at once when the grid fits one wave (the CUDA
+    extension's fp8 decode: blocks_per_sm resident per SM). One split when the batch alone fills the
+    SMs' block slots; otherwise as many splits as fill one wave without starting a second (slots // programs:
+    a grid of 1.2 waves takes as long as 2), no more than the page table's reach allows at
+    MIN_SPLIT_POSITIONS per split, at most MAX_SPLITS. One split on the CPU."""
+    if device.type != "cuda" or batch == 0:
+        return 1
+    programs = batch * programs_per_sequence
+    slots = blocks_per_sm * multiprocessor_count(device)
+    if programs >= slots:
+        return 1
+    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
+    return max(1, min(slots // programs, reach, MAX_SPLITS))
+
+
+__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits", "one_wave_splits"]
