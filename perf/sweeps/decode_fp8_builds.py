@@ -1,6 +1,7 @@
 """Compile-time variants of the CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu), checked and timed.
 
     python -m perf.sweeps.decode_fp8_builds --out DIR [--builds S3M2,S2M3,...] [--repeat N] [--build-only]
+                                            [--lengths L,L,...]
 
 The kernel's sweep knobs are preprocessor defines (RAPID_LLM_DECODE_FP8_STAGES: ring slots per warp;
 RAPID_LLM_DECODE_FP8_MIN_BLOCKS: the blocks per SM of __launch_bounds__). A build tag SxMy compiles every
@@ -10,7 +11,9 @@ directly with every split count of SPLITS at the issue's shapes (GQA 32/8 d128, 
 B=8 L=8192, B=1 L=32768), beside the Triton fp8 and bf16 rows: every output is first compared with the
 Triton fp8 row's (max |diff|; a mismatch is recorded and not timed), then timed (CUDA events, L2 flushed,
 median; and in CUDA-graph replay, the device time without the host's enqueue: call33's event timings at B=8 and B=1
-ran 2-4x over the replays when this host was slow), the entries interleaved --repeat times.
+ran 2-4x over the replays when this host was slow), the entries interleaved --repeat times. --lengths replaces the
+shapes with B=1 at those lengths and split counts 1, 16 and 33 (as the page table's reach allows): the fixed cost of
+a call beside its per-position cost.
 
 Writes DIR/decode_fp8_builds.json; prints one line per entry and a table last.
 """
@@ -92,7 +95,13 @@ def _call(op, q, fp8, table, lens, scale, splits):
     return lambda: (op(out, partial, partial_lse, q, fp8, table, lens, scale, scale, 16, 128 ** -0.5, splits), out)[1]
 
 
-def sweep(tags: list[str], directory: Path, repeat: int) -> list[dict]:
+def _split_counts(batch: int, length: int, scan: bool) -> tuple[int, ...]:
+    if not scan:
+        return SPLITS[batch]
+    return tuple(sorted({min(count, max(1, length // 256)) for count in (1, 16, 33)}))
+
+
+def sweep(tags: list[str], directory: Path, repeat: int, shapes=SHAPES, scan: bool = False) -> list[dict]:
     from perf.sweeps.attention_variants import _check_and_time, decode_fp8_inputs
     from rapid_llm.kernels.ops.attention import decode as module
 
@@ -106,7 +115,7 @@ def sweep(tags: list[str], directory: Path, repeat: int) -> list[dict]:
             print(f"{tag}: no library (see build_{tag}.log)", flush=True)
     rows = []
     g = torch.Generator(device="cuda").manual_seed(0)
-    for batch, length in SHAPES:
+    for batch, length in shapes:
         q, fp8, bf16, table, lens, scale, nbytes = decode_fp8_inputs(batch, length, g)
         base = {"batch": batch, "length": length}
         want = module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale)
@@ -118,7 +127,7 @@ def sweep(tags: list[str], directory: Path, repeat: int) -> list[dict]:
                             lambda: module.decode(q, fp8, table, lens, 16, 128 ** -0.5, scale, scale), want,
                             graph=True)
             for tag, op in ops.items():
-                for splits in SPLITS[batch]:
+                for splits in _split_counts(batch, length, scan):
                     _check_and_time(rows, {**base, "variant": f"cuda {tag}", "splits": splits, "round": round_},
                                     _call(op, q, fp8, table, lens, scale, splits), want, graph=True)
         for row in rows:
@@ -138,6 +147,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--build-only", action="store_true", help="build the libraries, time nothing (a later run "
                         "without it reuses them)")
+    parser.add_argument("--lengths", help="B=1 at these comma-separated lengths instead of SHAPES")
     parser.add_argument("--build-one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     directory = args.out / "builds"
@@ -149,7 +159,10 @@ def main(argv=None) -> int:
     builds = _build_all(tags, directory)
     if args.build_only:
         return 0
-    rows = sweep(tags, directory, args.repeat)
+    if args.lengths:
+        rows = sweep(tags, directory, args.repeat, [(1, int(n)) for n in args.lengths.split(",")], scan=True)
+    else:
+        rows = sweep(tags, directory, args.repeat)
     document = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
