@@ -29,11 +29,11 @@
 // shared memory at the end. A reduction index may be permuted as
 // long as both operands agree, and so may an output index as long as the store undoes it:
 //   - logits S = Q K^T (k = head dims): thread (g = lane / 4, t = lane % 4) holds dims 32t .. 32t + 31 of
-//     the K row of position 8j + g (two 16-byte loads; j = 0..3, the chunk's four 8-position n-tiles);
-//     its k-step c uses the word of dims 32t + 4c .. + 3: bytes 0-1 as the k pair (2t, 2t + 1), bytes 2-3
-//     as (2t + 8, 2t + 9). q's fragments are loaded under the same dim permutation.
+//     the K row of position 8j + g (two 16-byte reads from the ring slot; j = 0..3, the chunk's four
+//     8-position n-tiles); its k-step c uses the word of dims 32t + 4c .. + 3: bytes 0-1 as the k pair
+//     (2t, 2t + 1), bytes 2-3 as (2t + 8, 2t + 9). q's fragments are loaded under the same dim permutation.
 //   - P.V (k = positions, n = head dims): logical head dim n of n-tile j is physical dim 16 * n + j, so
-//     thread (g, t) needs physical dims 16g .. 16g + 15 (one 16-byte load a position) of positions 2t,
+//     thread (g, t) needs physical dims 16g .. 16g + 15 (one 16-byte read a position) of positions 2t,
 //     2t + 1, 2t + 8, 2t + 9 of each 16-position k-step; two PRMTs interleave the two positions of a k
 //     pair byte by byte, and each 16-bit half converts to one f16x2 B register. P comes from the logits'
 //     accumulators in registers (the layouts line up: FlashAttention-2's register reuse). The output
@@ -45,9 +45,9 @@
 // 32); with one split the block writes out directly, else its normalised partial output and base-2
 // log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse).
 // Pages: page_size is a power of two; pages of >= 8 positions are read once per page a 32-position chunk
-// spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position, one chunk before the chunk's copy. Index values outside the contract
-// (unchecked page ids, lengths past the table) are clamped into the page table and the buffer: an
-// unspecified result, never an out-of-bounds read.
+// spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position, one chunk before the chunk's copy.
+// Index values outside the contract (unchecked page ids, lengths past the table) are clamped into the page
+// table and the buffer: an unspecified result, never an out-of-bounds read.
 // ASCII only.
 
 #include <c10/cuda/CUDAException.h>
