@@ -19,8 +19,9 @@
 // its fragments from there (16-byte reads, units swizzled by row: no bank conflicts). The first version
 // prefetched only the next chunk into registers: at 8 warps per SM that left about 32 KiB per SM in flight,
 // and it reached 3.34 TB/s at B=64 L=4096 (160.6 us, perf/results/h200/attention_2026-12-01/variants/call32);
-// the ring holds up to 2 x 4 x 2 x 8 KiB per SM in flight and took the same shape to 148.8 us (call33; 137-139 us
-// with the call's launch overhead out, call34/decode_fp8_builds.json, where 2 slots measured within 1%).
+// the ring holds up to 2 x 4 x 2 x 8 KiB per SM in flight and took the same shape to 148.8 us through the
+// Python row (call33), 138.8-138.9 us with the op called directly (call34/decode_fp8_builds.json, where 2 slots
+// measured 137.4).
 //
 // Mapping: one block of 4 warps per (sequence b, KV head, split) and 16 of the KV head's G = Hq / Hk query
 // heads (one block for G <= 16), the 16 rows of every m16n8k16 product (rows past G are zeros, never

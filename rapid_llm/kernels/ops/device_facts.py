@@ -7,6 +7,9 @@ matter there.
 
 capability_major(device): the compute capability's major number (9 on Hopper), for the
 TMA kernels' sm90+ check on every call.
+
+shared_memory_per_multiprocessor(device): bytes of shared memory an SM holds (228 KiB on an
+H200), for a kernel's blocks-per-SM count. 0 off CUDA.
 """
 
 from __future__ import annotations
@@ -38,3 +41,15 @@ def capability_major(device: torch.device) -> int:
 @functools.lru_cache(maxsize=None)
 def _cuda_capability_major(index: int) -> int:
     return torch.cuda.get_device_capability(index)[0]
+
+
+def shared_memory_per_multiprocessor(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return _cuda_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_shared_memory(index: int) -> int:
+    # torch builds without the property: the sm90 figure (the only GPU the extension rows were measured on)
+    return getattr(torch.cuda.get_device_properties(index), "shared_memory_per_multiprocessor", 0) or 228 * 1024

@@ -7,8 +7,8 @@ attention.decode's public order (q, kv_buffer, page_table, seq_lens, page_size, 
 the schema's is outputs first: decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor
 kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale,
 int num_splits) -> (). The split count comes from host-known sizes only (splits.one_wave_splits with the
-kernel's blocks per SM), so a call is capturable in a CUDA graph; partial / partial_lse are the splits' scratch (empty with one
-split), merged into out by the launcher. q fp16/bf16 [B, Hq, 128], kv_buffer [rows, 2*Hk, 128] e4m3 with
+kernel's blocks per SM), so a call is capturable in a CUDA graph; partial / partial_lse are the splits'
+scratch (empty with one split), merged into out by the launcher. q fp16/bf16 [B, Hq, 128], kv_buffer [rows, 2*Hk, 128] e4m3 with
 16-byte aligned rows (layout ``kv:paged``), page_size a power of two (the rows' shape constraints). Unchecked
 kernels: the op's check ran before (attention/checks.py); the C++ launcher still validates with TORCH_CHECK.
 Importing this module loads no extension.
@@ -16,11 +16,10 @@ Importing this module loads no extension.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ... import aot, jit
+from ..device_facts import shared_memory_per_multiprocessor
 from .splits import one_wave_splits
 
 #: The kernel's block (decode_fp8.cu's defaults): 128 threads, a ring of 3 slots x 4 warps x 8 KiB of shared
@@ -33,16 +32,7 @@ HEADS_PER_BLOCK = 16
 
 def blocks_per_sm(device: torch.device) -> int:
     """Resident blocks per SM: 2 where two blocks' shared memory fits (sm90: 228 KiB), else 1 (sm89: 100 KiB)."""
-    if device.type != "cuda":
-        return 1
-    return _cuda_blocks_per_sm(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_blocks_per_sm(index: int) -> int:
-    properties = torch.cuda.get_device_properties(index)
-    shared = getattr(properties, "shared_memory_per_multiprocessor", 0) or 228 * 1024
-    return max(1, min(MAX_BLOCKS_PER_SM, shared // BLOCK_SHARED_BYTES))
+    return max(1, min(MAX_BLOCKS_PER_SM, shared_memory_per_multiprocessor(device) // BLOCK_SHARED_BYTES))
 
 
 def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale):

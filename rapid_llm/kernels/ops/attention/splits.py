@@ -17,6 +17,12 @@ MAX_SPLITS = 256
 MIN_SPLIT_POSITIONS = 256
 
 
+def _capped(wanted: int, capacity: int) -> int:
+    """`wanted` splits, no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
+    MAX_SPLITS, at least 1."""
+    return max(1, min(wanted, capacity // MIN_SPLIT_POSITIONS, MAX_SPLITS))
+
+
 def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device) -> int:
     """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
     per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
@@ -29,9 +35,7 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     programs = batch * programs_per_sequence
     if programs >= 2 * multiprocessor_count(device):
         return 1
-    wanted = -(-4 * multiprocessor_count(device) // programs)
-    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
-    return max(1, min(wanted, reach, MAX_SPLITS))
+    return _capped(-(-4 * multiprocessor_count(device) // programs), capacity)
 
 
 def one_wave_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device,
@@ -47,8 +51,7 @@ def one_wave_splits(batch: int, programs_per_sequence: int, capacity: int, devic
     slots = blocks_per_sm * multiprocessor_count(device)
     if programs >= slots:
         return 1
-    reach = max(1, capacity // MIN_SPLIT_POSITIONS)
-    return max(1, min(slots // programs, reach, MAX_SPLITS))
+    return _capped(slots // programs, capacity)
 
 
 __all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits", "one_wave_splits"]
