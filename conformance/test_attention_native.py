@@ -411,6 +411,22 @@ def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypat
     assert module.one_wave_splits(1, 8, 32768, cuda, 2) == 33  # and B=1 L=32768
 
 
+def test_splits_filled_at_reach_leave_no_split_empty():
+    """decode_cuda.splits_filled_at_reach: the extension kernel gives each split ceil(L / S) positions rounded
+    up to 32, so the count it keeps must leave no split empty for a sequence as long as the page table's reach,
+    and never exceed the count asked for. Catches the 33rd, empty split of a 32k context (32 splits of 1024)."""
+    from rapid_llm.kernels.ops.attention.decode_cuda import CHUNK, splits_filled_at_reach
+
+    assert splits_filled_at_reach(33, 32768) == 32
+    for splits in (1, 2, 3, 4, 7, 16, 33, 64, 256):
+        for capacity in (1, 31, 32, 1000, 4096, 8192, 32768, 131072):
+            kept = splits_filled_at_reach(splits, capacity)
+            length = -(-(-(-capacity // kept)) // CHUNK) * CHUNK
+            assert 1 <= kept <= splits, (splits, capacity, kept)
+            assert (kept - 1) * length < capacity, (splits, capacity, kept)  # the last split starts in range
+            assert kept * length >= capacity, (splits, capacity, kept)  # and every position has a split
+
+
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_mla_split_count_leaves_no_split_empty_for_a_full_length_sequence(block_n, monkeypatch):
     """mla_num_splits on a 132-SM GPU, for the batch / head-block / reach / residency shapes of the benchmarks and

@@ -933,6 +933,28 @@ class TestFp8DecodeExtensionOnGpu:
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
 
+    def test_graph_replay_with_splits_equals_eager(self, row_name):
+        """Catches the split merge (a programmatic dependent launch of the decode kernel) reading partial
+        outputs before the decode grid has written them, or an edge lost in CUDA-graph capture: a replay after
+        new q values are copied in must equal an eager call on them (one 32k sequence: tens of splits)."""
+        fn = _wrapper_or_skip(row_name)
+        args = _fp8_decode_inputs(1, 32, 8, [32768], 16, torch.bfloat16, seed=11)
+        q = args[0]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn(*args)  # warm-up (the jit/ build loads) outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = fn(*args)
+        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(12)).to(q))
+        graph.replay()
+        want = fn(*args)
+        torch.cuda.synchronize()
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+
     def test_direct_op_calls_fail_the_torch_checks(self, row_name):
         """Catches a launcher that decodes unchecked inputs (another head dim, an unaligned buffer, a page
         size that is no power of two, an fp16 buffer), and an error path that crashes the process."""

@@ -16,7 +16,9 @@
 // with byte permutes (PRMT).
 // Memory pipeline: each warp copies its chunks (K and V tiles of 32 positions, 8 KiB) with cp.async into
 // its own ring of kStages slots in shared memory, kStages - 1 chunks ahead of the one it computes, and reads
-// its fragments from there (16-byte reads, units swizzled by row: no bank conflicts). The first version
+// its fragments from there (16-byte reads, units swizzled by row: no bank conflicts); with OVERLAP it reads a
+// chunk's V fragments first (freeing its slot) and computes the next chunk's logits beside this chunk's
+// softmax and value product. The first version
 // prefetched only the next chunk into registers: at 8 warps per SM that left about 32 KiB per SM in flight,
 // and it reached 3.34 TB/s at B=64 L=4096 (160.6 us, perf/results/h200/attention_2026-12-01/variants/call32);
 // the ring holds up to 2 x 4 x 2 x 8 KiB per SM in flight and took the same shape to 148.8 us through the
@@ -44,7 +46,8 @@
 // logit multiplier, v_scale into the final normalisation. P enters the value product in fp16.
 // Split-K: sequence b's positions are cut into num_splits equal chunks of its own length (rounded up to
 // 32); with one split the block writes out directly, else its normalised partial output and base-2
-// log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse).
+// log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse);
+// the merge is a programmatic dependent launch (sm90), resident while the decode grid runs, waiting for it.
 // Pages: page_size is a power of two; pages of >= 8 positions are read once per page a 32-position chunk
 // spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position, one chunk before the chunk's copy.
 // Index values outside the contract (unchecked page ids, lengths past the table) are clamped into the page
@@ -86,8 +89,36 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #ifndef RAPID_LLM_DECODE_FP8_MIN_BLOCKS
 #define RAPID_LLM_DECODE_FP8_MIN_BLOCKS 2
 #endif
+// Switches (on by default: perf.sweeps.decode_fp8_builds timed each against the kernel without it, variants
+// call36-37). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
+// then wait behind the copies' latency instead of in front of it). OVERLAP: a warp computes chunk n + 1's
+// logits beside chunk n's softmax and value product (two chunks' work in one instruction stream). MERGE_WARPS:
+// the split merge's 4 warps share the splits (warp w: splits w, w + 4, ...; 4 dims a lane), against one
+// thread per head dim walking every split. PDL: the merge kernel is launched as a programmatic dependent of
+// the decode kernel (sm90: it is resident and waiting when the last decode block ends). call36 (graph replay,
+// B=1 L=32768 with 32 splits): 27.4-27.6 us with none, 25.2 with all four; B=64 L=4096 142.7-143.1 / 139.9-140.6.
+// call38 also timed, and dropped: the 256-byte L2 prefetch hint on the copies (B=64 148.7 against 135.7), an
+// even spread of whole chunks over the splits, the merge's loads in batches of 16 (both slower at B=1 and B=8);
+// call37: the prologue's table reads at once (slower).
+#ifndef RAPID_LLM_DECODE_FP8_EARLY_COPIES
+#define RAPID_LLM_DECODE_FP8_EARLY_COPIES 1
+#endif
+#ifndef RAPID_LLM_DECODE_FP8_OVERLAP
+#define RAPID_LLM_DECODE_FP8_OVERLAP 1
+#endif
+#ifndef RAPID_LLM_DECODE_FP8_MERGE_WARPS
+#define RAPID_LLM_DECODE_FP8_MERGE_WARPS 1
+#endif
+#ifndef RAPID_LLM_DECODE_FP8_PDL
+#define RAPID_LLM_DECODE_FP8_PDL 1
+#endif
 constexpr int kStages = RAPID_LLM_DECODE_FP8_STAGES;
 constexpr int kMinBlocks = RAPID_LLM_DECODE_FP8_MIN_BLOCKS;
+constexpr bool kEarlyCopies = RAPID_LLM_DECODE_FP8_EARLY_COPIES != 0;
+constexpr bool kOverlap = RAPID_LLM_DECODE_FP8_OVERLAP != 0;
+constexpr bool kMergeWarps = RAPID_LLM_DECODE_FP8_MERGE_WARPS != 0;
+constexpr bool kDependentMerge = RAPID_LLM_DECODE_FP8_PDL != 0;
+static_assert(!kOverlap || kStages >= 3, "OVERLAP keeps a chunk's slot until its values are read: 3 slots or more");
 static_assert(kStages >= 2, "a ring of one slot would leave no copy in flight");
 constexpr int kRingBytes = kStages * kWarps * kStageBytes;
 constexpr int kMergeBytes = static_cast<int>(sizeof(float)) * kWarps * kMaxGroup * (kMergeRow + 2);
@@ -147,6 +178,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Programmatic dependent launch (sm90+; no-ops below, and griddepcontrol.wait returns at once in a grid that
+// was not launched as a dependent).
+__device__ __forceinline__ void wait_for_primary_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -364,6 +408,47 @@ __device__ __forceinline__ void chunk_softmax_and_values(Fragments& state, float
   }
 }
 
+// q rows g and g + 8 of the block's heads (q_rows: its first head), dims 32t .. 32t + 31, as the logits' A
+// fragments; returns the logit multiplier. A bf16 q enters fp16 scaled by 2^s with the block's largest |q| in
+// [2^14, 2^15) (exact; the Triton row's rule), 2^-s folded into the multiplier.
+template <typename T>
+__device__ __forceinline__ float query_fragments(uint32_t (&q_frag)[8][4], const T* q_rows, int rows,
+                                                 int64_t stride_qh, int64_t stride_qd, float qk_scale, int g, int t) {
+  float q_vals[2][32];
+  float q_abs_max = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    const bool valid = row < rows;
+    const T* q_row = q_rows + static_cast<int64_t>(valid ? row : 0) * stride_qh;
+#pragma unroll
+    for (int d = 0; d < 32; ++d) {
+      q_vals[r][d] = valid ? to_float(q_row[static_cast<int64_t>(32 * t + d) * stride_qd]) : 0.0f;
+      q_abs_max = fmaxf(q_abs_max, fabsf(q_vals[r][d]));
+    }
+  }
+  float q_scale = 1.0f;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      q_abs_max = fmaxf(q_abs_max, __shfl_xor_sync(0xffffffff, q_abs_max, offset));
+    }
+    const int exponent = (__float_as_int(q_abs_max) >> 23) & 0xFF;
+    const int scale_bits = exponent == 0 ? 127 : min(max(268 - exponent, 1), 254);
+    q_scale = __int_as_float(scale_bits << 23);
+    qk_scale /= q_scale;
+  }
+  // k-step c: rows (g, g + 8) x logical k (2t, 2t + 1) and (2t + 8, 2t + 9)
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    q_frag[c][0] = pack_f16x2(q_vals[0][4 * c] * q_scale, q_vals[0][4 * c + 1] * q_scale);
+    q_frag[c][1] = pack_f16x2(q_vals[1][4 * c] * q_scale, q_vals[1][4 * c + 1] * q_scale);
+    q_frag[c][2] = pack_f16x2(q_vals[0][4 * c + 2] * q_scale, q_vals[0][4 * c + 3] * q_scale);
+    q_frag[c][3] = pack_f16x2(q_vals[1][4 * c + 2] * q_scale, q_vals[1][4 * c + 3] * q_scale);
+  }
+  return qk_scale;
+}
+
 template <typename T, int CHUNK_PAGES>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     decode_fp8_kernel(T* __restrict__ out, float* __restrict__ partial, float* __restrict__ partial_lse,
@@ -375,6 +460,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                       int group, int head_blocks, float sm_scale_log2, int num_splits) {
   // kSharedBytes: each warp's ring of kStages slots, then (after the loop) the block's merge
   extern __shared__ __align__(128) uint8_t shared[];
+  if constexpr (kDependentMerge) {
+    allow_dependent_launch();  // the merge grid may become resident now; it waits for this grid's end
+  }
 
   const int64_t sequence = blockIdx.x;
   const int kv_head = blockIdx.y / head_blocks;
@@ -387,41 +475,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int g = lane / 4;
   const int t = lane % 4;
   const int num_q_heads = num_kv_heads * group;
+  const T* q_rows = q + sequence * stride_qb + static_cast<int64_t>(first_head) * stride_qh;
 
-  // q rows g and g + 8 (heads first_head + row), dims 32t .. 32t + 31, and the block's max |q|
-  float q_vals[2][32];
-  float q_abs_max = 0.0f;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = g + 8 * r;
-    const bool valid = row < rows;
-    const T* q_row = q + sequence * stride_qb + static_cast<int64_t>(first_head + (valid ? row : 0)) * stride_qh;
-#pragma unroll
-    for (int d = 0; d < 32; ++d) {
-      q_vals[r][d] = valid ? to_float(q_row[static_cast<int64_t>(32 * t + d) * stride_qd]) : 0.0f;
-      q_abs_max = fmaxf(q_abs_max, fabsf(q_vals[r][d]));
-    }
-  }
+  uint32_t q_frag[8][4];
   float qk_scale = sm_scale_log2 * __ldg(k_scale);
-  float q_scale = 1.0f;
-  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    // 2^s with the group's largest |q| in [2^14, 2^15): exact in fp16 (the Triton row's rule)
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      q_abs_max = fmaxf(q_abs_max, __shfl_xor_sync(0xffffffff, q_abs_max, offset));
-    }
-    const int exponent = (__float_as_int(q_abs_max) >> 23) & 0xFF;
-    const int scale_bits = exponent == 0 ? 127 : min(max(268 - exponent, 1), 254);
-    q_scale = __int_as_float(scale_bits << 23);
-    qk_scale /= q_scale;
-  }
-  uint32_t q_frag[8][4];  // k-step c: rows (g, g + 8) x logical k (2t, 2t + 1) and (2t + 8, 2t + 9)
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    q_frag[c][0] = pack_f16x2(q_vals[0][4 * c] * q_scale, q_vals[0][4 * c + 1] * q_scale);
-    q_frag[c][1] = pack_f16x2(q_vals[1][4 * c] * q_scale, q_vals[1][4 * c + 1] * q_scale);
-    q_frag[c][2] = pack_f16x2(q_vals[0][4 * c + 2] * q_scale, q_vals[0][4 * c + 3] * q_scale);
-    q_frag[c][3] = pack_f16x2(q_vals[1][4 * c + 2] * q_scale, q_vals[1][4 * c + 3] * q_scale);
+  if constexpr (!kEarlyCopies) {
+    qk_scale = query_fragments(q_frag, q_rows, rows, stride_qh, stride_qd, qk_scale, g, t);
   }
 
   const int seq_len = __ldg(seq_lens + sequence * seq_lens_stride);
@@ -431,14 +490,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const Paging paging{table + sequence * table_stride0, table_stride1, max_pages, page_shift, num_pages};
   const uint8_t* k_base = kv + static_cast<int64_t>(kv_head) * stride_head;
   const uint8_t* v_base = kv + static_cast<int64_t>(num_kv_heads + kv_head) * stride_head;
-
-  Fragments state;
-#pragma unroll
-  for (int n = 0; n < 16; ++n) {
-    state.acc[n][0] = state.acc[n][1] = state.acc[n][2] = state.acc[n][3] = 0.0f;
-  }
-  state.m[0] = state.m[1] = -INFINITY;
-  state.l[0] = state.l[1] = 0.0f;
 
   // software pipeline: a warp copies its chunks into its own ring of kStages slots, kStages - 1 chunks
   // ahead of the one it computes (cp.async: the bytes in flight hold no registers), and reads each page-table
@@ -458,31 +509,81 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     commit_copies();  // one group per slot, empty or not: wait_copies counts groups
   }
+  if constexpr (kEarlyCopies) {
+    qk_scale = query_fragments(q_frag, q_rows, rows, stride_qh, stride_qd, qk_scale, g, t);
+  }
+
+  Fragments state;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    state.acc[n][0] = state.acc[n][1] = state.acc[n][2] = state.acc[n][3] = 0.0f;
+  }
+  state.m[0] = state.m[1] = -INFINITY;
+  state.l[0] = state.l[1] = 0.0f;
+
   int slot = 0;  // the ring slot of `chunk`
-  for (int chunk = first; chunk < end; chunk += kStep) {
-    const int ahead = chunk + (kStages - 1) * kStep;
-    const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;  // the slot computed last iteration
-    if (ahead < end) {
-      copy_chunk<CHUNK_PAGES>(ring_address + ahead_slot * kStageBytes, k_base, v_base, copy_rows, stride_row, ahead,
-                              end, lane);
-      copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, ahead + kStep, lane);
+  if constexpr (!kOverlap) {
+    for (int chunk = first; chunk < end; chunk += kStep) {
+      const int ahead = chunk + (kStages - 1) * kStep;
+      const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;  // the slot computed last iteration
+      if (ahead < end) {
+        copy_chunk<CHUNK_PAGES>(ring_address + ahead_slot * kStageBytes, k_base, v_base, copy_rows, stride_row,
+                                ahead, end, lane);
+        copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, ahead + kStep, lane);
+      }
+      commit_copies();
+      wait_copies<kStages - 1>();  // this thread's copies of `chunk` have landed
+      __syncwarp();                // and so have the other lanes'
+      const uint8_t* chunk_slot = ring + slot * kStageBytes;
+      ChunkLoads loads;
+      load_k(loads, chunk_slot, g, t);
+      float s[4][4];
+      chunk_logits(s, q_frag, loads);
+      load_v(loads, chunk_slot, g, t);
+      if (chunk + kChunk <= end) {
+        chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
+      } else {
+        chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
+      }
+      __syncwarp();  // every lane has read the slot before the next iteration copies into it
+      slot = slot + 1 == kStages ? 0 : slot + 1;
     }
-    commit_copies();
-    wait_copies<kStages - 1>();  // this thread's copies of `chunk` have landed
-    __syncwarp();                // and so have the other lanes'
-    const uint8_t* chunk_slot = ring + slot * kStageBytes;
+  } else {
+    // chunk n's softmax and value product beside chunk n + 1's logits: the logits of `chunk` are in
+    // `logits` when its iteration starts, its V tile still in its slot (read first, which frees the slot)
     ChunkLoads loads;
-    load_k(loads, chunk_slot, g, t);
-    float s[4][4];
-    chunk_logits(s, q_frag, loads);
-    load_v(loads, chunk_slot, g, t);
-    if (chunk + kChunk <= end) {
-      chunk_softmax_and_values<true>(state, s, loads, qk_scale, chunk, end, t);
-    } else {
-      chunk_softmax_and_values<false>(state, s, loads, qk_scale, chunk, end, t);
+    float logits[4][4];
+    wait_copies<kStages - 2>();  // the first chunk has landed
+    __syncwarp();
+    load_k(loads, ring, g, t);
+    chunk_logits(logits, q_frag, loads);  // garbage for a warp with no chunk: never used
+    for (int chunk = first; chunk < end; chunk += kStep) {
+      const int ahead = chunk + (kStages - 1) * kStep;
+      const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;  // freed last iteration
+      if (ahead < end) {
+        copy_chunk<CHUNK_PAGES>(ring_address + ahead_slot * kStageBytes, k_base, v_base, copy_rows, stride_row,
+                                ahead, end, lane);
+        copy_rows = chunk_rows_of<CHUNK_PAGES>(paging, ahead + kStep, lane);
+      }
+      commit_copies();
+      load_v(loads, ring + slot * kStageBytes, g, t);
+      const int next_slot = slot + 1 == kStages ? 0 : slot + 1;
+      wait_copies<kStages - 2>();  // this thread's copies of the next chunk have landed
+      __syncwarp();                // and so have the other lanes'; every lane has read this chunk's V
+      // the next chunk's logits (past the split's end: the slot's stale bytes, discarded)
+      float next_logits[4][4];
+      load_k(loads, ring + next_slot * kStageBytes, g, t);
+      chunk_logits(next_logits, q_frag, loads);
+      chunk_softmax_and_values<false>(state, logits, loads, qk_scale, chunk, end, t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          logits[j][e] = next_logits[j][e];
+        }
+      }
+      slot = next_slot;
     }
-    __syncwarp();  // every lane has read the slot before the next iteration copies into it
-    slot = slot + 1 == kStages ? 0 : slot + 1;
   }
   wait_copies<0>();
   __syncthreads();  // every warp is out of its ring before the merge reuses it
@@ -542,27 +643,89 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 }
 
-// out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s with w_s = exp2(lse_s - max_s lse_s): one block per
-// (sequence, query head), one thread per head dim (an empty split has lse = -inf: weight 0).
+// out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s with w_s = exp2(lse_s - max lse): one block of 128
+// threads per (sequence, query head), an empty split has lse = -inf: weight 0. MERGE_WARPS: warp w takes
+// splits w, w + 4, ... (lane l: dims 4l .. 4l + 3, one 16-byte read a split), the 4 warps' sums add through
+// shared memory; else one thread per head dim walks every split. Launched as a programmatic dependent of
+// the decode kernel (PDL), it waits for that grid's end (and its writes) before reading.
 template <typename T>
 __global__ void __launch_bounds__(kHeadDim)
     merge_kernel(T* __restrict__ out, const float* __restrict__ partial, const float* __restrict__ partial_lse,
                  int num_splits) {
+  wait_for_primary_grid();
   const int64_t slot = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;  // b * Hq + h
   const float* lse = partial_lse + slot * num_splits;
-  float top = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) {
-    top = fmaxf(top, __ldg(lse + s));
+  if constexpr (!kMergeWarps) {
+    float top = -INFINITY;
+    for (int s = 0; s < num_splits; ++s) {
+      top = fmaxf(top, __ldg(lse + s));
+    }
+    const float top_safe = top == -INFINITY ? 0.0f : top;
+    float total = 0.0f;
+    float value = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float weight = fast_exp2(__ldg(lse + s) - top_safe);
+      total += weight;
+      value += weight * __ldg(partial + (slot * num_splits + s) * kHeadDim + threadIdx.x);
+    }
+    store(out + slot * kHeadDim + threadIdx.x, total > 0.0f ? value / total : 0.0f);
+  } else {
+    __shared__ float block_max[kWarps];
+    __shared__ float block_total[kWarps];
+    __shared__ float4 block_sum[kWarps][32];
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    float top = -INFINITY;
+    for (int s = threadIdx.x; s < num_splits; s += kHeadDim) {
+      top = fmaxf(top, __ldg(lse + s));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      top = fmaxf(top, __shfl_xor_sync(0xffffffff, top, offset));
+    }
+    if (lane == 0) {
+      block_max[warp] = top;
+    }
+    __syncthreads();
+    top = fmaxf(fmaxf(block_max[0], block_max[1]), fmaxf(block_max[2], block_max[3]));
+    const float top_safe = top == -INFINITY ? 0.0f : top;
+    const float4* rows = reinterpret_cast<const float4*>(partial + slot * num_splits * kHeadDim) + lane;
+    float total = 0.0f;
+    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = warp; s < num_splits; s += kWarps) {
+      const float weight = fast_exp2(__ldg(lse + s) - top_safe);
+      const float4 row = __ldg(rows + s * (kHeadDim / 4));
+      total += weight;
+      value.x += weight * row.x;
+      value.y += weight * row.y;
+      value.z += weight * row.z;
+      value.w += weight * row.w;
+    }
+    block_sum[warp][lane] = value;
+    if (lane == 0) {
+      block_total[warp] = total;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      float sum_total = 0.0f;
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        sum_total += block_total[w];
+        sum.x += block_sum[w][lane].x;
+        sum.y += block_sum[w][lane].y;
+        sum.z += block_sum[w][lane].z;
+        sum.w += block_sum[w][lane].w;
+      }
+      const float inverse = sum_total > 0.0f ? 1.0f / sum_total : 0.0f;
+      T* destination = out + slot * kHeadDim + 4 * lane;
+      store(destination + 0, sum.x * inverse);
+      store(destination + 1, sum.y * inverse);
+      store(destination + 2, sum.z * inverse);
+      store(destination + 3, sum.w * inverse);
+    }
   }
-  const float top_safe = top == -INFINITY ? 0.0f : top;
-  float total = 0.0f;
-  float value = 0.0f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float weight = fast_exp2(__ldg(lse + s) - top_safe);
-    total += weight;
-    value += weight * __ldg(partial + (slot * num_splits + s) * kHeadDim + threadIdx.x);
-  }
-  store(out + slot * kHeadDim + threadIdx.x, total > 0.0f ? value / total : 0.0f);
 }
 
 }  // namespace
@@ -665,9 +828,20 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
   };
   const auto merge = [&](auto* typed_out) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
-    merge_kernel<T><<<dim3(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_q_heads)), kHeadDim, 0,
-                       stream>>>(typed_out, partial.const_data_ptr<float>(), partial_lse.const_data_ptr<float>(),
-                                 static_cast<int>(num_splits));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_q_heads));
+    config.blockDim = dim3(kHeadDim);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    cudaLaunchAttribute dependent[1];
+    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent[0].val.programmaticStreamSerializationAllowed = 1;
+    if (kDependentMerge && major >= 9) {  // programmatic dependent launch: sm90+
+      config.attrs = dependent;
+      config.numAttrs = 1;
+    }
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T>, typed_out, partial.const_data_ptr<float>(),
+                                      partial_lse.const_data_ptr<float>(), static_cast<int>(num_splits)));
   };
   if (q.scalar_type() == at::kHalf) {
     launch_paged(static_cast<__half*>(out.mutable_data_ptr()), static_cast<const __half*>(q.const_data_ptr()));

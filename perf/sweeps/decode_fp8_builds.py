@@ -4,9 +4,12 @@
                                             [--lengths L,L,...]
 
 The kernel's sweep knobs are preprocessor defines (RAPID_LLM_DECODE_FP8_STAGES: ring slots per warp;
-RAPID_LLM_DECODE_FP8_MIN_BLOCKS: the blocks per SM of __launch_bounds__). A build tag SxMy compiles every
-source of csrc/ with STAGES=x, MIN_BLOCKS=y into its own library and op namespace (rapid_llm_fp8_SxMy, so the
-builds load side by side), the builds running in parallel processes. Each build's `decode` op is then called
+RAPID_LLM_DECODE_FP8_MIN_BLOCKS: the blocks per SM of __launch_bounds__; the switches EARLY_COPIES, OVERLAP,
+MERGE_WARPS and PDL, described in decode_fp8.cu, on by default). A build tag SxMy[e][x][w][p] compiles every
+source of csrc/ with STAGES=x, MIN_BLOCKS=y and each lettered switch on (e EARLY_COPIES, x OVERLAP, w
+MERGE_WARPS, p PDL; a switch not named is off) into its own library and op namespace (rapid_llm_fp8_<tag>, so
+the builds load side by side), the builds running in parallel processes. (Calls 37-38 also built t, o and L128 /
+L256 switches, since removed: decode_fp8.cu's comment on the switches says what they did.) Each build's `decode` op is then called
 directly with every split count of SPLITS at the issue's shapes (GQA 32/8 d128, page 16, fp8 KV: B=64 L=4096,
 B=8 L=8192, B=1 L=32768), beside the Triton fp8 and bf16 rows: every output is first compared with the
 Triton fp8 row's (max |diff|; a mismatch is recorded and not timed), then timed (CUDA events, L2 flushed,
@@ -37,17 +40,24 @@ if not __package__:  # run as a file: the repository root on sys.path
 import torch
 
 #: Split counts timed per shape (batch -> counts); 2 blocks per SM x 132 SMs = 264 block slots on the H200:
-#: one wave is 4 splits at B=8 (64 KV heads), 33 at B=1, two waves 8 and 66.
-SPLITS = {64: (1, 2), 8: (4, 8, 9), 1: (16, 33, 66)}
+#: one wave is 4 splits at B=8 (64 KV heads), 33 at B=1 (32 of them non-empty: splits are whole 32-position
+#: chunks); at 1 block per SM (6 slots a warp) 2 and 16. (call36 also timed 8 at B=8 and 24 at B=1: slower.)
+SPLITS = {64: (1,), 8: (2, 4), 1: (16, 32, 33)}
 SHAPES = ((64, 4096), (8, 8192), (1, 32768))
-DEFAULT_BUILDS = "S2M2,S3M2,S2M3"
+DEFAULT_BUILDS = "S3M2,S3M2ewpx"
+
+
+#: A build tag's letters and the switches they turn on (decode_fp8.cu's RAPID_LLM_DECODE_FP8_<switch>).
+SWITCHES = {"e": "EARLY_COPIES", "x": "OVERLAP", "w": "MERGE_WARPS", "p": "PDL"}
 
 
 def _defines(tag: str) -> list[str]:
-    match = re.fullmatch(r"S(\d+)M(\d+)", tag)
+    match = re.fullmatch(r"S(\d+)M(\d+)([exwp]*)", tag)
     if match is None:
-        raise SystemExit(f"decode_fp8_builds: build tag {tag!r} is not SxMy (x stages, y blocks per SM)")
-    return [f"-DRAPID_LLM_DECODE_FP8_STAGES={match[1]}", f"-DRAPID_LLM_DECODE_FP8_MIN_BLOCKS={match[2]}"]
+        raise SystemExit(f"decode_fp8_builds: build tag {tag!r} is not SxMy[e][x][w][p] (x stages, y blocks per SM, "
+                         f"then the switches {SWITCHES})")
+    return [f"-DRAPID_LLM_DECODE_FP8_STAGES={match[1]}", f"-DRAPID_LLM_DECODE_FP8_MIN_BLOCKS={match[2]}",
+            *(f"-DRAPID_LLM_DECODE_FP8_{SWITCHES[letter]}={int(letter in match[3])}" for letter in SWITCHES)]
 
 
 def build_one(tag: str, directory: Path) -> Path:
