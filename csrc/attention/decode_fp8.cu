@@ -97,6 +97,8 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 // thread per head dim walking every split. PDL: the merge kernel is launched as a programmatic dependent of
 // the decode kernel (sm90: it is resident and waiting when the last decode block ends). call36 (graph replay,
 // B=1 L=32768 with 32 splits): 27.4-27.6 us with none, 25.2 with all four; B=64 L=4096 142.7-143.1 / 139.9-140.6.
+// PEEL, SKIP_ROWS and PREFETCH (described below) together, call40: B=1 24.62-24.65 us against 24.98, B=8 (4
+// splits) 39.9 against 40.3, B=64 133.3 against 133.9.
 // call38 also timed, and dropped: the 256-byte L2 prefetch hint on the copies (B=64 148.7 against 135.7), an
 // even spread of whole chunks over the splits, the merge's loads in batches of 16 (both slower at B=1 and B=8);
 // call37: the prologue's table reads at once (slower).
@@ -112,12 +114,29 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #ifndef RAPID_LLM_DECODE_FP8_PDL
 #define RAPID_LLM_DECODE_FP8_PDL 1
 #endif
+// PEEL (with OVERLAP): the last chunk of a warp's split after the loop, without a next chunk's logits, and the
+// loop's chunks unmasked. SKIP_ROWS: the block merge stores only the rows of real query heads (G of 16).
+#ifndef RAPID_LLM_DECODE_FP8_PEEL
+#define RAPID_LLM_DECODE_FP8_PEEL 1
+#endif
+#ifndef RAPID_LLM_DECODE_FP8_SKIP_ROWS
+#define RAPID_LLM_DECODE_FP8_SKIP_ROWS 1
+#endif
+// PREFETCH: before its sequence's length arrives, a block asks the L2 for q's rows and for the page-table line
+// its warps' first chunks would use if the sequence filled the table's reach (a guess: right for a full
+// table, a wasted line otherwise), so that the reads that follow the length hit the L2.
+#ifndef RAPID_LLM_DECODE_FP8_PREFETCH
+#define RAPID_LLM_DECODE_FP8_PREFETCH 1
+#endif
 constexpr int kStages = RAPID_LLM_DECODE_FP8_STAGES;
 constexpr int kMinBlocks = RAPID_LLM_DECODE_FP8_MIN_BLOCKS;
 constexpr bool kEarlyCopies = RAPID_LLM_DECODE_FP8_EARLY_COPIES != 0;
 constexpr bool kOverlap = RAPID_LLM_DECODE_FP8_OVERLAP != 0;
 constexpr bool kMergeWarps = RAPID_LLM_DECODE_FP8_MERGE_WARPS != 0;
 constexpr bool kDependentMerge = RAPID_LLM_DECODE_FP8_PDL != 0;
+constexpr bool kPeel = RAPID_LLM_DECODE_FP8_PEEL != 0;
+constexpr bool kSkipRows = RAPID_LLM_DECODE_FP8_SKIP_ROWS != 0;
+constexpr bool kPrefetch = RAPID_LLM_DECODE_FP8_PREFETCH != 0;
 static_assert(!kOverlap || kStages >= 3, "OVERLAP keeps a chunk's slot until its values are read: 3 slots or more");
 static_assert(kStages >= 2, "a ring of one slot would leave no copy in flight");
 constexpr int kRingBytes = kStages * kWarps * kStageBytes;
@@ -191,6 +210,11 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A non-binding request for the L2 line of `address` (no register written, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
 }
 
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -476,6 +500,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int t = lane % 4;
   const int num_q_heads = num_kv_heads * group;
   const T* q_rows = q + sequence * stride_qb + static_cast<int64_t>(first_head) * stride_qh;
+  if constexpr (kPrefetch) {
+    if (lane == 0) {  // this warp's first chunk at the table's reach: its page-table entry's line
+      const int reach = max_pages << page_shift;
+      const int guess_len = ((reach + num_splits - 1) / num_splits + kChunk - 1) / kChunk * kChunk;
+      const int index = min((split * guess_len + kChunk * warp) >> page_shift, max_pages - 1);
+      prefetch_l2(table + sequence * table_stride0 + static_cast<int64_t>(index) * table_stride1);
+    } else if (warp == 0 && lane <= 2 * rows) {  // q's rows: two 128-byte lines a 256-byte row (dims 0, 64)
+      const int row = (lane - 1) / 2;
+      prefetch_l2(q_rows + static_cast<int64_t>(row) * stride_qh + static_cast<int64_t>((lane - 1) % 2 * 64) * stride_qd);
+    }
+  }
 
   uint32_t q_frag[8][4];
   float qk_scale = sm_scale_log2 * __ldg(k_scale);
@@ -557,7 +592,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncwarp();
     load_k(loads, ring, g, t);
     chunk_logits(logits, q_frag, loads);  // garbage for a warp with no chunk: never used
-    for (int chunk = first; chunk < end; chunk += kStep) {
+    int chunk = first;
+    // PEEL: the loop runs while a next chunk exists (every chunk in it full: no mask), the last chunk after
+    // it without the next chunk's logits; else every iteration computes them (the last one on stale bytes)
+    for (; kPeel ? chunk + kStep < end : chunk < end; chunk += kStep) {
       const int ahead = chunk + (kStages - 1) * kStep;
       const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;  // freed last iteration
       if (ahead < end) {
@@ -574,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       float next_logits[4][4];
       load_k(loads, ring + next_slot * kStageBytes, g, t);
       chunk_logits(next_logits, q_frag, loads);
-      chunk_softmax_and_values<false>(state, logits, loads, qk_scale, chunk, end, t);
+      chunk_softmax_and_values<kPeel>(state, logits, loads, qk_scale, chunk, end, t);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -583,6 +621,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         }
       }
       slot = next_slot;
+    }
+    if (kPeel && chunk < end) {  // the last chunk: landed (the last wait covered it), its logits computed
+      load_v(loads, ring + slot * kStageBytes, g, t);
+      chunk_softmax_and_values<false>(state, logits, loads, qk_scale, chunk, end, t);
     }
   }
   wait_copies<0>();
@@ -600,6 +642,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     state.l[r] += __shfl_xor_sync(0xffffffff, state.l[r], 1);
     state.l[r] += __shfl_xor_sync(0xffffffff, state.l[r], 2);
     const int row = g + 8 * r;
+    if (kSkipRows && row >= rows) {  // a row past the group: zeros, never read
+      continue;
+    }
     if (t == 0) {
       merge_m[warp][row] = state.m[r];
       merge_l[warp][row] = state.l[r];
