@@ -90,7 +90,7 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #define RAPID_LLM_DECODE_FP8_MIN_BLOCKS 2
 #endif
 // Switches (on by default: perf.sweeps.decode_fp8_builds timed each against the kernel without it, variants
-// call36-37). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
+// call36-40). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
 // then wait behind the copies' latency instead of in front of it). OVERLAP: a warp computes chunk n + 1's
 // logits beside chunk n's softmax and value product (two chunks' work in one instruction stream). MERGE_WARPS:
 // the split merge's 4 warps share the splits (warp w: splits w, w + 4, ...; 4 dims a lane), against one
