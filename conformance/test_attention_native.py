@@ -412,15 +412,17 @@ def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypat
 
 
 def test_splits_filled_at_reach_leave_no_split_empty():
-    """decode_cuda.splits_filled_at_reach: the extension kernel gives each split ceil(L / S) positions rounded
-    up to 32, so the count it keeps must leave no split empty for a sequence as long as the page table's reach,
-    and never exceed the count asked for. Catches the 33rd, empty split of a 32k context (32 splits of 1024)."""
-    from rapid_llm.kernels.ops.attention.decode_cuda import CHUNK, splits_filled_at_reach
+    """splits.splits_filled_at_reach at the extension kernel's granule (decode_cuda.CHUNK): each split gets
+    ceil(L / S) positions rounded up to 32, so the count it keeps must leave no split empty for a sequence as
+    long as the page table's reach, and never exceed the count asked for. Catches the 33rd, empty split of a
+    32k context (32 splits of 1024)."""
+    from rapid_llm.kernels.ops.attention.decode_cuda import CHUNK
+    from rapid_llm.kernels.ops.attention.splits import splits_filled_at_reach
 
-    assert splits_filled_at_reach(33, 32768) == 32
+    assert splits_filled_at_reach(33, 32768, CHUNK) == 32
     for splits in (1, 2, 3, 4, 7, 16, 33, 64, 256):
         for capacity in (1, 31, 32, 1000, 4096, 8192, 32768, 131072):
-            kept = splits_filled_at_reach(splits, capacity)
+            kept = splits_filled_at_reach(splits, capacity, CHUNK)
             length = -(-(-(-capacity // kept)) // CHUNK) * CHUNK
             assert 1 <= kept <= splits, (splits, capacity, kept)
             assert (kept - 1) * length < capacity, (splits, capacity, kept)  # the last split starts in range

@@ -7,7 +7,7 @@ attention.decode's public order (q, kv_buffer, page_table, seq_lens, page_size, 
 the schema's is outputs first: decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor
 kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale,
 int num_splits) -> (). The split count comes from host-known sizes only (splits.one_wave_splits with the
-kernel's blocks per SM, then splits_filled_at_reach), so a call is capturable in a CUDA graph; partial / partial_lse are the splits'
+kernel's blocks per SM, then splits.splits_filled_at_reach), so a call is capturable in a CUDA graph; partial / partial_lse are the splits'
 scratch (empty with one split), merged into out by the launcher. q fp16/bf16 [B, Hq, 128], kv_buffer [rows, 2*Hk, 128] e4m3 with
 16-byte aligned rows (layout ``kv:paged``), page_size a power of two (the rows' shape constraints). Unchecked
 kernels: the op's check ran before (attention/checks.py); the C++ launcher still validates with TORCH_CHECK.
@@ -20,7 +20,7 @@ import torch
 
 from ... import aot, jit
 from ..device_facts import shared_memory_per_multiprocessor
-from .splits import one_wave_splits
+from .splits import one_wave_splits, splits_filled_at_reach
 
 #: The kernel's block (decode_fp8.cu's defaults): 128 threads, a ring of 3 slots x 4 warps x 8 KiB of shared
 #: memory, __launch_bounds__(128, 2); a block reserves 1 KiB more.
@@ -35,19 +35,11 @@ def blocks_per_sm(device: torch.device) -> int:
     return max(1, min(MAX_BLOCKS_PER_SM, shared_memory_per_multiprocessor(device) // BLOCK_SHARED_BYTES))
 
 
-#: The kernel's split length is a whole number of these positions (decode_fp8.cu's kChunk).
+#: The kernel's split length is a whole number of these positions (decode_fp8.cu's kChunk). Keeping only the
+#: splits a full-reach sequence fills (splits.splits_filled_at_reach) drops the empty 33rd split at B=1
+#: L=32768: H200, variants/call40 (graph replay, the op called directly): 32 splits 24.62-24.65 us, 33 splits
+#: (the last empty) 25.61-25.65.
 CHUNK = 32
-
-
-def splits_filled_at_reach(splits: int, capacity: int) -> int:
-    """The splits a sequence as long as the page table's reach fills: the kernel gives each split
-    ceil(L / S) positions rounded up to CHUNK, so S splits can leave the last ones empty (33 splits of 32768
-    positions are 32 of 1024: a 33rd block with nothing to read, and a 33rd row for the merge). H200,
-    variants/call38 (graph replay, B=1 L=32768): 32 splits 25.9-26.4 us, 33 splits 26.6-27.2."""
-    if splits <= 1 or capacity <= 0:
-        return splits
-    length = -(-(-(-capacity // splits)) // CHUNK) * CHUNK
-    return -(-capacity // length)
 
 
 def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale):
@@ -57,7 +49,8 @@ def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale
     head_blocks = -(-(num_q_heads // num_kv_heads) // HEADS_PER_BLOCK)
     capacity = page_table.shape[1] * int(page_size)
     splits = splits_filled_at_reach(
-        one_wave_splits(batch, num_kv_heads * head_blocks, capacity, q.device, blocks_per_sm(q.device)), capacity)
+        one_wave_splits(batch, num_kv_heads * head_blocks, capacity, q.device, blocks_per_sm(q.device)), capacity,
+        CHUNK)
     scratch = (batch, num_q_heads, splits) if splits > 1 else (0, 0, 0)
     partial = torch.empty((*scratch, head_dim), dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(scratch, dtype=torch.float32, device=q.device)

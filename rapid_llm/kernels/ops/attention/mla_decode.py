@@ -38,6 +38,7 @@ from ..launch_fitting import launch_fitting
 from . import mla_decode_tma
 from .decode import MAX_SPLITS, merge_splits, split_bounds
 from .prefill import paged_rows, softmax_step
+from .splits import splits_filled_at_reach
 
 _LOG2E = 1.4426950408889634
 _ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
@@ -166,8 +167,7 @@ def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, d
     splits = max(1, min(wanted, reach, MAX_SPLITS))
     # as many splits as chunks of whole MIN_SPLIT_POSITIONS cover the reach: no split is empty for a full-length
     # sequence (132 wanted at B=1 L=32768 are 128 chunks of 256; the other 4 would only write -inf partials)
-    chunk = max(1, triton.cdiv(triton.cdiv(capacity, splits), MIN_SPLIT_POSITIONS)) * MIN_SPLIT_POSITIONS
-    return max(1, triton.cdiv(capacity, chunk))
+    return splits_filled_at_reach(splits, capacity, MIN_SPLIT_POSITIONS)
 
 
 def launch_plan(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, device: torch.device,

@@ -54,4 +54,13 @@ def one_wave_splits(batch: int, programs_per_sequence: int, capacity: int, devic
     return _capped(slots // programs, capacity)
 
 
-__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits", "one_wave_splits"]
+def splits_filled_at_reach(splits: int, capacity: int, granule: int) -> int:
+    """The splits a sequence as long as the page table's reach (`capacity` positions) fills, for a kernel
+    that gives each split ceil(L / S) positions rounded up to a multiple of `granule`: S splits can leave
+    the last ones empty (33 splits of 32768 positions in whole 32-position chunks are 32 of 1024; 132 of
+    256-position chunks are 128), each a block with nothing to read and a partial row for the merge."""
+    length = max(1, -(-(-(-capacity // splits)) // granule)) * granule
+    return max(1, -(-capacity // length))
+
+
+__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits", "one_wave_splits", "splits_filled_at_reach"]
