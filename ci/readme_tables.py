@@ -209,7 +209,7 @@ def attention_table() -> str:
     return _ranked_table(ATTENTION_EVIDENCE, (
         "Three runs: every op but attention.decode and attention.prefill from "
         "`ci/gpu_attention_evidence OUT bench` (`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
-        "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call40`, the CUDA extension's fp8 rows "
+        "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call44`, the CUDA extension's fp8 rows "
         "built; call15's host had made the event timing of the small decode calls host-bound, p20-p80 89-132 us "
         "at B=8), "
         "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "

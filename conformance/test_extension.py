@@ -955,6 +955,64 @@ class TestFp8DecodeExtensionOnGpu:
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
+    @pytest.mark.parametrize("capture", [False, True], ids=["eager", "graph"])
+    def test_waits_for_the_kernels_that_write_its_inputs(self, row_name, capture):
+        """Catches the decode kernel (a programmatic dependent launch of the stream's previous kernel) reading
+        q, the KV buffer or seq_lens before the kernels just before it have written them, or its output read
+        by the next kernel before it is complete: each step rewrites q, the buffer (every byte: its values or
+        their negations) and seq_lens with kernels, decodes (32 splits at B=1, one split at B=64) and copies
+        the output with a kernel, back to back on one stream (eagerly, and replayed from one CUDA graph)."""
+        fn = _wrapper_or_skip(row_name)
+        from rapid_llm.kernels.ops.attention import decode
+
+        steps = 4
+        plans = []
+        for batch, length, seed in ((1, 32768, 21), (64, 1000, 22)):
+            args = _fp8_decode_inputs(batch, 32, 8, [length] * batch, 16, torch.bfloat16, seed=seed)
+            q, buffer, lens = args[0], args[1], args[3]
+            g = torch.Generator().manual_seed(seed)
+            new_q = torch.randn((steps, *q.shape), generator=g).to(q)
+            new_lens = torch.stack([lens, lens // 7 + 1, lens - 1, lens // 300 + 3]).to(lens)
+            copies = torch.empty((steps, *q.shape), dtype=q.dtype, device="cuda")
+            plans.append((args, buffer.view(torch.uint8).clone(), new_q, new_lens, copies))
+
+        def step_all():
+            for args, base, new_q, new_lens, copies in plans:
+                q, buffer, lens = args[0], args[1], args[3]
+                for step in range(steps):
+                    torch.mul(new_q[step], 1.0, out=q)
+                    torch.bitwise_xor(base, 0x80 * (step % 2), out=buffer.view(torch.uint8))  # sign flips
+                    torch.add(new_lens[step], 0, out=lens)
+                    torch.mul(fn(*args), 1.0, out=copies[step])
+
+        fn(*plans[0][0])  # the jit/ build loads outside any capture
+        torch.cuda.synchronize()
+        if capture:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                step_all()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step_all()
+            for plan in plans:
+                plan[-1].fill_(float("nan"))
+            graph.replay()
+        else:
+            step_all()
+        torch.cuda.synchronize()
+        for args, base, new_q, new_lens, copies in plans:
+            q, buffer, lens = args[0], args[1], args[3]
+            for step in range(steps):
+                q.copy_(new_q[step])
+                buffer.view(torch.uint8).copy_(base ^ (0x80 * (step % 2)))
+                lens.copy_(new_lens[step])
+                want = decode.decode(*args)
+                assert torch.isfinite(copies[step]).all(), f"step {step}: an output element unwritten"
+                torch.testing.assert_close(copies[step].float(), want.float(), atol=2e-2, rtol=2e-2,
+                                           msg=lambda m: f"step {step}, B={q.shape[0]}: {m}")
+
     def test_direct_op_calls_fail_the_torch_checks(self, row_name):
         """Catches a launcher that decodes unchecked inputs (another head dim, an unaligned buffer, a page
         size that is no power of two, an fp16 buffer), and an error path that crashes the process."""

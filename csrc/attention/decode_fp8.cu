@@ -48,6 +48,8 @@
 // 32); with one split the block writes out directly, else its normalised partial output and base-2
 // log-sum-exp ([B, Hq, S, 128] and [B, Hq, S] fp32), which merge_kernel weighs by exp2(lse_s - max lse);
 // the merge is a programmatic dependent launch (sm90), resident while the decode grid runs, waiting for it.
+// On sm90 a grid of more blocks than SMs is itself a programmatic dependent of the stream's previous kernel
+// (CHAIN): it waits for that kernel's end and writes (griddepcontrol.wait) before touching global memory.
 // Pages: page_size is a power of two; pages of >= 8 positions are read once per page a 32-position chunk
 // spans (ChunkRows: 1, 2 or 4 reads), smaller ones once per position, one chunk before the chunk's copy.
 // Index values outside the contract (unchecked page ids, lengths past the table) are clamped into the page
@@ -90,7 +92,7 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #define RAPID_LLM_DECODE_FP8_MIN_BLOCKS 2
 #endif
 // Switches (on by default: perf.sweeps.decode_fp8_builds timed each against the kernel without it, variants
-// call36-40). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
+// call36-44). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
 // then wait behind the copies' latency instead of in front of it). OVERLAP: a warp computes chunk n + 1's
 // logits beside chunk n's softmax and value product (two chunks' work in one instruction stream). MERGE_WARPS:
 // the split merge's 4 warps share the splits (warp w: splits w, w + 4, ...; 4 dims a lane), against one
@@ -101,7 +103,10 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 // splits) 39.9 against 40.3, B=64 133.3 against 133.9.
 // call38 also timed, and dropped: the 256-byte L2 prefetch hint on the copies (B=64 148.7 against 135.7), an
 // even spread of whole chunks over the splits, the merge's loads in batches of 16 (both slower at B=1 and B=8);
-// call37: the prologue's table reads at once (slower).
+// call37: the prologue's table reads at once (slower); call41: the splits merged by the last of their blocks
+// to count itself in a zeroed int32 workspace (fence, atomic add) in place of merge_kernel (B=1 24.97 against
+// 24.62, B=8 40.0-40.3 against 39.7-40.0: the count's round trip and a serial merge in the tail cost more than
+// the PDL-launched merge kernel).
 #ifndef RAPID_LLM_DECODE_FP8_EARLY_COPIES
 #define RAPID_LLM_DECODE_FP8_EARLY_COPIES 1
 #endif
@@ -128,6 +133,15 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #ifndef RAPID_LLM_DECODE_FP8_PREFETCH
 #define RAPID_LLM_DECODE_FP8_PREFETCH 1
 #endif
+// CHAIN (sm90): the decode kernel is itself launched as a programmatic dependent of the stream's previous kernel
+// and waits for it (griddepcontrol.wait) before its first global memory access; the merge kernel allows its
+// dependents' launch after its own wait. The decode grid's launch (its blocks resident, waiting) then overlaps
+// the previous kernel's tail instead of following its end. The launcher chains grids of more blocks than SMs
+// only (see decode()). call44, graph replay: B=1 32 splits 23.95 us against 24.63, B=8 4 splits 39.6 against
+// 39.8, B=64 equal (133); call42-43 measured the allowances' order and the small grids.
+#ifndef RAPID_LLM_DECODE_FP8_CHAIN
+#define RAPID_LLM_DECODE_FP8_CHAIN 1
+#endif
 constexpr int kStages = RAPID_LLM_DECODE_FP8_STAGES;
 constexpr int kMinBlocks = RAPID_LLM_DECODE_FP8_MIN_BLOCKS;
 constexpr bool kEarlyCopies = RAPID_LLM_DECODE_FP8_EARLY_COPIES != 0;
@@ -137,6 +151,7 @@ constexpr bool kDependentMerge = RAPID_LLM_DECODE_FP8_PDL != 0;
 constexpr bool kPeel = RAPID_LLM_DECODE_FP8_PEEL != 0;
 constexpr bool kSkipRows = RAPID_LLM_DECODE_FP8_SKIP_ROWS != 0;
 constexpr bool kPrefetch = RAPID_LLM_DECODE_FP8_PREFETCH != 0;
+constexpr bool kChain = RAPID_LLM_DECODE_FP8_CHAIN != 0;
 static_assert(!kOverlap || kStages >= 3, "OVERLAP keeps a chunk's slot until its values are read: 3 slots or more");
 static_assert(kStages >= 2, "a ring of one slot would leave no copy in flight");
 constexpr int kRingBytes = kStages * kWarps * kStageBytes;
@@ -484,8 +499,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                       int group, int head_blocks, float sm_scale_log2, int num_splits) {
   // kSharedBytes: each warp's ring of kStages slots, then (after the loop) the block's merge
   extern __shared__ __align__(128) uint8_t shared[];
+  if constexpr (kChain) {
+    // a programmatic dependent of the stream's previous kernel (CHAIN): its writes (q, the buffer, the table,
+    // memory reused for out) are complete and visible after this, and nothing global is touched before it
+    wait_for_primary_grid();
+  }
   if constexpr (kDependentMerge) {
-    allow_dependent_launch();  // the merge grid may become resident now; it waits for this grid's end
+    // the merge grid may become resident now; it waits for this grid's end. After the wait above: allowed
+    // before it, the merge (and through its own early allowance the next call's decode grid, and so on) would
+    // launch while this grid still waited, a cascade of resident waiting grids (call42, trigger first: B=1
+    // with 16 splits 29.1 us against 25.5 without CHAIN)
+    allow_dependent_launch();
   }
 
   const int64_t sequence = blockIdx.x;
@@ -698,6 +722,11 @@ __global__ void __launch_bounds__(kHeadDim)
     merge_kernel(T* __restrict__ out, const float* __restrict__ partial, const float* __restrict__ partial_lse,
                  int num_splits) {
   wait_for_primary_grid();
+  if constexpr (kChain) {
+    // the stream's next decode grid may become resident (it waits for this one's end); after the wait, so that
+    // it cannot launch while the decode grid runs (see decode_fp8_kernel's allowance)
+    allow_dependent_launch();
+  }
   const int64_t slot = static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y;  // b * Hq + h
   const float* lse = partial_lse + slot * num_splits;
   if constexpr (!kMergeWarps) {
@@ -842,13 +871,32 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
   const dim3 grid(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_kv_heads * head_blocks),
                   static_cast<unsigned int>(num_splits));
   const float sm_scale_log2 = static_cast<float>(sm_scale) * kLog2e;
+  // CHAIN for grids of more blocks than SMs only: a grid of 128 blocks (1 an SM) launched early ran slower
+  // (call43, B=8 with 2 splits: 48.4-48.8 us against 40.2; at 256 blocks 40.45 against 40.8, and B=1 with 32
+  // splits 24.2 against 24.9), as if its blocks were placed two to an SM beside the previous kernel's
+  int multiprocessors = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, q.get_device()));
+  const bool chain = kChain && major >= 9 &&
+                     static_cast<int64_t>(grid.x) * grid.y * grid.z > static_cast<int64_t>(multiprocessors);
   const int page_shift = __builtin_ctzll(static_cast<unsigned long long>(page_size));
   const auto launch = [&](auto* typed_out, auto* typed_q, auto chunk_pages) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
     const auto kernel = decode_fp8_kernel<T, decltype(chunk_pages)::value>;
     // above 48 KiB a block's dynamic shared memory needs the opt-in (a host call, legal during graph capture)
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-    kernel<<<grid, kThreads, kSharedBytes, stream>>>(
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSharedBytes;
+    config.stream = stream;
+    cudaLaunchAttribute dependent[1];
+    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent[0].val.programmaticStreamSerializationAllowed = 1;
+    if (chain) {  // CHAIN: a programmatic dependent of the stream's previous kernel (sm90+)
+      config.attrs = dependent;
+      config.numAttrs = 1;
+    }
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel,
         typed_out, num_splits > 1 ? partial.mutable_data_ptr<float>() : nullptr,
         num_splits > 1 ? partial_lse.mutable_data_ptr<float>() : nullptr, typed_q,
         static_cast<const uint8_t*>(kv_buffer.const_data_ptr()), page_table.const_data_ptr<int32_t>(),
@@ -857,7 +905,7 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
         page_table.stride(0), static_cast<int>(page_table.stride(1)), seq_lens.stride(0),
         static_cast<uint32_t>(kv_buffer.size(0) / page_size), static_cast<int>(page_table.size(1)), page_shift,
         static_cast<int>(num_kv_heads), static_cast<int>(group), static_cast<int>(head_blocks), sm_scale_log2,
-        static_cast<int>(num_splits));
+        static_cast<int>(num_splits)));
   };
   // the pages a 32-aligned chunk spans: one page-table read a page of the chunk for pages of >= 8 positions
   const auto launch_paged = [&](auto* typed_out, auto* typed_q) {

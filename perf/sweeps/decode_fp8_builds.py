@@ -5,12 +5,12 @@
 
 The kernel's sweep knobs are preprocessor defines (RAPID_LLM_DECODE_FP8_STAGES: ring slots per warp;
 RAPID_LLM_DECODE_FP8_MIN_BLOCKS: the blocks per SM of __launch_bounds__; the switches EARLY_COPIES, OVERLAP,
-MERGE_WARPS, PDL, PEEL, SKIP_ROWS and PREFETCH, described in decode_fp8.cu, on by default). A build tag
-SxMy[e][x][w][p][l][r][f] compiles every source of csrc/ with STAGES=x, MIN_BLOCKS=y and each lettered switch on
-(e EARLY_COPIES, x OVERLAP, w MERGE_WARPS, p PDL, l PEEL, r SKIP_ROWS, f PREFETCH; a switch not named is off) into its
-own library and op namespace (rapid_llm_fp8_<tag>, so the builds load side by side), the builds running in
-parallel processes. (Calls 37-38 also built t, o and L128 / L256 switches, since removed: decode_fp8.cu's
-comment on the switches says what they did.) Each build's `decode` op is then called
+MERGE_WARPS, PDL, PEEL, SKIP_ROWS, PREFETCH and CHAIN, described in decode_fp8.cu, on by default). A build tag
+SxMy[e][x][w][p][l][r][f][c] compiles every source of csrc/ with STAGES=x, MIN_BLOCKS=y and each lettered switch
+on (e EARLY_COPIES, x OVERLAP, w MERGE_WARPS, p PDL, l PEEL, r SKIP_ROWS, f PREFETCH, c CHAIN; a switch not
+named is off) into its own library and op namespace (rapid_llm_fp8_<tag>, so the builds load side by side), the
+builds running in parallel processes. (Calls 37-38 also built t, o and L128 / L256 switches, call41 u, since
+removed: decode_fp8.cu's comment on the switches says what they did.) Each build's `decode` op is then called
 directly with every split count of SPLITS at the issue's shapes (GQA 32/8 d128, page 16, fp8 KV: B=64 L=4096,
 B=8 L=8192, B=1 L=32768), beside the Triton fp8 and bf16 rows: every output is first compared with the
 Triton fp8 row's (max |diff|; a mismatch is recorded and not timed), then timed (CUDA events, L2 flushed,
@@ -45,17 +45,18 @@ import torch
 #: chunks); at 1 block per SM (6 slots a warp) 2 and 16. (call36 also timed 8 at B=8 and 24 at B=1: slower.)
 SPLITS = {64: (1,), 8: (2, 4), 1: (16, 32, 33)}
 SHAPES = ((64, 4096), (8, 8192), (1, 32768))
-DEFAULT_BUILDS = "S3M2,S3M2ewpx"
+DEFAULT_BUILDS = "S3M2ewpxlrf,S3M2ewpxlrfc"
 
 
 #: A build tag's letters and the switches they turn on (decode_fp8.cu's RAPID_LLM_DECODE_FP8_<switch>).
-SWITCHES = {"e": "EARLY_COPIES", "x": "OVERLAP", "w": "MERGE_WARPS", "p": "PDL", "l": "PEEL", "r": "SKIP_ROWS", "f": "PREFETCH"}
+SWITCHES = {"e": "EARLY_COPIES", "x": "OVERLAP", "w": "MERGE_WARPS", "p": "PDL", "l": "PEEL", "r": "SKIP_ROWS",
+            "f": "PREFETCH", "c": "CHAIN"}
 
 
 def _defines(tag: str) -> list[str]:
-    match = re.fullmatch(r"S(\d+)M(\d+)([exwplrf]*)", tag)
+    match = re.fullmatch(r"S(\d+)M(\d+)([exwplrfc]*)", tag)
     if match is None:
-        raise SystemExit(f"decode_fp8_builds: build tag {tag!r} is not SxMy[e][x][w][p][l][r][f] (x stages, y blocks per SM, "
+        raise SystemExit(f"decode_fp8_builds: build tag {tag!r} is not SxMy[e][x][w][p][l][r][f][c] (x stages, y blocks per SM, "
                          f"then the switches {SWITCHES})")
     return [f"-DRAPID_LLM_DECODE_FP8_STAGES={match[1]}", f"-DRAPID_LLM_DECODE_FP8_MIN_BLOCKS={match[2]}",
             *(f"-DRAPID_LLM_DECODE_FP8_{SWITCHES[letter]}={int(letter in match[3])}" for letter in SWITCHES)]
