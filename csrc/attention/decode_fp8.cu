@@ -802,6 +802,25 @@ __global__ void __launch_bounds__(kHeadDim)
   }
 }
 
+// The launch of `grid` x `threads` with `shared_bytes` of dynamic shared memory on `stream`; `programmatic`: as a
+// programmatic dependent of the stream's previous kernel (PDL, sm90+; the caller checks the arch), through
+// `attribute`, which must outlive the launch call.
+cudaLaunchConfig_t launch_config(dim3 grid, int threads, int shared_bytes, cudaStream_t stream, bool programmatic,
+                                 cudaLaunchAttribute& attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return config;
+}
+
 }  // namespace
 
 void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const at::Tensor& q,
@@ -884,18 +903,8 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
     const auto kernel = decode_fp8_kernel<T, decltype(chunk_pages)::value>;
     // above 48 KiB a block's dynamic shared memory needs the opt-in (a host call, legal during graph capture)
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSharedBytes;
-    config.stream = stream;
-    cudaLaunchAttribute dependent[1];
-    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    dependent[0].val.programmaticStreamSerializationAllowed = 1;
-    if (chain) {  // CHAIN: a programmatic dependent of the stream's previous kernel (sm90+)
-      config.attrs = dependent;
-      config.numAttrs = 1;
-    }
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = launch_config(grid, kThreads, kSharedBytes, stream, chain, attribute);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel,
         typed_out, num_splits > 1 ? partial.mutable_data_ptr<float>() : nullptr,
         num_splits > 1 ? partial_lse.mutable_data_ptr<float>() : nullptr, typed_q,
@@ -921,18 +930,10 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
   };
   const auto merge = [&](auto* typed_out) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_q_heads));
-    config.blockDim = dim3(kHeadDim);
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
-    cudaLaunchAttribute dependent[1];
-    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    dependent[0].val.programmaticStreamSerializationAllowed = 1;
-    if (kDependentMerge && major >= 9) {  // programmatic dependent launch: sm90+
-      config.attrs = dependent;
-      config.numAttrs = 1;
-    }
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config =
+        launch_config(dim3(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_q_heads)), kHeadDim, 0,
+                      stream, kDependentMerge && major >= 9, attribute);  // PDL: sm90+
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<T>, typed_out, partial.const_data_ptr<float>(),
                                       partial_lse.const_data_ptr<float>(), static_cast<int>(num_splits)));
   };

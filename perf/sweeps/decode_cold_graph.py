@@ -3,8 +3,9 @@
     python -m perf.sweeps.decode_cold_graph --out DIR [--sets 4] [--repeat 2]
 
 Why: perf.gpu_timing.graph_timer replays calls on one input set, so whatever of the KV the L2 keeps between
-calls is read from the L2. At B=1 L=32768 the fp8 buffer is 67 MB and the bf16 one 134 MB: more of the
-smaller one stays, which flattens the fp8 row's time more than the bf16 row's. In an engine's decode step
+calls is read from the L2. At B=1 L=32768 the fp8 buffer is 67 MB and the bf16 one 134 MB: if more of the
+smaller one stayed, the warm replay would flatter the fp8 row more than the bf16 row (H200, call45: it does
+not; cold and warm replays agree within 2%). In an engine's decode step
 every layer reads its own KV, which no earlier call has touched. Here the captured calls rotate over --sets
 independent input sets (q, buffers, page table, lengths; at least 4 x 60 MB of KV in all per row), so each
 call reads KV that 3 other calls' reads have since evicted: the per-call time without launch gaps and
