@@ -32,6 +32,7 @@ LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026
 ATTENTION_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "attention_2026-12-01", "bench_attention.json")
 ATTENTION_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_decode.json")
 ATTENTION_PREFILL_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_prefill.json")
+ATTENTION_MLA_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_mla_decode.json")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the README names each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
@@ -204,22 +205,26 @@ def library_table() -> str:
 
 
 def attention_table() -> str:
-    """The attention ops: our native rows, the library rows and the peers, three runs (decode and prefill from
-    the later ones)."""
+    """The attention ops: our native rows, the library rows and the peers, four runs (decode, prefill and MLA
+    decode from the later ones)."""
     return _ranked_table(ATTENTION_EVIDENCE, (
-        "Three runs: every op but attention.decode and attention.prefill from "
+        "Four runs: every op but attention.decode, attention.prefill and attention.mla_decode from "
         "`ci/gpu_attention_evidence OUT bench` (`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
         "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call44`, the CUDA extension's fp8 rows "
         "built; call15's host had made the event timing of the small decode calls host-bound, p20-p80 89-132 us "
         "at B=8), "
         "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "
-        "(`bench_attention_prefill.json`, `variants/call31`: two consumer warpgroups, 128-key tiles, the output through TMA). "
+        "(`bench_attention_prefill.json`, `variants/call31`: two consumer warpgroups, 128-key tiles, the output through TMA), "
+        "attention.mla_decode from the MLA decode benchmark alone after its sm90 kernel for 64+ heads changed "
+        "(`bench_attention_mla_decode.json`, `variants/call50`: two warp-specialised warpgroups on alternate tiles; "
+        "FlashInfer's MLA rows, 5-60x slower in call15, deselected there: their JIT build). "
         "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
         "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
         "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "
         "(`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV (or latent) bytes "
         "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),
-                          ("attention.prefill", ATTENTION_PREFILL_EVIDENCE)))
+                          ("attention.prefill", ATTENTION_PREFILL_EVIDENCE),
+                          ("attention.mla_decode", ATTENTION_MLA_DECODE_EVIDENCE)))
 
 
 def _time(seconds: float) -> str:

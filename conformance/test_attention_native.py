@@ -23,7 +23,11 @@
   the masked pointer kernel with every unread latent row NaN, in both ring shapes, at 1/3/7 splits and on
   32k contexts. Catches a ring slot refilled before its products finished, a wrong barrier phase (a hang),
   or a tail tile read past the split's end.
-- mla_decode_gluon_wide.py (sm90's path for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
+- mla_decode_gluon_pingpong.py (sm90's path for Hq >= 64: two warp-specialised warpgroups on alternate tiles)
+  against the same kernel, GPU only, at 1/2/3 splits (odd and even tile counts, partial last tiles). Catches a
+  handshake read before it is written, a part refilled while the other warpgroup still reads it, or a padding
+  or partial tile's rows past the end reaching a product.
+- mla_decode_gluon_wide.py (opt-in for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
   in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
   it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
 - prefill_gluon.py (sm90's path for head dim 128: warp-specialized, persistent) against the pointer kernel on
@@ -289,14 +293,14 @@ def _poisoned_mla_case(case_id, magnitude):
 def test_mla_gluon_configs_fall_back_to_the_pointer_kernel(num_q_heads):
     """A launch_config made for the sm90 Gluon kernels, given with tma=False (as where a cache's strides refuse
     TMA boxes): the pointer kernel serves it and equals the masked pointer kernel. Catches a Gluon-only key
-    (GLUON_WIDE, EARLY_NEXT, LEAN, ROPE_RING) reaching the Triton kernel's launch as an unknown argument (a
-    KeyError where Triton compiles, i.e. on a GPU: its CPU interpreter ignores unknown keywords), and the
-    pointer kernel at the Gluon configs' tiles (64 heads x 64 positions, 8 warps)."""
+    (GLUON_PINGPONG, GLUON, ROPE_RING) reaching the Triton kernel's launch as an unknown argument (a KeyError
+    where Triton compiles, i.e. on a GPU: its CPU interpreter ignores unknown keywords), and the pointer
+    kernel at the Gluon configs' tiles (64 heads x 64 positions at Hq=128)."""
     args, q, poisoned = _poisoned_mla_case("ragged_page64", 1.0)
     from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
 
     config = mla_decode.launch_config(num_q_heads, q.dtype, torch.device("cuda"), split_positions=4096, gluon=True)
-    assert config.get("GLUON_WIDE" if num_q_heads >= 64 else "GLUON"), "launch_config no longer takes Gluon here"
+    assert config.get("GLUON_PINGPONG" if num_q_heads >= 64 else "GLUON"), "launch_config no longer takes Gluon here"
     pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=pointer, tma=False)
     got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=config, tma=False)
@@ -384,6 +388,21 @@ def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits,
     taken over one warpgroup's half only, or row sums lost in the final reduction."""
     _gluon_matches_pointer_kernel(case_id, splits, magnitude, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8,
                                                                "num_stages": 2, "GLUON_WIDE": True, **schedule})
+
+
+@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits", "padded_cache_rows",
+                                     "long_context_32k"])
+@pytest.mark.parametrize("splits", [1, 2, 3])
+@pytest.mark.parametrize("magnitude", [1.0, 64.0])
+def test_gluon_pingpong_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude):
+    """mla_decode_gluon_pingpong.py (sm90, two warp-specialised warpgroups on alternate tiles; opt-in:
+    GLUON_PINGPONG) against the masked pointer kernel with every unread latent row NaN. Catches a handshake
+    read before it is written (a softmax against a stale maximum: wrong rows), P of one tile scaled to the
+    wrong maximum, a part refilled while the other warpgroup's product still reads it, an odd tile count's
+    padding tile or a partial tile's rows past the end reaching a product (NaN), and the two halves of O or
+    of the row sums combined wrongly."""
+    _gluon_matches_pointer_kernel(case_id, splits, magnitude, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 4,
+                                                               "num_stages": 2, "GLUON_PINGPONG": True})
 
 
 def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypatch):

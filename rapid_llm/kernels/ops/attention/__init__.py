@@ -6,7 +6,8 @@ prefill with TMA tile loads, sm90+), prefill_gluon.py (a warp-specialized Gluon
 prefill for head dim 128, sm90: serves those calls), decode.py (native paged decode,
 bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
 decode), mla_decode_tma.py (its TMA tile loads, sm90+), mla_decode_gluon.py (its Gluon kernel for
-few query heads, sm90) and mla_decode_gluon_wide.py (its Gluon kernel for 64+ heads, sm90). The external libraries' adapters live in
+few query heads, sm90), mla_decode_gluon_pingpong.py (its warp-specialised Gluon kernel for 64+ heads, sm90: serves
+those calls) and mla_decode_gluon_wide.py (the earlier 64+ heads Gluon kernel, opt-in). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -344,8 +345,9 @@ ROWS = (
     _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
                 description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
                             "on sm90 for pages that hold whole tiles, Hq < 64: a Gluon kernel with a TMA ring and "
-                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: a Gluon "
-                            "kernel of 64 heads whose two warpgroups split each product (mla_decode_gluon_wide.py)"),
+                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: a warp-specialised "
+                            "Gluon kernel of 64 heads whose two warpgroups take alternate tiles "
+                            "(mla_decode_gluon_pingpong.py)"),
     # The same kernel entry as native/mla_decode, ranked above FlashMLA where its Gluon kernel serves: fewer
     # than 64 query heads (one GPU of TP >= 2 for DeepSeek's 128) on sm90 (the comments above).
     _native_row("native/mla_decode_few_heads", MLA_DECODE, "mla_decode", "mla_decode",

@@ -51,19 +51,20 @@ MLA_SWEEP = "perf/results/h200/attention_2026-12-01/mla_tma/sweep_attention_tile
 #: The H200 runs behind the Gluon kernel's configuration (perf/sweeps/attention_variants.py, graph replay).
 GLUON_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call7/attention_variants.json"
 #: Query heads below which the Gluon kernel serves on sm90 (at 64 and more the heads fill the m64 product rows
-#: and mla_decode_gluon_wide.py serves).
+#: and mla_decode_gluon_pingpong.py serves).
 GLUON_MAX_HEADS = 64
-#: Splits of at least this many positions take the wide Gluon kernel's EARLY_NEXT schedule (launch_config).
-EARLY_NEXT_MIN_POSITIONS = 1024
 #: The H200 runs behind the wide Gluon kernel's schedule (EARLY_NEXT, LEAN; graph replay beside FlashMLA).
 GLUON_WIDE_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call13/attention_variants.json"
+#: The H200 run behind the warp-specialised Gluon kernel serving Hq >= 64 (beside the wide kernel and FlashMLA).
+GLUON_PINGPONG_SWEEP = "perf/results/h200/attention_2026-12-01/variants/call49/attention_variants.json"
 
 
 @functools.lru_cache(maxsize=None)
 def _gluon_importable() -> bool:
     try:
+        from triton.experimental.gluon.language import warp_specialize  # noqa: F401
         from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma  # noqa: F401
-    except ImportError:  # a triton without Gluon's Hopper ops: the Triton kernels serve
+    except ImportError:  # a triton without Gluon's Hopper ops or warp specialisation: the Triton kernels serve
         return False
     return True
 
@@ -111,19 +112,32 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
     transposed products in plain Triton (mla_decode_narrow, removed), 134.8 us at B=64 Hq=16, because
     Triton 3.6 issued each tile's copy after the previous tile's products and waited on every product.
 
-    gluon and Hq >= 64: mla_decode_gluon_wide.py ("GLUON_WIDE"), 64 heads x 64 positions, 8 warps (the two
-    warpgroups split each product: the logits by positions, the values by columns), the 2-slot ring of whole
-    tiles, one program per SM (217 KiB). LEAN always (row maxima through one exchange barrier, row sums once
+    gluon and Hq >= 64: mla_decode_gluon_pingpong.py ("GLUON_PINGPONG"), 64 heads x 64 positions, two
+    warp-specialised warpgroups (4 warps and a 4-warp worker) on alternate tiles of a pair, each with its
+    own m64n64 logits and softmax under the other's products, O split by columns; two tile buffers and Q
+    (217 KiB), one program per SM. H200, graph replay (GLUON_PINGPONG_SWEEP, variants/call49, two readings
+    each beside the wide kernel and FlashMLA in the same run): Hq=128 B=64 L=4096 152.4 / 145.4 us (the wide
+    kernel 170.6 / 169.0, FlashMLA 141.7: 0.93-0.97x), Hq=128 B=1 L=32768 34.8 (wide 38.1; LEAN alone 36.2;
+    FlashMLA 52.4), Hq=128 B=8 L=32768 161.5 / 160.1 (wide 178.2-179.0, FlashMLA 140.7), Hq=64 B=64 114.1 with
+    2 splits (131.7 with 1; wide 117.1 with 2; FlashMLA 120.2). Its splits follow mla_num_splits' rule
+    (resident 1): 1, 64, 8 and 2 there (2 splits at Hq=128 B=64: 197.5). As the heuristic (variants/call50):
+    144.3 / 34.8 / 149.7 / 114.0 us at those four shapes against FlashMLA's 139.4 / 53.6 / 141.0 / 120.6.
+
+    mla_decode_gluon_wide.py ("GLUON_WIDE", opt-in; it served Hq >= 64 before the ping-pong kernel): 64 heads x
+    64 positions, 8 warps (the two warpgroups split each product: the logits by positions, the values by
+    columns), the 2-slot ring of whole tiles, one program per SM (209 KiB). LEAN (row maxima through one exchange barrier, row sums once
     at the end: 7 barriers a tile instead of 11); EARLY_NEXT (a tile's logits issued behind the previous
-    tile's value products) where a split covers >= EARLY_NEXT_MIN_POSITIONS: on B=1's 512-position splits
-    (8 tiles) it measured slower than LEAN alone. H200, graph replay, FlashMLA in the
+    tile's value products) measured faster on splits of >= 1024 positions, slower than LEAN alone on B=1's
+    512-position splits (8 tiles). H200, graph replay, FlashMLA in the
     same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 7%):
     Hq=128 B=64 L=4096 170.9-176.7 us (serial 186.9, LEAN alone 167.0-181.7, EARLY_NEXT alone 172.5-186.8;
     FlashMLA 132.2-141.7; the Triton TMA kernel 261-272), Hq=128 B=1 L=32768 36.0-36.2 with LEAN alone (both
     38.6-39.6; FlashMLA 52.3-53.3), Hq=128 B=8 L=32768 174.6-176.1 (FlashMLA 139.5-143.1), Hq=64 B=64 116.9
     with 2 splits (FlashMLA 119.9). ncu of one launch at Hq=128 B=64: 171.2 us with both, 182.3 with
     EARLY_NEXT alone; the tensor pipe 44% busy with EARLY_NEXT alone (call12), the shared pipe (mostly tensor
-    work) 47% with both (call13): the softmax between the products is not overlapped.
+    work) 47% with both (call13): the softmax between the products is not overlapped. variants/call48: one
+    TMA copy per part and a barrier per part (7 -> 4 CTA barriers a tile), Q's rope columns in registers:
+    164-168 us; each warpgroup owning one value half (m64n256 products) 166-170, no gain.
     """
     if device.type != "cuda":
         return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "resident": 1, "TMA": False}
@@ -131,9 +145,8 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
         return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "resident": 1, "TMA": True,
                 "GLUON": True, "ROPE_RING": True}
     if gluon:
-        early_next = split_positions is None or split_positions >= EARLY_NEXT_MIN_POSITIONS
-        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True,
-                "GLUON_WIDE": True, "EARLY_NEXT": early_next, "LEAN": True}
+        return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "resident": 1, "TMA": True,
+                "GLUON_PINGPONG": True}
     if num_q_heads >= 64:
         config = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "resident": 1, "TMA": True}
     elif split_positions is not None and split_positions <= SHORT_SPLIT_POSITIONS:
@@ -201,6 +214,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     tma_wanted = config.pop("TMA", True)
     gluon = config.pop("GLUON", False)
     gluon_wide = config.pop("GLUON_WIDE", False)
+    gluon_pingpong = config.pop("GLUON_PINGPONG", False)
     early_next, lean = config.pop("EARLY_NEXT", False), config.pop("LEAN", False)  # the wide kernel's schedule
     rope_ring = config.pop("ROPE_RING", False)
     head_blocks = triton.cdiv(num_q_heads, config["BLOCK_H"])
@@ -212,9 +226,13 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
     if tma is None:
-        tma = (tma_wanted or gluon or gluon_wide) and mla_decode_tma.tma_ready(latent_cache, page_size,
+        tma = (tma_wanted or gluon or gluon_wide or gluon_pingpong) and mla_decode_tma.tma_ready(latent_cache, page_size,
                                                                                 config["BLOCK_N"])
-    if tma and gluon_wide:
+    if tma and gluon_pingpong:
+        from . import mla_decode_gluon_pingpong  # Gluon (sm90): imported only where it runs
+        mla_decode_gluon_pingpong.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
+                                         out, partial, partial_lse, splits, head_blocks)
+    elif tma and gluon_wide:
         from . import mla_decode_gluon_wide  # Gluon (sm90): imported only where it runs
         mla_decode_gluon_wide.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
                                      out, partial, partial_lse, splits, head_blocks,

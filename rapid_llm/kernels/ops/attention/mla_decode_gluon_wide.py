@@ -2,8 +2,9 @@
 
     out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512],   c[j] = latent_cache row of position j
 
-Serves Hq >= 64 on sm90 (mla_decode.launch_config, where gluon_ready holds). Its H200 runs and the
-schedule's choice are in launch_config's docstring.
+Opt-in ("GLUON_WIDE" in a launch config) for Hq >= 64 on sm90: mla_decode_gluon_pingpong.py, the
+warp-specialised schedule, serves there and runs faster (mla_decode.launch_config's docstring has both
+kernels' H200 runs); this one stays opt-in as the sweeps' reference.
 
 Why: at Hq = 128 the op is compute-bound (2 * 128 * (576 + 512) FLOPs per 1152 cache bytes). The Triton
 TMA kernel (mla_decode_tma.py) holds 64 heads with 8 warps, and Triton lays the [64 heads, 64 positions]
@@ -42,11 +43,11 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from . import MLA_LATENT_DIM, MLA_VALUE_DIM
-from .mla_decode_gluon import _GL_DTYPES, _cache_row, _issue_values
+from .mla_decode_gluon import _GL_DTYPES, _cache_row
 
 _HALF = MLA_VALUE_DIM // 2
 _ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
@@ -59,7 +60,7 @@ BLOCK_H = 64
 def _layouts(dtype: torch.dtype) -> dict:
     element = _GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"value": default([BLOCK_N, _HALF], element), "rope": default([BLOCK_N, _ROPE_DIM], element),
+    return {"value": default([BLOCK_N, 2 * _HALF], element), "rope": default([BLOCK_N, _ROPE_DIM], element),
             "DTYPE": element, "Q_VALUE_LAYOUT": default([BLOCK_H, _HALF], element),
             "Q_ROPE_LAYOUT": default([BLOCK_H, _ROPE_DIM], element)}
 
@@ -71,7 +72,7 @@ def launch(q, latent_cache, page_table, seq_lens, page_size, sm_scale_log2, out,
     exchange barrier, row sums once at the end (LEAN)."""
     layouts = _layouts(latent_cache.dtype)
     shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
-    values = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, _HALF], layouts["value"])
+    values = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, 2 * _HALF], layouts["value"])
     rope = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, _ROPE_DIM], layouts["rope"])
     _mla_decode_gluon_wide_kernel[(q.shape[0], head_blocks, splits)](
         q, values, rope, latent_cache, page_table, seq_lens, out, partial, partial_lse,
@@ -222,7 +223,8 @@ def _softmax_into_rope(s, rope, valid, m_i, l_i, qk_scale, exchange, MASKED: gl.
         l_i = l_i * gl.expand_dims(alpha, 1) + p
     else:
         l_i = l_i * alpha + gl.sum(p, 1)
-    gl.thread_barrier()  # both warpgroups' logit products have read the rope columns: P may replace them
+    if not LEAN:  # (LEAN: the exchange barrier in _row_max follows every warpgroup's wait on its logits)
+        gl.thread_barrier()  # both warpgroups' logit products have read the rope columns: P may replace them
     rope.store(p.to(rope.dtype))
     fence_async_shared()
     gl.thread_barrier()  # all of P is in shared memory before either warpgroup's value products read it
@@ -231,23 +233,52 @@ def _softmax_into_rope(s, rope, valid, m_i, l_i, qk_scale, exchange, MASKED: gl.
 
 
 @gluon.jit
-def _values(lo, hi, rope, acc_lo, acc_hi, alpha_o):
-    """O = O * alpha + P . C_v, P from the tile's rope slot, issued (the caller waits)."""
-    acc_lo = warpgroup_mma(rope, lo, acc_lo * alpha_o, is_async=True)
-    acc_hi = warpgroup_mma(rope, hi, acc_hi * alpha_o, is_async=True)
+def _values(values, rope, acc_lo, acc_hi, alpha_o):
+    """O = O * alpha + P . C_v, P from the tile's rope slot, `values` the tile's [positions, 2 * HALF] value
+    columns, issued (the caller waits). Each warpgroup holds 128 columns of each half of O."""
+    half: gl.constexpr = values.shape[1] // 2
+    acc_lo = warpgroup_mma(rope, values.slice(0, half, dim=1), acc_lo * alpha_o, is_async=True)
+    acc_hi = warpgroup_mma(rope, values.slice(half, half, dim=1), acc_hi * alpha_o, is_async=True)
     return acc_lo, acc_hi
 
 
 @gluon.jit
-def _tile(lo, hi, rope, q_lo, q_hi, q_rope, s_zero, valid, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange,
+def _arm_tile(value_desc, rope_desc, ready_values, ready_rope, slot, pred):
+    """Expect a tile's bytes on slot `slot`'s two barriers (value columns, rope columns). Armed before the
+    barrier that frees the slot, so that no barrier has to sit between the expect and the copies."""
+    mbarrier.expect(ready_values.index(slot), value_desc.block_type.nbytes, pred=pred)
+    mbarrier.expect(ready_rope.index(slot), rope_desc.block_type.nbytes, pred=pred)
+
+
+@gluon.jit
+def _copy_tile(value_desc, rope_desc, value_ring, rope_ring, ready_values, ready_rope, slot, row, pred):
+    """One whole latent tile into ring slot `slot`: its value columns in one copy ([positions, 2 * HALF]) and
+    its rope columns in another, each completing on its own barrier (copies into one allocation or onto one
+    barrier get a CTA barrier between them from Triton's shared-memory hazard analysis)."""
+    half: gl.constexpr = value_desc.block_type.shape[1] // 2
+    tma.async_copy_global_to_shared(value_desc, [row, 0], ready_values.index(slot), value_ring.index(slot),
+                                    pred=pred)
+    tma.async_copy_global_to_shared(rope_desc, [row, 2 * half], ready_rope.index(slot), rope_ring.index(slot),
+                                    pred=pred)
+
+
+@gluon.jit
+def _wait_tile(ready_values, ready_rope, slot, phase, pred=True):
+    mbarrier.wait(ready_values.index(slot), phase, pred=pred)
+    mbarrier.wait(ready_rope.index(slot), phase, pred=pred)
+
+
+@gluon.jit
+def _tile(values, rope, q_lo, q_hi, q_rope, s_zero, valid, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange,
           MASKED: gl.constexpr, LEAN: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
     """One latent tile in shared memory, each step waited before the next: S = Q . C^T, the online softmax,
     P into the rope slot, O += P . C_v."""
-    s = _logits(lo, hi, rope, q_lo, q_hi, q_rope, s_zero)
+    half: gl.constexpr = values.shape[1] // 2
+    s = _logits(values.slice(0, half, dim=1), values.slice(half, half, dim=1), rope, q_lo, q_hi, q_rope, s_zero)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     alpha_o, m_i, l_i = _softmax_into_rope(s, rope, valid, m_i, l_i, qk_scale, exchange, MASKED, LEAN, S_LAYOUT,
                                            O_LAYOUT)
-    acc_lo, acc_hi = _values(lo, hi, rope, acc_lo, acc_hi, alpha_o)
+    acc_lo, acc_hi = _values(values, rope, acc_lo, acc_hi, alpha_o)
     acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
     return acc_lo, acc_hi, m_i, l_i
 
@@ -276,22 +307,27 @@ def _mla_decode_gluon_wide_kernel(
     split = gl.program_id(2)
     start, end, n_full = _split_range(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
     table_row = table_ptr + sequence * table_stride0
-    # Q [heads, dims] in shared memory: the logit products' A operand
+    # Q [heads, dims]: the logit products' A operand, the value columns in shared memory and the rope columns
+    # in registers (16 a thread; variants/call48: 1-2% faster than re-reading them from shared memory each tile)
     q_lo, q_hi, q_rope = _q_to_shared(q_ptr, sequence, stride_qb, stride_qh, stride_qd, head0, num_q_heads, DTYPE,
                                       Q_VALUE_LAYOUT, Q_ROPE_LAYOUT, rows_layout, rope_rows_layout, BLOCK_H, HALF, DR)
+    q_rope = q_rope.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
 
-    lo_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HALF], value_desc.layout)
-    hi_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HALF], value_desc.layout)
+    # a slot: the tile's value columns [positions, 2 * HALF] (the two TMA boxes side by side) and rope columns
+    value_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, 2 * HALF], value_desc.layout)
     rope_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, DR], rope_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready_values = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready_rope = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(ready_values.index(i), count=1)
+        mbarrier.init(ready_rope.index(i), count=1)
     fence_async_shared()
     gl.thread_barrier()
 
     for i in gl.static_range(STAGES):
         row = _cache_row(table_row, table_stride1, max_pages, start + i * BLOCK_N, PAGE_SIZE)
-        _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, i, row, n_full > i, True)
+        _arm_tile(value_desc, rope_desc, ready_values, ready_rope, i, n_full > i)
+        _copy_tile(value_desc, rope_desc, value_ring, rope_ring, ready_values, ready_rope, i, row, n_full > i)
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     if LEAN:
@@ -308,58 +344,62 @@ def _mla_decode_gluon_wide_kernel(
         # tile t + 1's logits are issued right behind tile t's value products (the tensor cores run them back
         # to back); the value products are waited first, slot t refilled, then the logits. The last whole tile
         # is peeled off: no logits are issued past it.
-        mbarrier.wait(ready.index(0), 0, pred=n_full > 0)
+        _wait_tile(ready_values, ready_rope, 0, 0, pred=n_full > 0)
+        first = value_ring.index(0)
         s = warpgroup_mma_wait(num_outstanding=0,
-                               deps=(_logits(lo_ring.index(0), hi_ring.index(0), rope_ring.index(0), q_lo, q_hi,
-                                             q_rope, s_zero), ))  # dropped when the split has no whole tile
-        for t in range(n_full - 1):
+                               deps=(_logits(first.slice(0, HALF, dim=1), first.slice(HALF, HALF, dim=1),
+                                             rope_ring.index(0), q_lo, q_hi, q_rope, s_zero), ))
+        for t in range(n_full - 1):  # (the logits above are dropped when the split has no whole tile)
             slot = t % STAGES
             row_next = _cache_row(table_row, table_stride1, max_pages, start + (t + STAGES) * BLOCK_N, PAGE_SIZE)
             alpha_o, m_i, l_i = _softmax_into_rope(s, rope_ring.index(slot), always, m_i, l_i, qk_scale, exchange,
                                                    False, LEAN, s_layout, o_layout)
-            acc_lo, acc_hi = _values(lo_ring.index(slot), hi_ring.index(slot), rope_ring.index(slot), acc_lo, acc_hi,
-                                     alpha_o)
+            acc_lo, acc_hi = _values(value_ring.index(slot), rope_ring.index(slot), acc_lo, acc_hi, alpha_o)
             following = (t + 1) % STAGES
-            mbarrier.wait(ready.index(following), ((t + 1) // STAGES) & 1)
-            s_next = _logits(lo_ring.index(following), hi_ring.index(following), rope_ring.index(following), q_lo,
-                             q_hi, q_rope, s_zero)
+            _wait_tile(ready_values, ready_rope, following, ((t + 1) // STAGES) & 1)
+            values_next = value_ring.index(following)
+            s_next = _logits(values_next.slice(0, HALF, dim=1), values_next.slice(HALF, HALF, dim=1),
+                             rope_ring.index(following), q_lo, q_hi, q_rope, s_zero)
             acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=3, deps=(acc_lo, acc_hi))
+            _arm_tile(value_desc, rope_desc, ready_values, ready_rope, slot, t + STAGES < n_full)
             gl.thread_barrier()  # both warpgroups' value products are done with this slot: tile t + STAGES may land
-            _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next,
-                          t + STAGES < n_full, True)
+            _copy_tile(value_desc, rope_desc, value_ring, rope_ring, ready_values, ready_rope, slot, row_next,
+                       t + STAGES < n_full)
             s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
         if n_full > 0:  # the last whole tile: its logits are waited in s
             last = (n_full - 1) % STAGES
             alpha_o, m_i, l_i = _softmax_into_rope(s, rope_ring.index(last), always, m_i, l_i, qk_scale, exchange,
                                                    False, LEAN, s_layout, o_layout)
-            acc_lo, acc_hi = _values(lo_ring.index(last), hi_ring.index(last), rope_ring.index(last), acc_lo, acc_hi,
-                                     alpha_o)
+            acc_lo, acc_hi = _values(value_ring.index(last), rope_ring.index(last), acc_lo, acc_hi, alpha_o)
             acc_lo, acc_hi = warpgroup_mma_wait(num_outstanding=0, deps=(acc_lo, acc_hi))
         gl.thread_barrier()  # every product is done with the slots the tail tile overwrites
     else:
         for t in range(n_full):
             slot = t % STAGES
             row_next = _cache_row(table_row, table_stride1, max_pages, start + (t + STAGES) * BLOCK_N, PAGE_SIZE)
-            mbarrier.wait(ready.index(slot), (t // STAGES) & 1)
-            acc_lo, acc_hi, m_i, l_i = _tile(lo_ring.index(slot), hi_ring.index(slot), rope_ring.index(slot), q_lo,
-                                             q_hi, q_rope, s_zero, always, acc_lo, acc_hi, m_i, l_i, qk_scale,
-                                             exchange, False, LEAN, s_layout, o_layout)
+            _wait_tile(ready_values, ready_rope, slot, (t // STAGES) & 1)
+            acc_lo, acc_hi, m_i, l_i = _tile(value_ring.index(slot), rope_ring.index(slot), q_lo, q_hi, q_rope,
+                                             s_zero, always, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange, False,
+                                             LEAN, s_layout, o_layout)
+            _arm_tile(value_desc, rope_desc, ready_values, ready_rope, slot, t + STAGES < n_full)
             gl.thread_barrier()  # both warpgroups are done with this slot before tile t + STAGES lands in it
-            _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next,
-                          t + STAGES < n_full, True)
+            _copy_tile(value_desc, rope_desc, value_ring, rope_ring, ready_values, ready_rope, slot, row_next,
+                       t + STAGES < n_full)
 
     tail = start + n_full * BLOCK_N
     if tail < end:  # the split's partial tile: masked pointer loads into slot 0, whose copies are consumed
-        _tail_to_shared(lo_ring.index(0), hi_ring.index(0), rope_ring.index(0), cache_ptr, table_row, table_stride1,
-                        max_pages, num_rows, stride_row, stride_d, tail, end, PAGE_SIZE, BLOCK_N, HALF, DR, rows_layout,
-                        rope_rows_layout)
+        tail_values = value_ring.index(0)
+        _tail_to_shared(tail_values.slice(0, HALF, dim=1), tail_values.slice(HALF, HALF, dim=1), rope_ring.index(0),
+                        cache_ptr, table_row, table_stride1, max_pages, num_rows, stride_row, stride_d, tail, end,
+                        PAGE_SIZE, BLOCK_N, HALF, DR, rows_layout, rope_rows_layout)
         s_valid = (tail + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))) < end
-        acc_lo, acc_hi, m_i, l_i = _tile(lo_ring.index(0), hi_ring.index(0), rope_ring.index(0), q_lo, q_hi, q_rope,
-                                         s_zero, s_valid, acc_lo, acc_hi, m_i, l_i, qk_scale, exchange, True, LEAN,
+        acc_lo, acc_hi, m_i, l_i = _tile(tail_values, rope_ring.index(0), q_lo, q_hi, q_rope, s_zero, s_valid,
+                                         acc_lo, acc_hi, m_i, l_i, qk_scale, exchange, True, LEAN,
                                          s_layout, o_layout)
 
     for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(ready_values.index(i))
+        mbarrier.invalidate(ready_rope.index(i))
 
     if LEAN:
         l_i = gl.sum(l_i, 1)
