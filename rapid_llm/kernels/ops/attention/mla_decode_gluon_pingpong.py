@@ -150,26 +150,21 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
                     shared_l_even, shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages,
                     start, end, n_tiles, qk_scale, out_ptr, partial_ptr, sequence, head0, num_q_heads,
                     num_splits, split, PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr, HALF: gl.constexpr,
-                    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
+                    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
     """Warpgroup 0: the even tiles (buffer 0) and O[:, :HALF]."""
-    # one warpgroup's products: S [64 heads, 64 positions] and its half of O [64 heads, 256]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
-    rows: gl.constexpr = gl.SliceLayout(1, s_layout)
-    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
+    rows: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    o_rows: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=O_LAYOUT)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=rows)
-    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
     own, other = values.index(0), values.index(1)
     for pair in range((n_tiles + 1) // 2):
         phase = pair & 1
         tile_start = start + 2 * pair * BLOCK_N
         s = _own_logits(q_lo, q_hi, q_rope, own.slice(0, HALF, dim=1), own.slice(HALF, HALF, dim=1),
                         ropes.index(0), bar_lo.index(0), bar_hi.index(0), bar_rope.index(0), phase, s)
-        s = _masked_logits(s, qk_scale, tile_start, end, s_layout, BLOCK_N)
+        s = _masked_logits(s, qk_scale, tile_start, end, S_LAYOUT, BLOCK_N)
         m_old = shared_max.load(rows)  # M of the previous pair (warpgroup 1 wrote it before SCALE1)
         m_new = gl.maximum(m_old, gl.max(s, 1))
         scale0 = gl.exp2(m_old - m_new)
@@ -205,15 +200,9 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
         odd_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 3, n_tiles, PAGE_SIZE, BLOCK_N)
         _issue_part(halves_desc, 0, bar_lo.index(1), other.slice(0, HALF, dim=1), odd_row, more_odd)
         _issue_part(rope_desc, 2 * HALF, bar_rope.index(1), ropes.index(1), odd_row, more_odd)
-    # the row sums of both warpgroups meet in shared memory
-    shared_l_even.store(l_i)
-    gl.thread_barrier()
-    mbarrier.arrive(l_even_ready)
-    mbarrier.wait(l_odd_ready, 0)
-    l_total = l_i + shared_l_odd.load(rows)
-    l_safe = gl.where(l_total > 0.0, l_total, 1.0)
-    _store_half(acc / gl.expand_dims(gl.convert_layout(l_safe, o_rows), 1), 0, out_ptr, partial_ptr, sequence,
-                head0, num_q_heads, num_splits, split, SINGLE, HALF, BLOCK_H, o_layout)
+    l_total = _both_row_sums(l_i, shared_l_even, shared_l_odd, l_even_ready, l_odd_ready, rows)
+    _store_half(acc, gl.where(l_total > 0.0, l_total, 1.0), 0, out_ptr, partial_ptr, sequence, head0, num_q_heads,
+                num_splits, split, SINGLE, HALF, BLOCK_H, O_LAYOUT)
 
 
 @gluon.jit
@@ -222,27 +211,23 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
                    shared_l_even, shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages,
                    start, end, n_tiles, qk_scale, out_ptr, partial_ptr, partial_lse_ptr, sequence, head0,
                    num_q_heads, num_splits, split, PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr,
-                   HALF: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr):
+                   HALF: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr,
+                   O_LAYOUT: gl.constexpr):
     """Warpgroup 1: the odd tiles (buffer 1) and O[:, HALF:]; writes the split's log-sum-exp."""
-    # one warpgroup's products: S [64 heads, 64 positions] and its half of O [64 heads, 256]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
-    rows: gl.constexpr = gl.SliceLayout(1, s_layout)
-    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=o_layout)
+    rows: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
+    o_rows: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_LAYOUT, k_width=2)
+    acc = gl.zeros([BLOCK_H, HALF], gl.float32, layout=O_LAYOUT)
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=rows)
     m_i = gl.full([BLOCK_H], -1.0e30, gl.float32, layout=rows)
-    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=s_layout)
+    s = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_LAYOUT)
     own, other = values.index(1), values.index(0)
     for pair in range((n_tiles + 1) // 2):
         phase = pair & 1
         tile_start = start + (2 * pair + 1) * BLOCK_N
         s = _own_logits(q_hi, q_lo, q_rope, own.slice(HALF, HALF, dim=1), own.slice(0, HALF, dim=1),
                         ropes.index(1), bar_hi.index(1), bar_lo.index(1), bar_rope.index(1), phase, s)
-        s = _masked_logits(s, qk_scale, tile_start, end, s_layout, BLOCK_N)
+        s = _masked_logits(s, qk_scale, tile_start, end, S_LAYOUT, BLOCK_N)
         mbarrier.wait(scale0_ready, phase)
         m_mid = shared_max.load(rows)
         scale0 = shared_scale0.load(rows)
@@ -276,14 +261,10 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
         next_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 2, n_tiles, PAGE_SIZE, BLOCK_N)
         _issue_part(halves_desc, HALF, bar_hi.index(0), other.slice(HALF, HALF, dim=1), next_row, more)
         _issue_part(rope_desc, 2 * HALF, bar_rope.index(0), ropes.index(0), next_row, more)
-    shared_l_odd.store(l_i)
-    gl.thread_barrier()
-    mbarrier.arrive(l_odd_ready)
-    mbarrier.wait(l_even_ready, 0)
-    l_total = l_i + shared_l_even.load(rows)
+    l_total = _both_row_sums(l_i, shared_l_odd, shared_l_even, l_odd_ready, l_even_ready, rows)
     l_safe = gl.where(l_total > 0.0, l_total, 1.0)
-    _store_half(acc / gl.expand_dims(gl.convert_layout(l_safe, o_rows), 1), HALF, out_ptr, partial_ptr, sequence,
-                head0, num_q_heads, num_splits, split, SINGLE, HALF, BLOCK_H, o_layout)
+    _store_half(acc, l_safe, HALF, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split, SINGLE,
+                HALF, BLOCK_H, O_LAYOUT)
     if not SINGLE:
         heads = head0 + gl.arange(0, BLOCK_H, layout=rows)
         lse = gl.where(l_total > 0.0, m_i + gl.log2(l_safe), float("-inf"))
@@ -292,10 +273,22 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
 
 
 @gluon.jit
-def _store_half(o, column0, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split,
+def _both_row_sums(l_i, mine, theirs, mine_ready, theirs_ready, ROWS: gl.constexpr):
+    """The row sums of both warpgroups: this one's stored and announced on `mine_ready`, the other's awaited
+    on `theirs_ready` (one phase: once a launch) and added."""
+    mine.store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(mine_ready)
+    mbarrier.wait(theirs_ready, 0)
+    return l_i + theirs.load(ROWS)
+
+
+@gluon.jit
+def _store_half(acc, l_safe, column0, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split,
                 SINGLE: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr, O_LAYOUT: gl.constexpr):
-    """A warpgroup's half O[:, column0 : column0 + HALF] (already divided by l) into out (SINGLE: new
-    contiguous [B, Hq, 2 * HALF]) or the split's fp32 partial [B, Hq, splits, 2 * HALF]."""
+    """A warpgroup's half O[:, column0 : column0 + HALF] = acc / l (l_safe: the row sums, 1 where none) into out
+    (SINGLE: new contiguous [B, Hq, 2 * HALF]) or the split's fp32 partial [B, Hq, splits, 2 * HALF]."""
+    o = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
     heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_LAYOUT))
     dims = gl.expand_dims(column0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, O_LAYOUT)), 0)
     head_valid = gl.expand_dims(heads < num_q_heads, 1)
@@ -317,6 +310,11 @@ def _mla_decode_pingpong_kernel(
     HALF: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     WORKER_REGISTERS: gl.constexpr,
 ):
+    # one warpgroup's products: S [64 heads, 64 positions] and its half of O [64 heads, 256]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HALF, 16])
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [*, 256] tiles, 4 warps
     rope_rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [*, 64] tiles
     vector_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -371,13 +369,13 @@ def _mla_decode_pingpong_kernel(
                            handshakes.index(5), shared_max, shared_scale0, shared_scale1, shared_l_even,
                            shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages, start, end,
                            n_tiles, qk_scale, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split,
-                           PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N)),
+                           PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N, s_layout, o_layout)),
         (_odd_partition, (q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, handshakes.index(0),
                           handshakes.index(1), handshakes.index(2), handshakes.index(3), handshakes.index(4),
                           handshakes.index(5), shared_max, shared_scale0, shared_scale1, shared_l_even,
                           shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages, start, end,
                           n_tiles, qk_scale, out_ptr, partial_ptr, partial_lse_ptr, sequence, head0, num_q_heads,
-                          num_splits, split, PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N)),
+                          num_splits, split, PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N, s_layout, o_layout)),
     ], [4], [WORKER_REGISTERS])
 
 
