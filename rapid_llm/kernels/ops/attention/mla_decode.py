@@ -226,8 +226,8 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, sp
     else:
         partial, partial_lse = out, out  # not read: the kernel writes out directly
     if tma is None:
-        tma = (tma_wanted or gluon or gluon_wide or gluon_pingpong) and mla_decode_tma.tma_ready(latent_cache, page_size,
-                                                                                config["BLOCK_N"])
+        boxes_wanted = tma_wanted or gluon or gluon_wide or gluon_pingpong
+        tma = boxes_wanted and mla_decode_tma.tma_ready(latent_cache, page_size, config["BLOCK_N"])
     if tma and gluon_pingpong:
         from . import mla_decode_gluon_pingpong  # Gluon (sm90): imported only where it runs
         mla_decode_gluon_pingpong.launch(q, latent_cache, page_table, seq_lens, page_size, float(sm_scale) * _LOG2E,
