@@ -210,9 +210,9 @@ def attention_table() -> str:
     return _ranked_table(ATTENTION_EVIDENCE, (
         "Four runs: every op but attention.decode, attention.prefill and attention.mla_decode from "
         "`ci/gpu_attention_evidence OUT bench` (`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
-        "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call44`, the CUDA extension's fp8 rows "
-        "built; call15's host had made the event timing of the small decode calls host-bound, p20-p80 89-132 us "
-        "at B=8), "
+        "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call53`, the CUDA extension's fp8 rows "
+        "built, FlashInfer's CUDA-graph mode as a peer in graph replay; call15's host had made the event timing of "
+        "the small decode calls host-bound, p20-p80 89-132 us at B=8), "
         "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "
         "(`bench_attention_prefill.json`, `variants/call31`: two consumer warpgroups, 128-key tiles, the output through TMA), "
         "attention.mla_decode from the MLA decode benchmark alone after its sm90 kernel for 64+ heads changed "
@@ -221,7 +221,8 @@ def attention_table() -> str:
         "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
         "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
         "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "
-        "(`peer/flashinfer.*(planned)`; its rows plan in every call). Decode TB/s: the KV (or latent) bytes "
+        "(`peer/flashinfer.*(planned)`; its rows plan in every call), at decode also in its CUDA-graph mode "
+        "(`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode TB/s: the KV (or latent) bytes "
         "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),
                           ("attention.prefill", ATTENTION_PREFILL_EVIDENCE),
                           ("attention.mla_decode", ATTENTION_MLA_DECODE_EVIDENCE)))

@@ -10,7 +10,10 @@ Each arm is checked against the reference row (conformance's tolerance) before i
 events (L2 flushed); rows with graph_safe=True are also timed in CUDA-graph replay at decode sizes.
 Peers: torch SDPA (prefill), and FlashInfer driven as an engine drives it, plan() once per step
 outside the timing ("peer/flashinfer.decode(planned)", "peer/flashinfer.prefill(planned)"): its rows
-plan in every call, which is what a caller of the row pays but not what FlashInfer's kernels cost.
+plan in every call, which is what a caller of the row pays but not what FlashInfer's kernels cost. Decode
+also has FlashInfer planned in its CUDA-graph mode ("peer/flashinfer.decode(graph)": fixed page-list
+buffers, run() captured), timed in CUDA-graph replay beside our capturable rows; its output must equal the
+plain planned wrapper's.
 Decode also runs with the fp8-e4m3 KV buffer kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). The
 reference rows are the correctness floor, not a contender: they are checked against, not timed (they
 would spend most of the GPU session at these shapes). Decode bytes = the KV (or latent) bytes the
@@ -102,6 +105,8 @@ _DECODE_BF16 = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32
 DECODE_SHAPES = _DECODE_BF16 + [AttentionShape(c.batch, c.length, 32, 8, 128, kv_fp8=True) for c in _DECODE_BF16[:3]]
 #: FlashInfer driven as an engine drives it: plan() once per step outside the timing, run() timed.
 FLASHINFER_PLANNED_DECODE = "peer/flashinfer.decode(planned)"
+#: The same in FlashInfer's CUDA-graph mode, which engines replay: the decode peer in graph replay.
+FLASHINFER_GRAPH_DECODE = "peer/flashinfer.decode(graph)"
 FLASHINFER_PLANNED_PREFILL = "peer/flashinfer.prefill(planned)"
 
 
@@ -140,19 +145,27 @@ def _decode_inputs(case):
 
 
 @pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(DECODE) + [FLASHINFER_PLANNED_DECODE]
+                                      for a in _contenders(DECODE) + [FLASHINFER_PLANNED_DECODE,
+                                                                      FLASHINFER_GRAPH_DECODE]
                                       for c in DECODE_SHAPES])
 def test_decode(benchmark, gpu_session, arm, case):
     from rapid_llm.kernels.ops.attention.checks import check_decode
 
     args, kv_bytes = _decode_inputs(case)
     _, layout, dims = check_decode(*args)
-    if arm == FLASHINFER_PLANNED_DECODE:
+    if arm in (FLASHINFER_PLANNED_DECODE, FLASHINFER_GRAPH_DECODE):
         if case.kv_fp8:
             pytest.skip("FlashInfer peer: bf16 KV only (the row FlashInfer serves)")
-        run = _flashinfer_adapters().plan_decode(*args[:6])
+        adapters = _flashinfer_adapters()
         q, buffer = args[0], args[1]
+        run = adapters.plan_decode(*args[:6])
         fn, graph_safe, info = (lambda: run(q, buffer)), False, {"correctness": "peer: plan once, run timed"}
+        if arm == FLASHINFER_GRAPH_DECODE:
+            run_graph = adapters.plan_decode(*args[:6], cuda_graph=True)
+            difference = float((run_graph(q, buffer).float() - run(q, buffer).float()).abs().max())
+            assert difference <= 1e-2, f"FlashInfer's CUDA-graph mode differs from its plain plan by {difference}"
+            fn, graph_safe = (lambda: run_graph(q, buffer)), True
+            info = {"correctness": f"peer: plan once in CUDA-graph mode; max |diff| {difference:g} from the plain plan"}
     else:
         fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args, dict(dims), layout)
     benchmark.extra_info.update(op=DECODE, row=arm, case=case.id, **info,

@@ -78,16 +78,23 @@ def _csr_pages(page_table, seq_lens, page_size: int):
     return indptr, indices.to(torch.int32), last_page_len.to(torch.int32)
 
 
-def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
+def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, *, cuda_graph=False):
     """The per-step preparation of attention.decode, exposed: plan once (host sync, schedule), run per layer.
 
     Returns run(q, kv_buffer) -> out for tensors of the planned shapes and dtypes (every layer of one decode
     step shares page_table and seq_lens). The plan owns its wrapper and workspace (128 MiB), so several
     plans can be alive at once; an engine keeps one per step. This is how FlashInfer is meant to be driven
-    and how the benchmarks time it beside our rows ("planned"); the row itself plans in every call."""
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+    and how the benchmarks time it beside our rows ("planned"); the row itself plans in every call.
+    cuda_graph: FlashInfer's CUDA-graph mode (use_cuda_graph=True): plan() copies the page lists into
+    buffers fixed for the wrapper's life, so run() can be captured and replayed (how engines replay decode)."""
     indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    fixed = {}
+    if cuda_graph:
+        fixed = {"use_cuda_graph": True, "paged_kv_indptr_buffer": torch.empty_like(indptr),
+                 "paged_kv_indices_buffer": torch.empty_like(indices),
+                 "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len)}
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed)
     num_kv_heads = kv_buffer.shape[1] // 2
     with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
         wrapper.plan(indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2], page_size,
