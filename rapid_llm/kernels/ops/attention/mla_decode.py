@@ -125,11 +125,10 @@ def launch_config(num_q_heads: int, dtype: torch.dtype, device: torch.device, sp
 
     mla_decode_gluon_wide.py ("GLUON_WIDE", opt-in; it served Hq >= 64 before the ping-pong kernel): 64 heads x
     64 positions, 8 warps (the two warpgroups split each product: the logits by positions, the values by
-    columns), the 2-slot ring of whole tiles, one program per SM (209 KiB). LEAN (row maxima through one exchange barrier, row sums once
-    at the end: 7 barriers a tile instead of 11); EARLY_NEXT (a tile's logits issued behind the previous
-    tile's value products) measured faster on splits of >= 1024 positions, slower than LEAN alone on B=1's
-    512-position splits (8 tiles). H200, graph replay, FlashMLA in the
-    same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 7%):
+    columns), the 2-slot ring of whole tiles, one program per SM. LEAN (row maxima through one exchange
+    barrier, row sums once at the end: 7 barriers a tile instead of 11); EARLY_NEXT (a tile's logits issued
+    behind the previous tile's value products) measured faster on splits of >= 1024 positions, slower than
+    LEAN alone on B=1's 512-position splits (8 tiles). H200, graph replay, FlashMLA in the same runs (GLUON_WIDE_SWEEP and variants/call12, call14; run to run the numbers moved by up to 7%):
     Hq=128 B=64 L=4096 170.9-176.7 us (serial 186.9, LEAN alone 167.0-181.7, EARLY_NEXT alone 172.5-186.8;
     FlashMLA 132.2-141.7; the Triton TMA kernel 261-272), Hq=128 B=1 L=32768 36.0-36.2 with LEAN alone (both
     38.6-39.6; FlashMLA 52.3-53.3), Hq=128 B=8 L=32768 174.6-176.1 (FlashMLA 139.5-143.1), Hq=64 B=64 116.9
