@@ -1,18 +1,25 @@
-"""Regenerate the README's generated sections from committed evidence and the table.
+"""Regenerate the generated sections of the docs/ pages from committed evidence and the table.
 
-    python ci/readme_tables.py          # rewrite README.md in place
-    python ci/readme_tables.py --check  # exit 1 if README.md is stale (CI)
+    python ci/readme_tables.py          # rewrite the docs/ pages' generated sections in place
+    python ci/readme_tables.py --check  # exit 1 if a generated section is stale
 
-Sections (between `<!-- NAME:start -->` and `<!-- NAME:end -->` markers):
-  support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0 and the external
-                   libraries at the versions the H200 image loads)
-                   and for a CPU machine with the interpreter opt-in: pure dispatch, no GPU needed
-  perf-table       from perf/results/h200/bench_h200.json (the committed GPU evidence)
-  library-table    from perf/results/h200/libraries_2026-12-01/bench_libraries.json (library rows beside ours)
-  attention-table  from perf/results/h200/attention_2026-12-01/bench_attention.json (native attention rows;
-                   attention.decode and attention.prefill from bench_attention_{decode,prefill}.json beside it)
-  dispatcher-table from the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
-                   (pytest-benchmark's saved format; found as ci/perf_gate finds it)
+Each page keeps its hand-written text; the generator rewrites only what lies between its
+`<!-- NAME:start -->` and `<!-- NAME:end -->` markers. Numbers come from the committed evidence,
+read by id through perf/results/index.json (perf/evidence.py), or from dispatch itself:
+
+  docs/support-matrix.md
+    support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0 and the external
+                     libraries at the versions the H200 image loads) and for a CPU machine with the
+                     interpreter opt-in: pure dispatch, no GPU needed
+  docs/performance.md
+    perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
+    attention-table  h200.attention.bench, with attention.decode / prefill / mla_decode from
+                     h200.attention.bench.decode / .prefill / .mla_decode
+    extension-table  h200.extension.bench.scale and h200.extension.bench.kv_write (the CUDA extension's rows)
+    dispatcher-table the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
+                     (pytest-benchmark's saved format; found as ci/perf_gate finds it)
+  docs/libraries.md
+    library-table    h200.libraries.bench (library rows beside ours)
 """
 
 from __future__ import annotations
@@ -26,15 +33,21 @@ import sys
 from contextlib import redirect_stdout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = os.path.join(ROOT, "README.md")
-EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "bench_h200.json")
-LIBRARY_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "libraries_2026-12-01", "bench_libraries.json")
-ATTENTION_EVIDENCE = os.path.join(ROOT, "perf", "results", "h200", "attention_2026-12-01", "bench_attention.json")
-ATTENTION_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_decode.json")
-ATTENTION_PREFILL_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_prefill.json")
-ATTENTION_MLA_DECODE_EVIDENCE = os.path.join(os.path.dirname(ATTENTION_EVIDENCE), "bench_attention_mla_decode.json")
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from perf import evidence  # noqa: E402  (the repository root on sys.path first: run as a script)
+
+CORE_BENCH = "h200.core.bench"
+LIBRARY_BENCH = "h200.libraries.bench"
+ATTENTION_BENCH = "h200.attention.bench"
+#: (op, evidence id): the ops whose cases come from a later run of their own instead of ATTENTION_BENCH.
+ATTENTION_OP_RUNS = (("attention.decode", "h200.attention.bench.decode"),
+                     ("attention.prefill", "h200.attention.bench.prefill"),
+                     ("attention.mla_decode", "h200.attention.bench.mla_decode"))
+EXTENSION_BENCHES = ("h200.extension.bench.scale", "h200.extension.bench.kv_write")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
-#: How the README names each dispatcher benchmark, and its requirement in short. The table lists
+#: How the docs name each dispatcher benchmark, and its requirement in short. The table lists
 #: every benchmark of the baseline but the calibration, in this order first; one missing here
 #: still gets a line (its test name and the requirement text it records).
 DISPATCHER_LABELS = {
@@ -112,19 +125,27 @@ def _cell(case) -> str:
     return f"{case['us']:.1f} µs · {case['GBps'] / 1000:.2f} TB/s · {case['pct_of_copy_bw']:.0f}%"
 
 
+def _load(evidence_id: str) -> dict:
+    with open(evidence.file(evidence_id)) as handle:
+        return json.load(handle)
+
+
+def _run_line(evidence_id: str, run: dict) -> str:
+    """Where a table's numbers come from: the id, its file, and the device, versions and date the file records."""
+    return (f"`{evidence_id}` (`{evidence.resolve(evidence_id)}`): {run['device']} (sm{run['sm']}), torch "
+            f"{run['torch']}, triton {run['triton']}, {run['date'][:10]}; device-to-device copy in the same run "
+            f"{run['copy_bandwidth_GBps'] / 1000:.2f} TB/s")
+
+
 def perf_table() -> str:
-    with open(EVIDENCE) as handle:
-        evidence = json.load(handle)
+    run = _load(CORE_BENCH)
     rows = {}
-    for case in evidence["cases"]:
+    for case in run["cases"]:
         rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
     lines = [
-        f"{evidence['device']} (sm{evidence['sm']}), torch {evidence['torch']}, triton {evidence['triton']}, "
-        f"{evidence['date'][:10]}; device-to-device copy measured in the same run: "
-        f"{evidence['copy_bandwidth_GBps'] / 1000:.2f} TB/s. Decode sizes (≤ 64 tokens): GPU time per call "
-        "inside a CUDA-graph replay. Prefill sizes: CUDA-event median with L2 flushed · bandwidth (bytes "
-        "read + written once) · % of that copy bandwidth. Every case and timer is in "
-        "`perf/results/h200/bench_h200.json` (`python perf/gpu_report.py`); this table keeps decode and "
+        f"From {_run_line(CORE_BENCH, run)}. Decode sizes (≤ 64 tokens): GPU time per call inside a "
+        "CUDA-graph replay. Prefill sizes: CUDA-event median with L2 flushed · bandwidth (bytes read + written "
+        "once) · % of that copy bandwidth. The file has every case and timer; this table keeps decode and "
         "the two largest prefill sizes.",
         "",
         "| op | case | native | torch reference | peer: torch eager (`F.rms_norm`; `add_` + `F.rms_norm`; `F.silu`/`F.gelu` then `mul`; `F.embedding`; `index_copy_`) | peer: FlashInfer 0.6.0 |",
@@ -155,39 +176,38 @@ def _library_cell(case) -> str:
     return text
 
 
-def _run_cases(evidence_path: str) -> tuple[dict, list]:
-    """A gpu_report run and its cases, each with its TFLOP/s (the raw pytest-benchmark file beside the summary
-    supplies it where the summary predates gpu_report keeping it)."""
-    with open(evidence_path) as handle:
-        evidence = json.load(handle)
-    raw = os.path.join(os.path.dirname(evidence_path),
-                       os.path.basename(evidence_path).replace("bench_", "pytest_benchmark_"))
-    with open(raw) as handle:
-        tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in json.load(handle)["benchmarks"]}
-    return evidence, [{**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])} for case in evidence["cases"]]
+def _run_cases(evidence_id: str) -> tuple[dict, list]:
+    """A gpu_report run and its cases, each with its TFLOP/s (the raw pytest-benchmark file, indexed as
+    `<id>.raw`, supplies it where the summary predates gpu_report keeping it)."""
+    run = _load(evidence_id)
+    tflops = {}
+    if f"{evidence_id}.raw" in evidence.index():
+        tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in _load(f"{evidence_id}.raw")["benchmarks"]}
+    return run, [{**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])} for case in run["cases"]]
 
 
-def _ranked_table(evidence_path: str, intro: str, op_runs: tuple = ()) -> str:
-    """One line per (op, case): every row of the run, fastest first. op_runs: (op, evidence path) pairs whose
-    op's cases come from that later run instead (the intro says so)."""
-    evidence, cases = _run_cases(evidence_path)
+def _ranked_table(runs: tuple, intro: str) -> str:
+    """One line per (op, case): every row of the run, fastest first.
+
+    runs: (evidence id, ops) pairs; the first run's ops are None (all of its ops but those a later run names),
+    each later run supplies the ops it names."""
+    (first_id, _), later = runs[0], runs[1:]
+    first, cases = _run_cases(first_id)
     order = {}  # ops in the order the first run lists them (a replaced op keeps its place)
     for case in cases:
         order.setdefault(case["op"], len(order))
-    replaced = dict(op_runs)
+    replaced = {op for _, ops in later for op in ops}
     cases = [case for case in cases if case["op"] not in replaced]
-    for op, path in op_runs:
-        cases += [case for case in _run_cases(path)[1] if case["op"] == op]
+    sources = [_run_line(first_id, first)]
+    for evidence_id, ops in later:
+        run, later_cases = _run_cases(evidence_id)
+        cases += [case for case in later_cases if case["op"] in ops]
+        sources.append(f"{_run_line(evidence_id, run)} ({', '.join(ops)})")
     rows = {}
     for case in cases:
         rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
-    lines = [
-        f"{evidence['device']} (sm{evidence['sm']}), torch {evidence['torch']}, triton {evidence['triton']}, "
-        f"{evidence['date'][:10]}, copy {evidence['copy_bandwidth_GBps'] / 1000:.2f} TB/s in the same run. {intro}",
-        "",
-        "| op | case | rows, fastest first |",
-        "|---|---|---|",
-    ]
+    lines = [intro, "", *(f"- {source}" for source in sources), "",
+             "| op | case | rows, fastest first |", "|---|---|---|"]
     for (op, case_id), by_row in sorted(rows.items(), key=lambda item: order.get(item[0][0], len(order))):
         ranked = sorted(by_row.items(), key=lambda item: item[1]["us"])
         cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
@@ -197,35 +217,50 @@ def _ranked_table(evidence_path: str, intro: str, op_runs: tuple = ()) -> str:
 
 def library_table() -> str:
     """Every external row beside our native row (or the peer) at the same case, from the library run."""
-    return _ranked_table(LIBRARY_EVIDENCE, (
-        "One run (`ci/gpu_library_evidence OUT bench`; every case, timer and correctness check in "
-        "`perf/results/h200/libraries_2026-12-01/bench_libraries.json`). CUDA-event median with L2 flushed; "
-        "graph-replay time where the row is capturable at decode sizes. The priority of each library row comes "
-        "from this run. The FlashInfer attention rows plan (a host sync) inside every call."))
+    return _ranked_table(((LIBRARY_BENCH, None),), (
+        "One run (`ci/gpu_library_evidence OUT bench`; every case, timer and correctness check in the file). "
+        "CUDA-event median with L2 flushed; graph-replay time where the row is capturable at decode sizes. "
+        "The priority of each library row comes from this run. The FlashInfer attention rows plan (a host "
+        "sync) inside every call."))
 
 
 def attention_table() -> str:
-    """The attention ops: our native rows, the library rows and the peers, four runs (decode, prefill and MLA
-    decode from the later ones)."""
-    return _ranked_table(ATTENTION_EVIDENCE, (
-        "Four runs: every op but attention.decode, attention.prefill and attention.mla_decode from "
-        "`ci/gpu_attention_evidence OUT bench` (`perf/results/h200/attention_2026-12-01/bench_attention.json`, `variants/call15`), attention.decode "
-        "from the decode benchmark alone (`bench_attention_decode.json`, `variants/call53`, the CUDA extension's fp8 rows "
-        "built, FlashInfer's CUDA-graph mode as a peer in graph replay; call15's host had made the event timing of "
-        "the small decode calls host-bound, p20-p80 89-132 us at B=8), "
-        "attention.prefill from the prefill benchmark alone after its sm90 kernel changed "
-        "(`bench_attention_prefill.json`, `variants/call31`: two consumer warpgroups, 128-key tiles, the output through TMA), "
-        "attention.mla_decode from the MLA decode benchmark alone after its sm90 kernel for 64+ heads changed "
-        "(`bench_attention_mla_decode.json`, `variants/call50`: two warp-specialised warpgroups on alternate tiles; "
-        "FlashInfer's MLA rows, 5-60x slower in call15, deselected there: their JIT build). "
-        "CUDA-event median with L2 flushed; graph-replay time of capturable rows at every decode and MLA decode "
-        "shape (device time without the host's per-call enqueue, which event timing includes where it outlasts "
-        "the flush). Peers: torch SDPA, and FlashInfer planned once per step outside the timing "
-        "(`peer/flashinfer.*(planned)`; its rows plan in every call), at decode also in its CUDA-graph mode "
-        "(`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode TB/s: the KV (or latent) bytes "
-        "read."), op_runs=(("attention.decode", ATTENTION_DECODE_EVIDENCE),
-                          ("attention.prefill", ATTENTION_PREFILL_EVIDENCE),
-                          ("attention.mla_decode", ATTENTION_MLA_DECODE_EVIDENCE)))
+    """The attention ops: our native rows, the library rows and the peers; decode, prefill and MLA decode
+    from their own later runs."""
+    return _ranked_table(((ATTENTION_BENCH, None), *((run, (op,)) for op, run in ATTENTION_OP_RUNS)), (
+        "Every attention op from `ci/gpu_attention_evidence OUT bench`, except attention.decode, attention.prefill "
+        "and attention.mla_decode, each from a later benchmark run of that op alone (after its sm90 kernel "
+        "changed; the decode run with the CUDA extension's fp8 rows built; the MLA decode run with FlashInfer's "
+        "MLA rows deselected: their JIT build). CUDA-event median with L2 flushed; graph-replay time of "
+        "capturable rows at every decode and MLA decode shape (device time without the host's per-call enqueue, "
+        "which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned "
+        "once per step outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call), at decode "
+        "also in its CUDA-graph mode (`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode "
+        "TB/s: the KV (or latent) bytes read."))
+
+
+#: The attention kernels as rows of their own (after the one-kernel-per-row restructure), run by run.
+ATTENTION_ROW_RUNS = ("h200.attention.bench.mla_decode_rows",)
+
+
+def attention_rows_table() -> str:
+    """Every native kernel of an op as its own row, timed side by side (the runs after the restructure)."""
+    return _ranked_table(tuple((run, None) for run in ATTENTION_ROW_RUNS[:1]), (
+        "Each native kernel as a row of its own (`ci/gpu_attention_evidence OUT bench`, `BENCH_K=test_mla_decode`, "
+        "FlashInfer hidden), after the restructure that made every kernel a row: `native/mla_decode` is now the "
+        "pointer kernel alone; `native/mla_decode_tma`, `native/mla_decode_gluon` and "
+        "`native/mla_decode_gluon_pingpong` are the kernels it used to choose between inside its target (the "
+        "table above names rows as its runs had them). FlashMLA did not load in this run, so it has no numbers "
+        "here. CUDA-event median with L2 flushed, then graph replay."))
+
+
+def extension_table() -> str:
+    """The CUDA extension's rows (aot/, jit/) beside the native and reference rows of the same ops."""
+    return _ranked_table(((EXTENSION_BENCHES[0], None),
+                          *((run, ("kvcache.update_kv_buffer",)) for run in EXTENSION_BENCHES[1:])), (
+        "`ci/gpu_extension_evidence` runs of the elementwise and KV-write benchmarks with the extension built "
+        "(`TORCH_CUDA_ARCH_LIST=9.0`), bf16 unless the case says otherwise. CUDA-event median with L2 flushed; "
+        "graph-replay time at decode sizes."))
 
 
 def _time(seconds: float) -> str:
@@ -278,17 +313,25 @@ def dispatcher_table() -> str:
     return "\n".join(lines)
 
 
-def render(text: str) -> str:
-    for name, make in (("support-matrix", support_matrix), ("perf-table", perf_table),
-                       ("library-table", library_table), ("attention-table", attention_table),
-                       ("dispatcher-table", dispatcher_table)):
+#: Each page and the generated sections it holds, in page order.
+PAGES = {
+    "docs/support-matrix.md": (("support-matrix", support_matrix),),
+    "docs/performance.md": (("perf-table", perf_table), ("attention-table", attention_table),
+                            ("attention-rows-table", attention_rows_table), ("extension-table", extension_table),
+                            ("dispatcher-table", dispatcher_table)),
+    "docs/libraries.md": (("library-table", library_table),),
+}
+
+
+def render(page: str, text: str) -> str:
+    for name, make in PAGES[page]:
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         head, found, rest = text.partition(start)
         if not found:
-            raise SystemExit(f"README.md lacks the marker {start}")
+            raise SystemExit(f"{page} lacks the marker {start}")
         _, found, tail = rest.partition(end)
         if not found:
-            raise SystemExit(f"README.md lacks the marker {end}")
+            raise SystemExit(f"{page} lacks the marker {end}")
         text = f"{head}{start}\n{make()}\n{end}{tail}"
     return text
 
@@ -297,17 +340,24 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    with open(README) as handle:
-        current = handle.read()
-    fresh = render(current)
+    stale = []
+    for page in PAGES:
+        path = os.path.join(ROOT, page)
+        with open(path, encoding="utf-8") as handle:
+            current = handle.read()
+        fresh = render(page, current)
+        if fresh == current:
+            continue
+        stale.append(page)
+        if not args.check:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(fresh)
     if args.check:
-        if fresh != current:
-            print("README.md generated sections are stale: run python ci/readme_tables.py", file=sys.stderr)
+        if stale:
+            print(f"generated sections are stale in {', '.join(stale)}: run python ci/readme_tables.py",
+                  file=sys.stderr)
             return 1
-        print("README.md generated sections are current")
-        return 0
-    with open(README, "w") as handle:
-        handle.write(fresh)
+        print("the docs pages' generated sections are current")
     return 0
 
 

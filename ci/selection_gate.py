@@ -18,7 +18,9 @@ libraries are described, as `rapid-llm matrix --device ... --no-local-libs
   library sets    bare (none), each known library alone, all of them (at the versions in LIBRARY_VERSIONS)
   shape buckets   every num_tokens bucket up to 32768 (judged at its upper bound, as a plan is), times the
                   op's other dims from every model preset that uses the op (rapid_llm/models.py); an op
-                  no preset uses is judged with num_tokens (or num_elements) buckets alone
+                  no preset uses is judged with num_tokens (or num_elements) buckets alone; plus every
+                  bucket the table's measured rankings cover ("measured:" cells), so a changed ranking
+                  shows as a changed selection
 
 Engines upgrading the library read the snapshot's diff to see which of their
 kernels changed. In the file, a (op, dtype, device, libraries) group whose
@@ -89,6 +91,12 @@ def shape_buckets(table, op: str) -> list[tuple[str, dict]]:
                 shape[token_dim] = high
                 parts.insert(0, f"{token_dim}={low}-{high}" if low != high else f"{token_dim}={low}")
             cells.append((",".join(parts) or "-", shape))
+    for ranking in table.rankings:
+        if ranking.op == op:
+            label = ",".join(f"{name}={low}-{high}" if low != high else f"{name}={low}"
+                             for name, low, high in ranking.bucket)
+            if not any(existing == "measured:" + label for existing, _ in cells):
+                cells.append(("measured:" + label, {name: high for name, _, high in ranking.bucket}))
     return cells
 
 

@@ -1,4 +1,7 @@
-"""What the native attention kernels promise beyond the parity cases.
+"""What the native attention kernels promise beyond the parity cases. Each native kernel is its own row, so
+these tests walk the table's native rows of an op (a row not eligible here is skipped with its explain()
+reason; the Gluon and TMA rows run on the H200) and override launch knobs through the one sweep hook
+(ops.launch_override), never through the kernels' signatures.
 
 - Split-K: decode and MLA decode cut each sequence into `splits` chunks of its own length and merge
   the partial outputs by their log-sum-exp. On the CPU the heuristic always picks one split, so
@@ -8,30 +11,19 @@
 - Unchecked bad index values (on CUDA without RAPID_LLM_CHECK_BOUNDS) give an unspecified result,
   never an out-of-bounds read: every row that runs here is called with page ids and lengths past
   the page table and the buffer. Catches a kernel that gathers through an unclamped id.
-- The TMA prefill kernel (sm90's path for attention.prefill / mla_prefill) equals the pointer
-  kernel on every ragged prefill case the interpreter runs: its descriptors' boxes read rows of the
-  neighbouring sequence, and this catches one of them leaking into a result (on the CPU it is called
-  directly; tma_ready() is False there). On the GPU the parity cases run it through the row.
+- The TMA prefill kernel's logic, run by Triton's interpreter on the CPU (its row needs sm90, so the test
+  calls its target directly at small tiles), equals the oracle on every ragged prefill case. Catches a
+  box that reads a row of the neighbouring sequence into a result.
+- Every native ragged prefill row with a NaN next sequence: the first sequence's output stays finite.
+- The Gluon prefill kernel in each of its knob sets (consumers, tiles, slots, turns, a grid smaller than the
+  work) against the oracle, and a knob set it cannot run refused with an error naming the row (GPU only).
 - fp8-KV decode with a bf16 q takes its products in fp16 after scaling q by a power of two chosen on
   the device: queries of magnitude 1e-6 .. 1e5 (fp16 overflows at 65504) stay within the bf16
   tolerance of the float64 oracle. Catches a missing or wrong scale (inf / NaN or a scaled result).
-- MLA decode's pointer kernel with UNMASKED_BODY (whole tiles without load masks, its CUDA default)
-  and the TMA kernel (sm90's path for page sizes that are multiples of its tile) each equal the
-  masked pointer kernel with every latent row no valid position reads set to NaN. Catches a whole
-  tile that reaches past its split's end (a NaN in the result) or a box read from the wrong page.
-- The Gluon MLA decode kernel (GPU only: sm90's path for Hq < 64; the interpreter does not run Gluon) equals
-  the masked pointer kernel with every unread latent row NaN, in both ring shapes, at 1/3/7 splits and on
-  32k contexts. Catches a ring slot refilled before its products finished, a wrong barrier phase (a hang),
-  or a tail tile read past the split's end.
-- mla_decode_gluon_pingpong.py (sm90's path for Hq >= 64: two warp-specialised warpgroups on alternate tiles)
-  against the same kernel, GPU only, at 1/2/3 splits (odd and even tile counts, partial last tiles). Catches a
-  handshake read before it is written, a part refilled while the other warpgroup still reads it, or a padding
-  or partial tile's rows past the end reaching a product.
-- mla_decode_gluon_wide.py (opt-in for Hq >= 64: 64 heads per program) against the same kernel, GPU only,
-  in each of its schedules (serial, EARLY_NEXT, LEAN, both). Catches a slot refilled while a product still reads
-  it, a wrong wgmma group count in a partial wait, or a row maximum taken over one warpgroup's half.
-- prefill_gluon.py (sm90's path for head dim 128: warp-specialized, persistent) against the pointer kernel on
-  every ragged prefill case it serves, in six configurations, and with a NaN next sequence: GPU only.
+- Every native MLA decode row, with every latent row no valid position reads set to NaN, at several split
+  counts and with growing logits, equals the oracle on the clean cache; the pointer kernel with and without
+  UNMASKED_BODY likewise. Catches a whole tile that reaches past its split's end, a box read from the wrong
+  page, a ring slot refilled before its products finished, a handshake read before it is written.
 - CUDA-graph capture (GPU only): every attention row that says graph_safe=True is captured and
   replayed on new inputs equal to an eager call. Catches a row claiming graph safety while it
   syncs or plans on the host.
@@ -44,14 +36,22 @@ import torch
 
 from conformance.cases import CASES, ORACLES, TOLERANCES, TORCH_DTYPES
 from conformance.rows_here import TABLE, loadable_rows, planner_forcing, skip_reason, torch_device
-from rapid_llm.kernels.dispatcher import NoEligibleKernel
-from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, PREFILL_PAGED
+from rapid_llm.kernels.dispatcher import NoEligibleKernel, resolve_target
+from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, PREFILL, PREFILL_PAGED
 from rapid_llm.kernels.ops.checks import value_checks
+from rapid_llm.kernels.ops.launch_override import launch_override
 
 DEVICE = torch_device()
-_NATIVE_SPLITS = [("native/decode", DECODE, "ragged_page16"), ("native/decode", DECODE, "page_size_1"),
-                  ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
-                  ("native/mla_decode", MLA_DECODE, "ragged_page64"), ("native/mla_decode", MLA_DECODE, "page_size_16")]
+
+
+def _native_rows(op, *, prefix=""):
+    return [row.name for row in TABLE.rows(op) if row.backend == "native" and row.name.startswith(prefix)]
+
+
+_SPLIT_ROWS = [("native/decode", DECODE, "ragged_page16"), ("native/decode", DECODE, "page_size_1"),
+               ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
+               *((row, MLA_DECODE, "ragged_page64") for row in _native_rows(MLA_DECODE)),
+               ("native/mla_decode", MLA_DECODE, "page_size_16")]
 
 
 def _case(op, case_id, dtype="fp32", seed=3):
@@ -67,18 +67,30 @@ def _plan(op, row, dtype, dims, layout):
         pytest.skip(skip_reason(row, error))
 
 
-@pytest.mark.parametrize("row,op,case_id", _NATIVE_SPLITS, ids=[f"{r}-{c}" for r, _, c in _NATIVE_SPLITS])
+def _dtype_for(row):
+    """fp32 where the row serves it (the tightest oracle tolerance), else fp16."""
+    return "fp32" if "fp32" in TABLE.rows_by_name[row].dtypes else "fp16"
+
+
+@pytest.mark.parametrize("row,op,case_id", _SPLIT_ROWS, ids=[f"{r}-{c}" for r, _, c in _SPLIT_ROWS])
 @pytest.mark.parametrize("splits", [1, 2, 3, 7])
 def test_split_k_merge_matches_the_oracle(row, op, case_id, splits):
-    args, dims, layout = _case(op, case_id)
-    _plan(op, row, "fp32", dims, layout)  # skips where the row cannot run
-    from rapid_llm.kernels.ops.attention import decode, mla_decode
-
-    kernel = mla_decode.mla_decode if op == MLA_DECODE else decode.decode
-    got = kernel(*args, splits=splits)
+    dtype = _dtype_for(row)
+    args, dims, layout = _case(op, case_id, dtype=dtype)
+    planned = _plan(op, row, dtype, dims, layout)
+    with launch_override(row, splits=splits):
+        got = planned(*args)
     want = ORACLES[op](*args)
-    atol, rtol = TOLERANCES[(op, "fp32")][0]
+    atol, rtol = TOLERANCES[(op, dtype)][0]
     torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
+
+
+def test_launch_override_rejects_a_knob_the_policy_lacks():
+    """Catches a sweep that times the default because its knob name was misspelt (silently ignored)."""
+    args, dims, layout = _case(DECODE, "ragged_page16")
+    planned = _plan(DECODE, "native/decode", "fp32", dims, layout)
+    with launch_override("native/decode", SPLITS=2), pytest.raises(ValueError, match="native/decode.*SPLITS"):
+        planned(*args)
 
 
 def _bad_index_calls():
@@ -103,7 +115,6 @@ def test_unchecked_bad_page_ids_and_lengths_give_a_result_not_a_crash(op, case_i
     if out.is_cuda:
         torch.cuda.synchronize()  # an illegal address would surface here
     assert out.shape[0] == args[0].shape[0]
-
 
 def _graph_safe_rows():
     for op in (DECODE, MLA_DECODE, PREFILL_PAGED, "attention.prefill", "attention.mla_prefill"):
@@ -146,139 +157,122 @@ def test_graph_safe_rows_replay_equal_to_eager(op, row):
     torch.testing.assert_close(first, want, atol=0, rtol=0)
 
 
-_TMA_CASES = [(op, case.id) for op in ("attention.prefill", "attention.mla_prefill") for case in CASES[op]
-              if not case.gpu_only]
+_TMA_CASES = [(op, case.id) for op in (PREFILL, "attention.mla_prefill") for case in CASES[op] if not case.gpu_only]
 
 
 @pytest.mark.parametrize("op,case_id", _TMA_CASES, ids=[f"{op}-{c}" for op, c in _TMA_CASES])
-def test_tma_prefill_kernel_equals_the_pointer_kernel(op, case_id):
+def test_tma_prefill_kernel_logic_matches_the_oracle_in_the_interpreter(op, case_id):
+    """The TMA kernel's target called directly under Triton's interpreter (its row needs sm90): q/k/v of fp16
+    that TMA could read, small tiles so that queries and keys span several boxes and sequences."""
+    if DEVICE != "cpu":
+        pytest.skip("on CUDA the parity matrix runs the TMA rows through dispatch")
+    row = "native/prefill_tma" if op == PREFILL else "native/mla_prefill_tma"
     args, dims, layout = _case(op, case_id, dtype="fp16")
-    _plan(op, "native/prefill" if op == "attention.prefill" else "native/mla_prefill", "fp16", dims, layout)
-    from rapid_llm.kernels.ops.attention import prefill, prefill_tma  # after the skip: Triton may be hidden
-    q, k, v = args[:3]
-    if q.dtype != torch.float16 or q.shape[0] == 0 or q.stride(2) != 1 or k.stride(2) != 1 or v.stride(2) != 1:
-        pytest.skip("tma_ready() refuses these inputs (fp16 with unit head-dim strides only; empty q has no "
-                    "descriptor): the pointer kernel serves them")
-    want = prefill.prefill(*args, tma=False)
-    got = prefill_tma.prefill(*args, config={"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1})
+    _plan(op, "native/prefill" if op == PREFILL else "native/mla_prefill", "fp16", dims, layout)  # interpreter on?
+    if not {"q:tma", "kv:tma"} <= layout or args[0].shape[0] == 0:
+        pytest.skip("the case's q/k/v are not TMA arrays (layout tags q:tma, kv:tma absent) or empty")
+    kernel, reason = resolve_target(TABLE.rows_by_name[row].target, None)
+    assert kernel is not None, reason
+    with launch_override(row, BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1):
+        got = kernel(*args)
+    want = ORACLES[op](*args)
+    atol, rtol = TOLERANCES[(op, "fp16")][0]
     for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-        torch.testing.assert_close(mine.float(), theirs.float(), atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(mine.double(), theirs.double(), atol=atol, rtol=rtol)
 
 
-_GLUON_PREFILL_CASES = [case.id for case in CASES["attention.prefill"]]
-
-
-def _skip_unless_sm90_gluon():
-    if DEVICE != "cuda" or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("prefill_gluon.py needs CUDA sm90 (wgmma, TMA, warp specialization); Triton's interpreter does "
-                    "not run Gluon, so the CPU checks prefill.py's kernels only")
-
-
-def _gluon_prefill_or_skip(q, k, v, sm_scale):
-    """prefill_tma, or pytest.skip where prefill_gluon.py's kernel does not serve the call."""
-    _skip_unless_sm90_gluon()
-    from rapid_llm.kernels.ops.attention import prefill_tma  # after the skip: Triton may be hidden
-    if not (prefill_tma.tma_ready(q, k, v) and prefill_tma.gluon_fits(q, v, sm_scale)):
-        pytest.skip("prefill_gluon.py serves TMA-readable fp16/bf16 q/k/v of head dim 128 with sm_scale > 0 only")
-    return prefill_tma
-
-
-#: The default (two consumer warpgroups, 128-key tiles, 2 slots, 2 Q slots), three consumers (64-key tiles, 4
-#: slots), two consumers with 64-key tiles in 4 slots, with PINGPONG's turns, with 128-key tiles in 3 slots and
-#: one Q slot, and 3 programs for every item of the call with two and three consumers (each program walks many
-#: items: the Q slots, whose buffers also carry the output rows out, and the ring carry over from item to item).
-_GLUON_PREFILL_CONFIGS = [{"GLUON": True}, {"GLUON": True, "CONSUMERS": 3},
-                          {"GLUON": True, "BLOCK_N": 64, "STAGES": 4}, {"GLUON": True, "PINGPONG": True},
-                          {"GLUON": True, "BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1}, {"GLUON": True, "PROGRAMS": 3},
-                          {"GLUON": True, "CONSUMERS": 3, "PROGRAMS": 3}]
-_GLUON_PREFILL_IDS = ["default", "3_consumers", "64_key_tiles_s4", "pingpong", "128_key_tiles_s3_q1", "3_programs",
-                      "3_consumers_3_programs"]
-
-
-@pytest.mark.parametrize("case_id", _GLUON_PREFILL_CASES)
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=_GLUON_PREFILL_IDS)
-def test_gluon_prefill_kernel_equals_the_pointer_kernel(case_id, dtype, config):
-    """prefill_gluon.py (sm90: a producer warpgroup, two or three consumer warpgroups of 64 query rows,
-    persistent; forced by config GLUON) against the pointer kernel on every ragged prefill case it serves (causal
-    and not, GQA, lengths 1 to 4097, the log-sum-exp). Catches a warpgroup whose rows all lie before the
-    sequence's start not releasing its tiles (a hang) or writing rows, a tile a warpgroup sees no key of released
-    before it landed, a ring slot refilled before every consumer released it, a wrong barrier phase (a hang: the
-    suite's time limit), a causal mask off by a tile, or rows of the partial last tile
-    lost, the next tile's logits read from a slot not yet landed, keys refilled before both warpgroups' logits
-    read them, the peeled last tile skipped, (3 programs) a Q slot or ring phase that does not carry over from
-    one item to the next, a partial first block's rows copied over the previous sequence's, or a Q slot refilled
-    before the output copy read it."""
-    _skip_unless_sm90_gluon()
-    args, dims, layout = _case("attention.prefill", case_id, dtype=dtype)
-    prefill_tma = _gluon_prefill_or_skip(args[0], args[1], args[2], args[5])
-    from rapid_llm.kernels.ops.attention import prefill
-
-    want = prefill.prefill(*args, tma=False)
-    got = prefill_tma.prefill(*args, config=dict(config))
-    atol, rtol = TOLERANCES[("attention.prefill", dtype)][0]
-    for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-        assert torch.isfinite(mine).all(), "an unwritten or NaN output element"
-        torch.testing.assert_close(mine.float(), theirs.float(), atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("config", _GLUON_PREFILL_CONFIGS, ids=_GLUON_PREFILL_IDS)
-def test_gluon_prefill_reads_no_row_of_the_next_sequence(causal, config):
-    """Two packed sequences (100 and 37 tokens): the second one's keys and values are NaN. Catches the first
-    sequence's partial last tile (keys 0..127) copied by TMA, which reads the second sequence's rows into its
-    products (0 * NaN in P . V): that tile must come through masked pointer loads."""
+def _two_sequences_second_nan():
     g = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn((137, heads, 128), generator=g).half() for heads in (8, 2, 2))
-    q, k, v = (x.to(DEVICE) for x in (q, k, v))
+    q, k, v = (torch.randn((137, heads, 128), generator=g).half().to(DEVICE) for heads in (8, 2, 2))
     k[100:], v[100:] = float("nan"), float("nan")
     cu = torch.tensor([0, 100, 137], dtype=torch.int32, device=DEVICE)
-    prefill_tma = _gluon_prefill_or_skip(q, k, v, 128 ** -0.5)
-    from rapid_llm.kernels.ops.attention import prefill
+    return q, k, v, cu
 
-    got = prefill_tma.prefill(q, k, v, cu, 100, 128 ** -0.5, causal, config=dict(config))
-    want = prefill.prefill(q, k, v, cu, 100, 128 ** -0.5, causal, tma=False)
+
+@pytest.mark.parametrize("row", _native_rows(PREFILL))
+@pytest.mark.parametrize("causal", [True, False])
+def test_prefill_rows_read_no_row_of_the_next_sequence(row, causal):
+    """Two packed sequences (100 and 37 tokens): the second one's keys and values are NaN. Catches the first
+    sequence's partial last tile copied whole (a TMA box reads the second sequence's rows into its products:
+    0 * NaN in P . V)."""
+    q, k, v, cu = _two_sequences_second_nan()
+    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 100, 128 ** -0.5, causal)
+    planned = _plan(PREFILL, row, "fp16", dict(checked[2]), checked[1])
+    got = planned(q, k, v, cu, 100, 128 ** -0.5, causal)
     assert torch.isfinite(got[:100]).all(), "the second sequence's NaN rows reached the first sequence's output"
-    atol, rtol = TOLERANCES[("attention.prefill", "fp16")][0]
-    torch.testing.assert_close(got[:100].float(), want[:100].float(), atol=atol, rtol=rtol)
+    want = ORACLES[PREFILL](q[:100], k[:100], v[:100], cu[:2], 100, 128 ** -0.5, causal)
+    atol, rtol = TOLERANCES[(PREFILL, "fp16")][0]
+    torch.testing.assert_close(got[:100].double(), want.double(), atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("config", [{"GLUON": True, "CONSUMERS": 3, "BLOCK_N": 128},
-                                    {"GLUON": True, "CONSUMERS": 3, "PINGPONG": True}, {"GLUON": True, "CONSUMERS": 4}],
-                         ids=["3_consumers_128_key_tiles", "3_consumers_pingpong", "4_consumers"])
-def test_gluon_prefill_refuses_a_config_it_cannot_run(config):
-    """Catches a prefill_gluon config outside its register and turn budgets (three consumers with 128-key tiles:
-    160 registers a thread for the logits, P and the accumulator alone; turns between three consumers; four)
-    compiling anyway, spilling or hanging, instead of a ValueError that names the kernel."""
+#: native/prefill_gluon's knob sets: the default (two consumers, 128-key tiles, 2 slots, 2 Q slots), three
+#: consumers (64-key tiles, 4 slots), two consumers with 64-key tiles in 4 slots, PINGPONG's turns, 128-key tiles
+#: in 3 slots with one Q slot, and 3 programs for all of a call's items with two and three consumers (each program
+#: walks many items: the Q slots, which also carry the output rows out, and the ring carry over between items).
+_GLUON_PREFILL_KNOBS = {"default": {}, "3_consumers": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4},
+                        "64_key_tiles_s4": {"BLOCK_N": 64, "STAGES": 4}, "pingpong": {"PINGPONG": True},
+                        "128_key_tiles_s3_q1": {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
+                        "3_programs": {"PROGRAMS": 3},
+                        "3_consumers_3_programs": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4, "PROGRAMS": 3}}
+
+
+@pytest.mark.parametrize("case_id", [case.id for case in CASES[PREFILL]])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("knobs", list(_GLUON_PREFILL_KNOBS.values()), ids=list(_GLUON_PREFILL_KNOBS))
+def test_gluon_prefill_knob_sets_match_the_oracle(case_id, dtype, knobs):
+    """native/prefill_gluon (sm90: a producer warpgroup, two or three consumer warpgroups of 64 query rows,
+    persistent) on every ragged prefill case it serves, in each knob set. Catches a warpgroup whose rows all lie
+    before the sequence's start not releasing its tiles (a hang) or writing rows, a ring slot refilled before
+    every consumer released it, a wrong barrier phase, a causal mask off by a tile, rows of the partial last tile
+    lost, a Q slot or ring phase that does not carry over between items, a partial first block's rows copied over
+    the previous sequence's, or a Q slot refilled before the output copy read it."""
+    args, dims, layout = _case(PREFILL, case_id, dtype=dtype)
+    planned = _plan(PREFILL, "native/prefill_gluon", dtype, dims, layout)
+    with launch_override("native/prefill_gluon", **knobs):
+        got = planned(*args)
+    want = ORACLES[PREFILL](*args)
+    atol, rtol = TOLERANCES[(PREFILL, dtype)][0]
+    for mine, theirs in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.isfinite(mine).all(), "an unwritten or NaN output element"
+        torch.testing.assert_close(mine.double(), theirs.double(), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("knobs", [{"CONSUMERS": 3, "BLOCK_N": 128}, {"CONSUMERS": 3, "PINGPONG": True, "BLOCK_N": 64},
+                                   {"CONSUMERS": 4}], ids=["3_consumers_128_key_tiles", "3_consumers_pingpong",
+                                                           "4_consumers"])
+def test_gluon_prefill_refuses_knobs_it_cannot_run(knobs):
+    """Catches a knob set outside the kernel's register and turn budgets (three consumers with 128-key tiles;
+    turns between three consumers; four) compiling anyway, spilling or hanging, instead of a ValueError that
+    names the row."""
     g = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn((64, heads, 128), generator=g).half().to(DEVICE) for heads in (8, 2, 2))
     cu = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
-    prefill_tma = _gluon_prefill_or_skip(q, k, v, 128 ** -0.5)
-    with pytest.raises(ValueError, match="prefill_gluon"):
-        prefill_tma.prefill(q, k, v, cu, 64, 128 ** -0.5, True, config=dict(config))
+    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 64, 128 ** -0.5, True)
+    planned = _plan(PREFILL, "native/prefill_gluon", "fp16", dict(checked[2]), checked[1])
+    with launch_override("native/prefill_gluon", **knobs), pytest.raises(ValueError, match="native/prefill_gluon"):
+        planned(q, k, v, cu, 64, 128 ** -0.5, True)
 
 
 @pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e3, 1e5])
 def test_fp8_decode_scales_a_bf16_query_into_fp16(magnitude):
     args, dims, layout = _case(DECODE, "fp8_kv_ragged_page16")
-    _plan(DECODE, "native/decode_fp8", "bf16", dims, layout)
-    from rapid_llm.kernels.ops.attention import decode  # after the skip: Triton may be hidden
-
+    planned = _plan(DECODE, "native/decode_fp8", "bf16", dims, layout)
     q = (args[0].double() * magnitude).bfloat16()
     args = (q, *args[1:])
-    got = decode.decode(*args, splits=2)
+    with launch_override("native/decode_fp8", splits=2):
+        got = planned(*args)
     want = ORACLES[DECODE](*args)
     assert torch.isfinite(got).all(), "an fp16 overflow of the scaled query reached the output"
     atol, rtol = TOLERANCES[(DECODE, "bf16")][0]
     torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
 
 
-def _poisoned_mla_case(case_id, magnitude):
-    """(args, q, poisoned cache) of an MLA decode case in fp16: q scaled by `magnitude` (64: logits whose
-    running maximum keeps growing from tile to tile, so the sums are rescaled), every latent row that no
-    valid position reads set to NaN (a read past a split's end or from a wrong page shows as NaN)."""
+def _poisoned_mla_case(case_id, magnitude, row):
+    """(planned row, args with q scaled by `magnitude`, the poisoned cache) of an fp16 MLA decode case. 64: logits
+    whose running maximum keeps growing from tile to tile, so the sums are rescaled; every latent row that no
+    valid position reads is NaN (a read past a split's end or from a wrong page shows as NaN)."""
     args, dims, layout = _case(MLA_DECODE, case_id, dtype="fp16")
-    _plan(MLA_DECODE, "native/mla_decode", "fp16", dims, layout)
+    planned = _plan(MLA_DECODE, row, "fp16", dims, layout)
     q, cache, table, seq_lens, page_size = args[:5]
     used = torch.zeros(cache.shape[0], dtype=torch.bool, device=cache.device)
     for b in range(q.shape[0]):
@@ -286,123 +280,45 @@ def _poisoned_mla_case(case_id, magnitude):
         used[table[b, positions // page_size].long() * page_size + positions % page_size] = True
     poisoned = cache.clone()
     poisoned[~used] = float("nan")
-    return args, q * magnitude, poisoned
+    return planned, (q * magnitude, *args[1:]), poisoned
 
 
-@pytest.mark.parametrize("num_q_heads", [16, 128], ids=["gluon_few_heads", "gluon_wide"])
-def test_mla_gluon_configs_fall_back_to_the_pointer_kernel(num_q_heads):
-    """A launch_config made for the sm90 Gluon kernels, given with tma=False (as where a cache's strides refuse
-    TMA boxes): the pointer kernel serves it and equals the masked pointer kernel. Catches a Gluon-only key
-    (GLUON_PINGPONG, GLUON, ROPE_RING) reaching the Triton kernel's launch as an unknown argument (a KeyError
-    where Triton compiles, i.e. on a GPU: its CPU interpreter ignores unknown keywords), and the pointer
-    kernel at the Gluon configs' tiles (64 heads x 64 positions at Hq=128)."""
-    args, q, poisoned = _poisoned_mla_case("ragged_page64", 1.0)
-    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
+def _assert_matches_the_clean_oracle(got, args):
+    assert torch.isfinite(got).all(), "a latent row no valid position reads reached the result"
+    want = ORACLES[MLA_DECODE](*args)
+    atol, rtol = TOLERANCES[(MLA_DECODE, "fp16")][0]
+    torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
 
-    config = mla_decode.launch_config(num_q_heads, q.dtype, torch.device("cuda"), split_positions=4096, gluon=True)
-    assert config.get("GLUON_PINGPONG" if num_q_heads >= 64 else "GLUON"), "launch_config no longer takes Gluon here"
-    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=pointer, tma=False)
-    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=2, config=config, tma=False)
-    assert torch.isfinite(got).all(), "a row past a sequence reached the result"
-    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]  # both round to bf16 once; the products' order may differ
-    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
+
+_MLA_POISON_CASES = ["ragged_page64", "page_size_16", "heads_128", "large_logits", "strided_q_and_index",
+                     "padded_cache_rows", "long_context_32k"]
+
+
+@pytest.mark.parametrize("row", _native_rows(MLA_DECODE))
+@pytest.mark.parametrize("case_id", _MLA_POISON_CASES)
+@pytest.mark.parametrize("splits", [1, 2, 3, 7])
+@pytest.mark.parametrize("magnitude", [1.0, 64.0])
+def test_mla_decode_rows_read_only_the_rows_they_own(row, case_id, splits, magnitude):
+    if not any(case.id == case_id for case in CASES[MLA_DECODE]):
+        pytest.skip(f"no MLA decode case {case_id!r} in conformance/cases")
+    planned, args, poisoned = _poisoned_mla_case(case_id, magnitude, row)
+    if DEVICE == "cpu" and case_id in ("long_context_32k", "heads_128"):
+        pytest.skip("too slow for Triton's interpreter (its cost is per operation); runs on the GPU")
+    with launch_override(row, splits=splits):
+        got = planned(args[0], poisoned, *args[2:])
+    _assert_matches_the_clean_oracle(got, args)
 
 
 @pytest.mark.parametrize("case_id", ["ragged_page64", "page_size_16"])
+@pytest.mark.parametrize("unmasked_body", [False, True])
 @pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("magnitude", [1.0, 64.0])
-def test_mla_unmasked_body_equals_the_masked_kernel(case_id, splits, magnitude):
-    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
-    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
-
-    config = mla_decode.launch_config(q.shape[1], q.dtype, q.device)
-    config.pop("resident")
-    masked = {**config, "UNMASKED_BODY": False}
-    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=masked, tma=False)
-    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config={**config, "UNMASKED_BODY": True},
-                                tma=False)
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
-    # the same sums in another instruction order (the H200 differed by 2.4e-7 in one element of 24576)
-    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]  # both round to bf16 once; the products' order may differ
-    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize("case_id", ["ragged_page64", "page_size_16"])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("magnitude", [1.0, 64.0])
-def test_tma_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude):
-    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
-    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
-
-    config = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=False)
-    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=True)
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
-    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]  # both round to bf16 once; the products' order may differ
-    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
-
-
-def _gluon_matches_pointer_kernel(case_id, splits, magnitude, config):
-    """A Gluon MLA decode config against the masked pointer kernel on a NaN-poisoned case (sm90 only)."""
-    args, q, poisoned = _poisoned_mla_case(case_id, magnitude)
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
-        pytest.skip("the Gluon kernels need CUDA sm90 (wgmma and TMA); Triton's interpreter does not run Gluon, "
-                    "so the CPU checks mla_decode.py's kernels only")
-    from rapid_llm.kernels.ops.attention import mla_decode  # after the skip: Triton may be hidden
-
-    pointer = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    want = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=pointer, tma=False)
-    got = mla_decode.mla_decode(q, poisoned, *args[2:], splits=splits, config=config, tma=True)
-    assert torch.isfinite(want).all() and torch.isfinite(got).all(), "a row past a sequence reached the result"
-    atol, rtol = TOLERANCES[(DECODE, "bf16")][0]  # both round to bf16 once; the products' order may differ
-    torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize("case_id", ["ragged_page64", "large_logits", "strided_q_and_index", "padded_cache_rows",
-                                     "long_context_32k"])
-@pytest.mark.parametrize("splits", [1, 3, 7])
-@pytest.mark.parametrize("magnitude", [1.0, 64.0])
-@pytest.mark.parametrize("ring", [{"num_stages": 3}, {"num_stages": 2, "ROPE_RING": True}], ids=["rope1", "rope_ring"])
-def test_gluon_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude, ring):
-    """mla_decode_gluon.py (sm90: TMA ring, warpgroup products, positions as the product rows) against the masked
-    pointer kernel with every unread latent row NaN. Catches a ring slot refilled before its products finished
-    (a wrong or NaN result), a wrong barrier phase (a hang: the suite's time limit), the tail tile read past the
-    split's end, or a softmax along the wrong axis."""
-    _gluon_matches_pointer_kernel(case_id, splits, magnitude,
-                                  {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "GLUON": True, **ring})
-
-
-@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits", "padded_cache_rows",
-                                     "long_context_32k"])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("magnitude", [1.0, 64.0])
-@pytest.mark.parametrize("schedule", [{}, {"EARLY_NEXT": True}, {"EARLY_NEXT": True, "LEAN": True}, {"LEAN": True}],
-                         ids=["serial", "early_next", "early_next_lean", "lean"])
-def test_gluon_wide_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude, schedule):
-    """mla_decode_gluon_wide.py (sm90, 64 heads per program, the two warpgroups splitting each product; opt-in:
-    GLUON_WIDE) against the masked pointer kernel with every unread latent row NaN. Catches a warpgroup that
-    reduces only its own half of a row's logits (a wrong softmax), P written over rope columns a product still
-    reads, or a slot refilled too early; with EARLY_NEXT also a slot refilled while the next tile's logits (or the
-    value products) still read it, or a wrong wgmma group count in the partial wait; with LEAN a row maximum
-    taken over one warpgroup's half only, or row sums lost in the final reduction."""
-    _gluon_matches_pointer_kernel(case_id, splits, magnitude, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8,
-                                                               "num_stages": 2, "GLUON_WIDE": True, **schedule})
-
-
-@pytest.mark.parametrize("case_id", ["heads_128", "ragged_page64", "large_logits", "padded_cache_rows",
-                                     "long_context_32k"])
-@pytest.mark.parametrize("splits", [1, 2, 3])
-@pytest.mark.parametrize("magnitude", [1.0, 64.0])
-def test_gluon_pingpong_mla_decode_kernel_equals_the_pointer_kernel(case_id, splits, magnitude):
-    """mla_decode_gluon_pingpong.py (sm90, two warp-specialised warpgroups on alternate tiles; opt-in:
-    GLUON_PINGPONG) against the masked pointer kernel with every unread latent row NaN. Catches a handshake
-    read before it is written (a softmax against a stale maximum: wrong rows), P of one tile scaled to the
-    wrong maximum, a part refilled while the other warpgroup's product still reads it, an odd tile count's
-    padding tile or a partial tile's rows past the end reaching a product (NaN), and the two halves of O or
-    of the row sums combined wrongly."""
-    _gluon_matches_pointer_kernel(case_id, splits, magnitude, {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 4,
-                                                               "num_stages": 2, "GLUON_PINGPONG": True})
+def test_mla_pointer_kernel_whole_tiles_without_masks_stay_in_the_split(case_id, unmasked_body, splits):
+    """native/mla_decode's UNMASKED_BODY (whole tiles of a split load without masks; its default) and the masked
+    body, each on a poisoned cache. Catches a whole tile that reaches past its split's end."""
+    planned, args, poisoned = _poisoned_mla_case(case_id, 64.0, "native/mla_decode")
+    with launch_override("native/mla_decode", splits=splits, UNMASKED_BODY=unmasked_body):
+        got = planned(args[0], poisoned, *args[2:])
+    _assert_matches_the_clean_oracle(got, args)
 
 
 def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypatch):
@@ -431,11 +347,11 @@ def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypat
 
 
 def test_splits_filled_at_reach_leave_no_split_empty():
-    """splits.splits_filled_at_reach at the extension kernel's granule (decode_cuda.CHUNK): each split gets
+    """splits.splits_filled_at_reach at the extension kernel's granule (decode.cuda.CHUNK): each split gets
     ceil(L / S) positions rounded up to 32, so the count it keeps must leave no split empty for a sequence as
     long as the page table's reach, and never exceed the count asked for. Catches the 33rd, empty split of a
     32k context (32 splits of 1024)."""
-    from rapid_llm.kernels.ops.attention.decode_cuda import CHUNK
+    from rapid_llm.kernels.ops.attention.decode.cuda import CHUNK
     from rapid_llm.kernels.ops.attention.splits import splits_filled_at_reach
 
     assert splits_filled_at_reach(33, 32768, CHUNK) == 32
@@ -450,19 +366,18 @@ def test_splits_filled_at_reach_leave_no_split_empty():
 
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_mla_split_count_leaves_no_split_empty_for_a_full_length_sequence(block_n, monkeypatch):
-    """mla_num_splits on a 132-SM GPU, for the batch / head-block / reach / residency shapes of the benchmarks and
-    odd ones, against the kernels' split rule (decode.split_bounds: chunks of cdiv(length, splits) rounded up to
+    """splits.mla_num_splits on a 132-SM GPU, for the batch / head-block / reach / residency shapes of the benchmarks and
+    odd ones, against the kernels' split rule (tiles.split_bounds: chunks of cdiv(length, splits) rounded up to
     BLOCK_N tiles). Catches a split count with splits that start past a full-length sequence's end (B=1
     L=32768 asked for 132 and got 4 empty splits, each writing a -inf partial that the merge then reads)."""
-    pytest.importorskip("triton", reason="mla_decode.py imports triton (hidden or absent in this cell)")
-    from rapid_llm.kernels.ops.attention import mla_decode  # host-side helpers only: no kernel runs
+    from rapid_llm.kernels.ops.attention import splits as module  # no Triton import: every cell runs it
 
-    monkeypatch.setattr(mla_decode, "multiprocessor_count", lambda device: 132)
+    monkeypatch.setattr(module, "multiprocessor_count", lambda device: 132)
     cuda = torch.device("cuda")
     for batch, head_blocks, capacity, resident in [(1, 1, 32768, 1), (1, 2, 32768, 1), (64, 1, 4096, 1),
                                                    (8, 1, 32768, 1), (64, 2, 4096, 1), (1, 1, 32768, 2),
                                                    (3, 1, 1000, 1), (5, 1, 4160, 2), (1, 1, 64, 1), (2, 1, 0, 1)]:
-        splits = mla_decode.mla_num_splits(batch, head_blocks, capacity, resident, cuda)
-        assert 1 <= splits <= mla_decode.MAX_SPLITS
+        splits = module.mla_num_splits(batch, head_blocks, capacity, resident, cuda)
+        assert 1 <= splits <= module.MAX_SPLITS
         chunk = -(-(-(-capacity // splits)) // block_n) * block_n
         assert capacity == 0 or (splits - 1) * chunk < capacity, (batch, head_blocks, capacity, resident, splits)

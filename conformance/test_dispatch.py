@@ -99,6 +99,15 @@ CONDITION_MISSES = {
         dict(capability=(CapabilityRequirement("cpu", triton_interpreter=True),)),
         dict(device=Device("cpu", triton_interpreter=True)), dict(device=Device("cpu")),
         "device", "interpreter", "cpu"),
+    # A capability narrowed to the dtypes whose results are right there (the interpreter's bf16 tl.dot):
+    # the query's dtype decides, and explain() shows the reason and the dtype it observed.
+    "interpreter-dtype": (
+        dict(capability=(CapabilityRequirement("cuda", min_sm=80),
+                         CapabilityRequirement("cpu", triton_interpreter=True, dtypes={"fp32", "fp16"},
+                                               reason="tl.dot on bf16 is wrong there"))),
+        dict(device=Device("cpu", triton_interpreter=True), dtype="fp16"),
+        dict(device=Device("cpu", triton_interpreter=True), dtype="bf16"),
+        "device", "fp32, fp16 only: tl.dot on bf16 is wrong there", "cpu+triton-interpreter with bf16"),
     "dtype": (
         dict(dtypes={"bf16"}),
         dict(dtype="bf16"), dict(dtype="fp16"),
@@ -510,7 +519,7 @@ def test_clear_memo_clears_every_cache_on_the_dispatch_path():
     select.resolve_target(fake.target("fast"), None)
     plan.default_planner()
     environment._DTYPE_LABELS["probe"] = "x"
-    select.clear_memo()
+    plan.clear_memo()
     assert not select._CALL_MEMO and select._dispatch.cache_info().currsize == 0
     assert select.resolve_target.cache_info().currsize == 0
     assert plan._DEFAULT_PLANNER is None and not environment._DTYPE_LABELS

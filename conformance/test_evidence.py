@@ -1,10 +1,16 @@
 """The committed evidence backs every claim that cites it (torch-free: runs on CPU-only CI).
 
-Golden records. A row's `GoldenRecord(verified=True, max_abs_diff=..., evidence=...)`
-claims that a parity run measured it within max_abs_diff of its baseline. For
-every verified non-reference row of build_tables(), the cited file must:
+The index. perf/results/index.json gives each curated result file a short stable id
+(perf/evidence.py reads it). Every id is unique and well formed, every indexed file exists
+under perf/results/, and every file under perf/results/ is indexed: result files nothing
+cites belong in git history (or a decision record in perf/lab/), not in the tree.
 
-  - exist in the repository (paths are relative to the repository root);
+Golden records. A row's `GoldenRecord(verified=True, max_abs_diff=..., evidence=...)`
+claims that a parity run measured it within max_abs_diff of its baseline. `evidence` is an
+index id (preferred) or, while the package's citations are converted, a repository path.
+For every verified non-reference row of build_tables(), the cited file must:
+
+  - be in the index (an id) or exist in the repository (a path, relative to the repository root);
   - be a parity report as conformance/conftest.py writes it (RAPID_LLM_PARITY_REPORT):
     `max_abs_diff_by_row`, `measurements`, `device`, `exit_status`;
   - come from a clean run (exit_status 0): test_parity records a measurement only after its
@@ -19,11 +25,16 @@ every verified non-reference row of build_tables(), the cited file must:
 Superseded runs. Every parity_*.json under perf/results/h200/ is cited by at least
 one row: a run no row cites has been superseded and is deleted (git keeps it).
 
-Cited paths. Every `perf/results/...` path in the package's sources (row comments,
-kernel docstrings) and in README.md / perf/README.md exists (placeholders such as
-`<gpu>` or `*` are not paths). Every script a result file's `command` names
+Cited paths and ids. Every `perf/results/...` path in the package's sources (row comments,
+kernel docstrings) and in README.md / perf/README.md / docs/*.md exists (placeholders such as
+`<gpu>` or `*` are not paths); every evidence id those pages cite in backticks, and every id
+rapid_llm/ and csrc/ cite, is in the index. Every script a result file's `command` names
 (`ci/...py`, `perf/...py`) exists, or moved and is listed with its new path in
 perf.sweeps.FORMERLY: evidence is never edited, so old commands stay as they ran.
+
+Product source. rapid_llm/ and csrc/ cite evidence by id only: no `perf/results/` path, no
+device-call number (`call12`) or `variants/` folder (measurement history lives in git and
+perf/lab/).
 """
 
 from __future__ import annotations
@@ -34,25 +45,48 @@ import re
 
 import pytest
 
+from perf import evidence as evidence_index
 from rapid_llm.kernels.dispatcher import build_tables
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GPU_RESULTS = ROOT / "perf" / "results" / "h200"
+RESULTS = ROOT / "perf" / "results"
+GPU_RESULTS = RESULTS / "h200"
+INDEX = evidence_index.load()
 TABLE = build_tables()
 EVIDENCED_ROWS = [row for row in TABLE.rows_by_name.values() if row.golden.verified and not row.is_reference]
 PARITY_KEYS = ("max_abs_diff_by_row", "measurements", "device", "exit_status")
 
 #: A repository path under perf/results/ as source text cites it; trailing sentence punctuation is stripped.
 RESULTS_PATH = re.compile(r"perf/results/[^\s)'\"`,;]+")
-#: Where cited result paths are read: the package's sources, and the two READMEs that cite evidence.
+#: Where cited result paths are read: the package's sources, the READMEs and the docs pages.
 CITING_SOURCES = {
     "rapid_llm": sorted((ROOT / "rapid_llm").rglob("*.py")),
-    "docs": [ROOT / "README.md", ROOT / "perf" / "README.md"],
+    "docs": [ROOT / "README.md", ROOT / "perf" / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
 }
+_DEVICES = "|".join(sorted({re.escape(evidence_id.split(".")[0]) for evidence_id in INDEX}))
+#: An evidence id as a docs page cites it: in backticks, starting with a device the index knows.
+CITED_ID = re.compile(r"`((?:%s)\.[a-z0-9_.]*[a-z0-9_])`" % _DEVICES)
+#: An evidence id as product source cites it ("evidence h200.attention.sweep"): dotted words after a device.
+SOURCE_ID = re.compile(r"(?<![\w./-])((?:%s)(?:\.[a-z0-9_]+)+)" % _DEVICES)
+#: What product source must not carry (DESIGN §8): result paths, device-call numbers, the variants folder.
+LAB_NOTEBOOK = re.compile(r"perf/results/|\bcall\d+\b|variants/")
+PRODUCT_SOURCES = sorted(path for folder in ("rapid_llm", "csrc") for path in (ROOT / folder).rglob("*")
+                         if path.is_file() and path.suffix in {".py", ".cu", ".cuh", ".cc", ".cpp", ".h"})
 
 
 def _relative(path: pathlib.Path) -> str:
     return path.relative_to(ROOT).as_posix()
+
+
+def _evidence_file(evidence: str) -> pathlib.Path:
+    """The file a golden record cites: an index id resolved through the index, else (transitionally) a path.
+
+    A citation without a '/' is an id: one the index lacks fails here, naming it."""
+    if evidence in INDEX:
+        return ROOT / INDEX[evidence]["path"]
+    assert "/" in evidence, (f"evidence {evidence!r} is neither an id in perf/results/index.json nor a "
+                             "repository path")
+    return ROOT / evidence
 
 
 def _load_json(path: pathlib.Path):
@@ -76,6 +110,45 @@ def _cited_results_paths(paths) -> dict[str, list[str]]:
 
 
 # ---------------------------------------------------------------------------
+# The index
+# ---------------------------------------------------------------------------
+
+
+def test_index_ids_are_unique_and_well_formed():
+    # evidence_index.load() raises on a duplicate id (json.load would keep the last silently), an id
+    # that is not dotted lower-case words, or an entry without path / what / device / date.
+    document = evidence_index.load()
+    assert document, "perf/results/index.json is empty"
+    assert all(evidence_index.ID_PATTERN.fullmatch(evidence_id) for evidence_id in document)
+
+
+def test_every_indexed_file_exists_under_results():
+    missing = {evidence_id: entry["path"] for evidence_id, entry in INDEX.items()
+               if not (ROOT / entry["path"]).is_file()}
+    assert not missing, f"index entries whose file does not exist: {missing}"
+    outside = {evidence_id: entry["path"] for evidence_id, entry in INDEX.items()
+               if not entry["path"].startswith("perf/results/")}
+    assert not outside, f"index entries outside perf/results/ (lab material is never cited): {outside}"
+    paths = [entry["path"] for entry in INDEX.values()]
+    repeated = sorted({path for path in paths if paths.count(path) > 1})
+    assert not repeated, f"files indexed under two ids: {repeated}"
+
+
+def test_every_result_file_is_indexed():
+    """perf/results/ holds curated evidence only: a file no id names is lab material or history."""
+    indexed = {entry["path"] for entry in INDEX.values()}
+    stray = sorted(_relative(path) for path in RESULTS.rglob("*")
+                   if path.is_file() and path != evidence_index.INDEX and _relative(path) not in indexed)
+    assert not stray, ("files under perf/results/ that perf/results/index.json does not index (index them if "
+                       f"something cites them; otherwise git rm them, git keeps them): {stray}")
+
+
+def test_resolve_names_an_unknown_id():
+    with pytest.raises(KeyError, match="h200.no_such.id"):
+        evidence_index.resolve("h200.no_such.id")
+
+
+# ---------------------------------------------------------------------------
 # Golden records
 # ---------------------------------------------------------------------------
 
@@ -88,9 +161,9 @@ def test_some_rows_cite_evidence():
 @pytest.mark.parametrize("row", EVIDENCED_ROWS, ids=lambda row: row.name)
 def test_golden_record_is_backed_by_a_gpu_parity_run(row):
     golden = row.golden
-    assert golden.evidence, f"{row.name}: verified golden record without an evidence path"
-    path = ROOT / golden.evidence
-    assert path.is_file(), f"{row.name}: its evidence {golden.evidence} does not exist in the repository"
+    assert golden.evidence, f"{row.name}: verified golden record without evidence"
+    path = _evidence_file(golden.evidence)
+    assert path.is_file(), f"{row.name}: its evidence {golden.evidence} ({_relative(path)}) does not exist"
 
     report = _load_json(path)
     missing = [key for key in PARITY_KEYS if key not in report] if isinstance(report, dict) else list(PARITY_KEYS)
@@ -127,7 +200,7 @@ def test_golden_record_is_backed_by_a_gpu_parity_run(row):
 
 def test_every_gpu_parity_run_is_cited():
     """A parity run no row cites is superseded: delete it (git keeps it) rather than keep stale evidence."""
-    cited = {(ROOT / row.golden.evidence).resolve() for row in EVIDENCED_ROWS if row.golden.evidence}
+    cited = {_evidence_file(row.golden.evidence).resolve() for row in EVIDENCED_ROWS if row.golden.evidence}
     runs = sorted(GPU_RESULTS.rglob("parity_*.json"))
     uncited = [_relative(path) for path in runs if path.resolve() not in cited]
     assert not uncited, (f"parity runs no golden record cites (superseded: delete them): {uncited}; cited: "
@@ -145,6 +218,37 @@ def test_cited_results_paths_exist(sources):
     missing = {path: where for path, where in sorted(cited.items()) if not (ROOT / path).exists()}
     assert not missing, "cited perf/results paths that do not exist:\n" + "\n".join(
         f"  {path}  (cited at {', '.join(where)})" for path, where in missing.items())
+
+
+def test_evidence_ids_cited_by_docs_exist():
+    unknown = {}
+    for path in CITING_SOURCES["docs"]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for evidence_id in CITED_ID.findall(line):
+                if evidence_id not in INDEX:
+                    unknown.setdefault(evidence_id, []).append(f"{_relative(path)}:{number}")
+    assert not unknown, "cited evidence ids not in perf/results/index.json:\n" + "\n".join(
+        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items()))
+
+
+def test_evidence_ids_cited_by_product_source_exist():
+    unknown = {}
+    for path in PRODUCT_SOURCES:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for evidence_id in SOURCE_ID.findall(line):
+                if evidence_id not in INDEX:
+                    unknown.setdefault(evidence_id, []).append(f"{_relative(path)}:{number}")
+    assert not unknown, "evidence ids rapid_llm/ or csrc/ cite that perf/results/index.json lacks:\n" + "\n".join(
+        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items()))
+
+
+def test_product_source_cites_evidence_by_id_only():
+    found = [f"{_relative(path)}:{number}: {match.group(0)}"
+             for path in PRODUCT_SOURCES
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for match in LAB_NOTEBOOK.finditer(line)]
+    assert not found, ("rapid_llm/ and csrc/ cite evidence by id (perf/results/index.json), never a results "
+                       "path or a device-call number:\n" + "\n".join(f"  {hit}" for hit in found))
 
 
 def _result_commands():

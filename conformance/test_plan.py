@@ -282,3 +282,31 @@ def test_planned_op_without_a_contract_check_calls_its_target_untouched():
     """Catches a PlannedOp inventing a check where the contract declares none (test tables)."""
     planned = plan(Planner(CPU, simple_table()))
     assert planned("a", "b", 1e-6)[0] == "fast"
+
+
+class _Place:
+    """A torch-free stand-in for a tensor's device (what PlannedOp.confirm reads: its type)."""
+
+    type = "cpu"
+
+
+class _Anchor:
+    device = _Place()
+    dtype = "torch.bfloat16"
+
+
+def test_a_call_without_the_rows_layout_is_refused_with_the_tables_description_of_the_tag():
+    """Catches a PlannedOp run on arguments without a layout its row needs, and an error that names the
+    tag without what it means (the description is the table's: the family that declares the tag)."""
+    from rapid_llm.kernels.dispatcher import OpInputError
+
+    rows_table = OpTable.from_rows([fake.spec("native/rows_only", priority=10, layout={"x:rows"}),
+                                    fake.reference_row()], fake.CONTRACTS,
+                                   layout_tags={"x:rows": "x views as [rows, n] in this test"})
+    planned = Planner(CPU, rows_table).plan(OP, dtype="bf16", shape={"num_tokens": 8, "hidden": 128},
+                                            layout={"x:rows"})
+    planned.confirm(_Anchor(), frozenset({"x:rows"}), (("num_tokens", 8), ("hidden", 128)))
+    with pytest.raises(OpInputError) as error:
+        planned.confirm(_Anchor(), frozenset(), (("num_tokens", 8), ("hidden", 128)))
+    assert "x:rows (x views as [rows, n] in this test)" in str(error.value)
+    assert "native/rows_only" in str(error.value)

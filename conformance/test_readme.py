@@ -1,7 +1,10 @@
-"""The README's promises that can be run are run.
+"""The README's promises that can be run are run, and the pages stay navigable.
 
 Catches the "In code" snippet failing as pasted (it used `x` and `w` without
-defining them): a new user's first copy-paste must work.
+defining them): a new user's first copy-paste must work. Catches the README
+growing back into a lab notebook (it reached 1,572 lines of generated tables and
+measurement history), and a link from the README, perf/README.md or a docs/ page
+to a file that moved or was removed.
 """
 
 from __future__ import annotations
@@ -26,3 +29,61 @@ def test_in_code_snippet_runs_as_pasted(capsys):
     exec(compile(blocks[0], "README.md:In code", "exec"), namespace)
     assert namespace["y"].shape == namespace["x"].shape
     assert "norm.rms_norm" in capsys.readouterr().out
+
+
+#: The README is a newcomer's page (DESIGN §8); generated tables and long how-tos live in docs/.
+README_MAX_LINES = 400
+#: A relative markdown link: [text](target), not a URL or an in-page anchor.
+RELATIVE_LINK = re.compile(r"\]\((?!https?://|#)([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def test_readme_stays_a_newcomers_page():
+    lines = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move generated tables to docs/ "
+        "(ci/readme_tables.py) and long how-tos to a docs/ page the README links")
+
+
+def test_relative_links_of_the_pages_resolve():
+    pages = ["README.md", os.path.join("perf", "README.md")]
+    pages += sorted(os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))
+    broken = []
+    for page in pages:
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        for target in RELATIVE_LINK.findall(text):
+            if not os.path.exists(os.path.join(ROOT, os.path.dirname(page), target)):
+                broken.append(f"{page}: {target}")
+    assert not broken, f"links to files that do not exist: {broken}"
+
+
+def test_the_files_one_new_op_touches_are_where_every_op_keeps_its_pieces():
+    """The README's "Adding an op" table names the files one new op touches. Catches the list going stale: for
+    every op of the table, its contract's check lives in ops/<family>/checks.py, its reference row's target in
+    ops/<family>/reference.py, its native rows' targets under ops/<family>/, its public function in
+    ops/<family>/api.py, its parity cases in conformance/cases/<family>.py and a benchmark in perf/, which are
+    the table's rows 2-7 (row 1, the family's __init__, is where the contract was found)."""
+    import importlib
+
+    from rapid_llm.kernels.dispatcher import default_table
+
+    section = _section("Adding an op")
+    for named in ("ops/<family>/__init__.py", "ops/<family>/checks.py", "ops/<family>/reference.py",
+                  "ops/<family>/<op>.py", "ops/<family>/api.py", "conformance/cases/<family>.py",
+                  "perf/test_<family>_bench.py"):
+        assert named in section, f"the README's Adding an op table no longer names {named}"
+    table = default_table()
+    benches = "".join(open(os.path.join(ROOT, "perf", name), encoding="utf-8").read()
+                      for name in os.listdir(os.path.join(ROOT, "perf")) if re.match(r"test_.*_bench\.py$", name))
+    for op, contract in table.contracts.items():
+        family, _, name = op.partition(".")
+        package = f"rapid_llm.kernels.ops.{family}"
+        assert contract.check.startswith(f"{package}.checks:"), (op, contract.check)
+        assert table.reference(op).target.startswith(f"{package}.reference:"), op
+        for row in table.rows(op):
+            if row.backend == "native":
+                assert row.target.startswith(f"{package}."), (row.name, row.target)
+        api = importlib.import_module(f"{package}.api")
+        assert name in api.__all__, f"{op}: no public function {name} in {package}.api"
+        assert importlib.import_module(f"conformance.cases.{family}").CASES.get(op), (
+            f"{op}: no parity cases in conformance/cases/{family}.py")
+        assert op in benches or f'"{op}"' in benches or name in benches, f"{op}: no benchmark in perf/test_*_bench.py"

@@ -178,7 +178,12 @@ def test_unverified_golden_needs_no_evidence():
     dict(device="cpu", min_sm=80),
     dict(device="cpu", max_sm=90),
     dict(device="cuda", triton_interpreter=True),
-], ids=["unknown-device", "cpu-with-min-sm", "cpu-with-max-sm", "cuda-with-interpreter"])
+    dict(device="cpu", triton_interpreter=True, dtypes={"bf16"}),
+    dict(device="cpu", triton_interpreter=True, dtypes=(), reason="why"),
+    dict(device="cpu", triton_interpreter=True, dtypes={"bfloat16"}, reason="why"),
+    dict(device="cpu", triton_interpreter=True, reason="why"),
+], ids=["unknown-device", "cpu-with-min-sm", "cpu-with-max-sm", "cuda-with-interpreter",
+        "dtypes-without-reason", "empty-dtypes", "unknown-dtype-label", "reason-without-dtypes"])
 def test_bad_capability_is_rejected(fields):
     """Catches capability requirements that can never match (or mean nothing) being accepted."""
     with pytest.raises(ValueError):
@@ -196,6 +201,20 @@ def test_capability_accepts_exactly_its_devices():
     assert interpreter.accepts(Device("cpu", triton_interpreter=True))
     assert not interpreter.accepts(Device("cpu"))
     assert CapabilityRequirement("cpu").accepts(Device("cpu", triton_interpreter=True))
+
+
+def test_capability_narrowed_to_dtypes_rejects_the_others_and_says_why():
+    """Catches a capability's dtype narrowing being ignored (a bf16 query served where tl.dot on bf16 is
+    wrong) or applied to every dtype, and a requirement text that hides which dtypes and why."""
+    interpreter = CapabilityRequirement("cpu", triton_interpreter=True, dtypes=["fp32", "fp16"],
+                                        reason="tl.dot on bf16 is wrong there")
+    assert interpreter.dtypes == frozenset({"fp32", "fp16"})
+    on_interpreter = Device("cpu", triton_interpreter=True)
+    assert interpreter.accepts(on_interpreter, "fp16") and interpreter.accepts(on_interpreter, "fp32")
+    assert not interpreter.accepts(on_interpreter, "bf16")
+    assert not interpreter.accepts(Device("cpu"), "fp16"), "the dtypes narrow the device check, never widen it"
+    assert interpreter.describe() == ("cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1) for fp32, "
+                                      "fp16 only: tl.dot on bf16 is wrong there")
 
 
 def test_shape_constraint_that_constrains_nothing_is_rejected():

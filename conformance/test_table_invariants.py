@@ -10,6 +10,8 @@ import functools
 import importlib
 import inspect
 import os
+import sys
+import types
 
 import pytest
 
@@ -21,7 +23,8 @@ from rapid_llm.kernels.dispatcher import (
     build_tables,
     probe_environment,
 )
-from rapid_llm.kernels.dispatcher.table import family_contracts
+from rapid_llm.kernels.dispatcher.contract import OpContract
+from rapid_llm.kernels.dispatcher.table import family_contracts, family_layout_tags
 
 try:
     from conformance import _fake_targets as fake
@@ -224,9 +227,7 @@ def test_bad_table_is_rejected_at_build_naming_the_row(rows, named):
 
 def test_unknown_layout_tag_is_rejected_even_if_the_contract_declares_it():
     """Catches a misspelled tag that a (test or new) contract also misspells: the row would match only
-    call sites that make the same typo. Tags must come from dispatcher.contract.LAYOUT_TAGS."""
-    from rapid_llm.kernels.dispatcher.contract import OpContract
-
+    call sites that make the same typo. Tags must come from the table's layout tags (the families' LAYOUT_TAGS)."""
     contract = fake.CONTRACTS[fake.OP]
     misspelled = OpContract(op=contract.op, parameters=contract.parameters, dtypes=contract.dtypes,
                             dims=contract.dims, layouts={"x:rows", "x:rowz"})
@@ -234,6 +235,70 @@ def test_unknown_layout_tag_is_rejected_even_if_the_contract_declares_it():
         OpTable.from_rows([fake.reference_row(), fake.spec("native/typo", layout={"x:rowz"})],
                           {fake.OP: misspelled})
     assert "native/typo" in str(error.value) and "x:rowz" in str(error.value)
+
+
+def test_a_test_table_checks_rows_against_its_own_layout_tags_and_carries_them():
+    """Catches from_rows ignoring its layout_tags (checking a fixed list instead), and a table that
+    loses them (a plan describes a tag a call lacks with the table's description)."""
+    rows = [fake.reference_row(), fake.spec("native/rows", layout={"x:rows"})]
+    table = OpTable.from_rows(rows, fake.CONTRACTS, layout_tags={"x:rows": "a test's own description"})
+    assert dict(table.layout_tags) == {"x:rows": "a test's own description"}
+    with pytest.raises(TableError) as error:
+        OpTable.from_rows(rows, fake.CONTRACTS, layout_tags={"x:other": "not the row's tag"})
+    assert "native/rows" in str(error.value) and "x:rows" in str(error.value)
+
+
+def test_the_default_layout_tags_are_the_families_merged():
+    """Catches a test table built without layout_tags knowing other tags than the real table, and the
+    real table dropping a family's tags."""
+    assert dict(TABLE.layout_tags) == family_layout_tags()
+    assert dict(_build(fake.reference_row()).layout_tags) == dict(TABLE.layout_tags)
+    named = set().union(*(contract.layouts for contract in CONTRACTS.values()))
+    assert named == set(TABLE.layout_tags)
+
+
+def _install_family(monkeypatch, family: str, layouts, layout_tags) -> None:
+    """A family module `family` (one op, '<family>.op', whose contract names `layouts`, and its reference
+    row), importable where build_tables() looks for families; LAYOUT_TAGS left out when None."""
+    module = types.ModuleType(f"rapid_llm.kernels.ops.{family}")
+    base = fake.CONTRACTS[fake.OP]
+    op = f"{family}.op"
+    module.CONTRACTS = (OpContract(op=op, parameters=base.parameters, dtypes=base.dtypes, dims=base.dims,
+                                   layouts=layouts, check=fake.target("reference")),)
+    module.ROWS = (fake.reference_row(op=op, name=f"torch/{family}"),)
+    if layout_tags is not None:
+        module.LAYOUT_TAGS = layout_tags
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+
+def test_families_sharing_a_tag_merge_when_they_describe_it_alike(monkeypatch):
+    """Catches the merge rejecting a tag two families use (x:rows is norm's, activation's and
+    quantization's), or a merged table missing one family's tags."""
+    _install_family(monkeypatch, "fam_a", {"x:rows"}, {"x:rows": "rows"})
+    _install_family(monkeypatch, "fam_b", {"x:rows", "y:rows"}, {"x:rows": "rows", "y:rows": "y rows"})
+    assert family_layout_tags(("fam_a", "fam_b")) == {"x:rows": "rows", "y:rows": "y rows"}
+
+
+BAD_FAMILY_TAGS = {
+    # one tag, two meanings: a call site's check provides one of them, rows of the other family trust it
+    "two-descriptions": ({"x:rows": "unit stride along n"}, {"x:rows": "contiguous"}, ["x:rows", "fam_a", "fam_b"]),
+    "contract-names-an-undeclared-tag": ({"x:rows": "rows"}, {}, ["fam_b", "x:rows"]),
+    "declared-tag-no-contract-names": ({"x:rows": "rows", "x:stale": "gone"}, {"x:rows": "rows"},
+                                       ["fam_a", "x:stale"]),
+    "no-layout-tags": ({"x:rows": "rows"}, None, ["fam_b", "LAYOUT_TAGS"]),
+}
+
+
+@pytest.mark.parametrize("tags_a, tags_b, named", list(BAD_FAMILY_TAGS.values()), ids=list(BAD_FAMILY_TAGS))
+def test_bad_family_layout_tags_are_rejected_naming_the_family(monkeypatch, tags_a, tags_b, named):
+    """Catches the merge letting one family redefine another's tag, a contract naming a tag no
+    description explains, a stale declaration, or a family without LAYOUT_TAGS passing silently."""
+    _install_family(monkeypatch, "fam_a", {"x:rows"}, tags_a)
+    _install_family(monkeypatch, "fam_b", {"x:rows"}, tags_b)
+    with pytest.raises(TableError) as error:
+        build_tables(("fam_a", "fam_b"))
+    for text in named:
+        assert text in str(error.value), f"{text!r} not in {error.value}"
 
 
 def test_table_error_is_a_value_error():

@@ -10,6 +10,10 @@
                                     copy of the same bytes timed the same way (the ceiling at that
                                     size: mid-size shapes cannot reach the 2 GiB copy's bandwidth)
 
+RAPID_LLM_PERF_COMPILE_ONLY=1 makes record_case call the case once and time nothing: a warm-up process
+runs the suites that way (their correctness call compiles every kernel and JIT module) before the timed
+run, so the timed process compiles nothing (ci/gpu_attention_evidence's bench phase).
+
 Why these choices:
   - Events, not host clocks: launches are asynchronous; events time the GPU.
   - The flush writes a buffer several times the 60 MB L2 of an H200 between
@@ -32,6 +36,7 @@ torch is imported lazily: the CPU CI process imports this module's names
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -48,6 +53,12 @@ COPY_BYTES = 1 << 30  # per side: 2 GiB moved per copy, far beyond L2
 #: Shapes whose per-call data is at most this many bytes count as "small"
 #: (decode-sized): they also get the graph-replay timer.
 SMALL_CASE_BYTES = 4 << 20
+COMPILE_ONLY_ENV = "RAPID_LLM_PERF_COMPILE_ONLY"
+
+
+def compile_only() -> bool:
+    """Whether this process only warms up (RAPID_LLM_PERF_COMPILE_ONLY set and not "0")."""
+    return os.environ.get(COMPILE_ONLY_ENV, "").strip() not in ("", "0")
 
 
 def cuda_available() -> bool:
@@ -200,7 +211,7 @@ class GpuSession:
 
 
 def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=30, graph: bool | None = None,
-                graph_safe: bool = True):
+                graph_safe: bool = True, flops: float | None = None, graph_optional: bool = False):
     """Time fn three ways and fill benchmark.extra_info.
 
     - pytest-benchmark's own timing: wall time of fn() + synchronize, L2
@@ -210,15 +221,36 @@ def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=
     - graph_us: device time per call from a CUDA graph replay (small cases,
       or when graph=True), never for a row that declares graph_safe=False
       (it syncs or prepares host data per call: capturing it is wrong).
+    flops: the case's FLOPs; TFLOPs (events) and graph_TFLOPs are derived from it.
+    graph_optional: a capture or replay that raises is recorded (graph_error) and the case keeps its event
+    timing, rather than failing (for peers: a library whose call cannot be captured still gets its events).
+    Under RAPID_LLM_PERF_COMPILE_ONLY, fn runs once and nothing is timed.
     """
     import torch
+
+    def call_and_sync():
+        fn()
+        torch.cuda.synchronize()
+
+    if compile_only():
+        benchmark.extra_info.update(compile_only=True, bytes=bytes_moved, flops=flops)
+        benchmark.pedantic(call_and_sync, rounds=1, warmup_rounds=0, iterations=1)
+        return
 
     flush = session.flush
     event = event_timer(fn, flush=flush)
     if graph is None:
         graph = bytes_moved <= SMALL_CASE_BYTES
     graph = graph and graph_safe
-    graph_timing = graph_timer(fn) if graph else None
+    graph_timing, graph_error = None, None
+    if graph:
+        try:
+            graph_timing = graph_timer(fn)
+        except Exception as error:  # recorded for the report; re-raised unless optional
+            if not graph_optional:
+                raise
+            graph_error = f"{type(error).__name__}: {str(error)[:500]}"
+            torch.cuda.synchronize()
     info = benchmark.extra_info
     info.update(session.describe())
     info.update(
@@ -237,13 +269,14 @@ def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=
         graph_GBps=(bytes_moved / (graph_timing.median_us * 1e-6) / 1e9) if graph_timing else None,
         graph_note=f"{GRAPH_CALLS} calls per graph, L2 warm" if graph_timing else None,
     )
+    if graph_error:
+        info["graph_error"] = graph_error
+    if flops is not None:
+        info.update(flops=flops, TFLOPs=flops / (event.median_us * 1e-6) / 1e12,
+                    graph_TFLOPs=flops / (graph_timing.median_us * 1e-6) / 1e12 if graph_timing else None)
 
     def flushed():
         flush.zero_()
-        torch.cuda.synchronize()
-
-    def call_and_sync():
-        fn()
         torch.cuda.synchronize()
 
     benchmark.pedantic(call_and_sync, setup=flushed, rounds=rounds, warmup_rounds=2, iterations=1)

@@ -3,6 +3,13 @@
     peer/flashinfer   FlashInfer's kernel for the op (norm, activation, rotary), when FlashInfer
                       imports here; otherwise the case is skipped with the import error as reason.
 
+The attention peers are driven as engines drive them (DESIGN §6): the per-step preparation (FlashInfer's
+plan(), FlashMLA's split schedule) once, outside the timed region, then the call every layer of the step
+makes, timed by CUDA events and, where capturable, in CUDA-graph replay (the captured call reuses what was
+prepared). perf/test_attention_bench.py builds them; their names are below, and ENGINE_PEERS says, per op,
+which peers (and which library rows: FA3 has no per-step state, so its row is how engines call it) the
+report's ratios are taken against.
+
 The peer calls the library directly, outside our contract (an fp32 weight, a strided input or a padding
 position reach FlashInfer as they are). The table's own FlashInfer rows (flashinfer/rmsnorm,
 flashinfer/fused_add_rmsnorm, flashinfer/silu_and_mul, flashinfer/gelu_tanh_and_mul,
@@ -18,6 +25,33 @@ from __future__ import annotations
 import pytest
 
 FLASHINFER = "peer/flashinfer"
+
+#: FlashInfer's BatchDecodeWithPagedKVCacheWrapper planned once per step, run() timed.
+FLASHINFER_PLANNED_DECODE = "peer/flashinfer.decode(planned)"
+#: The same planned in its CUDA-graph mode (fixed page-list buffers), run() captured and replayed.
+FLASHINFER_GRAPH_DECODE = "peer/flashinfer.decode(graph)"
+#: BatchPrefillWithRaggedKVCacheWrapper planned once, at head dims 128/128 and 192/128.
+FLASHINFER_PLANNED_PREFILL = "peer/flashinfer.prefill(planned)"
+FLASHINFER_PLANNED_MLA_PREFILL = "peer/flashinfer.mla_prefill(planned)"
+#: BatchPrefillWithPagedKVCacheWrapper planned once (a chunk after a paged history).
+FLASHINFER_PLANNED_PREFILL_PAGED = "peer/flashinfer.prefill_paged(planned)"
+#: BatchMLAPagedAttentionWrapper planned once in its CUDA-graph mode, run() timed and replayed.
+FLASHINFER_PLANNED_MLA_DECODE = "peer/flashinfer.mla_decode(planned)"
+#: FlashMLA (sgl-flash-mla, dense legacy kernel) with its split schedule computed once per step from seq_lens
+#: (get_mla_decoding_metadata) and reused by every call, in graph replay too.
+FLASH_MLA_METADATA = "peer/flash_mla.mla_decode(metadata)"
+#: torch's scaled_dot_product_attention on the equal-length prefill batch viewed as [B, H, S, D].
+SDPA = "peer/torch.sdpa"
+
+#: op -> the arms that run it as an engine does, for the report's ratios (the fastest of them present at a
+#: case, per timer). The FA3 rows count: they launch flash_attn_varlen_func with nothing prepared per step.
+ENGINE_PEERS = {
+    "attention.decode": (FLASHINFER_GRAPH_DECODE, FLASHINFER_PLANNED_DECODE),
+    "attention.prefill": ("flash_attn/varlen_fwd", FLASHINFER_PLANNED_PREFILL),
+    "attention.mla_prefill": ("flash_attn/varlen_fwd_mla", FLASHINFER_PLANNED_MLA_PREFILL),
+    "attention.prefill_paged": (FLASHINFER_PLANNED_PREFILL_PAGED,),
+    "attention.mla_decode": (FLASH_MLA_METADATA, FLASHINFER_PLANNED_MLA_DECODE),
+}
 
 
 def flashinfer_peer(op: str, dtype: str):

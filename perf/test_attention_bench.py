@@ -1,26 +1,43 @@
 """GPU benchmarks of the attention ops: every non-reference row of the table, side by side in one run,
-at the shapes of ../shared/ANCHORS.md (Llama-3-8B GQA 32/8 d128; DeepSeek-V3 MLA), plus torch SDPA as
-the prefill peer.
+at the shapes of ../shared/ANCHORS.md (Llama-3-8B GQA 32/8 d128; DeepSeek-V3 MLA), beside the libraries'
+kernels driven as engines drive them.
 
-    test_decode[flashinfer/paged_decode-B64-L4096-gqa32/8-d128-page16-bf16]
-    test_prefill[flash_attn/varlen_fwd-4x4096-gqa32/8-d128-causal-bf16]
-    test_mla_decode[flash_mla/dense_decode-B64-L4096-h128-page64-bf16]
+    test_decode[flashinfer/paged_decode-B64-L4096-h32/8-d128-page16-bf16]
+    test_prefill[flash_attn/varlen_fwd-B4-L4096-h32/8-d128-page16-bf16]
+    test_mla_decode[peer/flash_mla.mla_decode(metadata)-B64-L4096-h128/1-d576-page64-bf16]
 
-Each arm is checked against the reference row (conformance's tolerance) before it is timed with CUDA
-events (L2 flushed); rows with graph_safe=True are also timed in CUDA-graph replay at decode sizes.
-Peers: torch SDPA (prefill), and FlashInfer driven as an engine drives it, plan() once per step
-outside the timing ("peer/flashinfer.decode(planned)", "peer/flashinfer.prefill(planned)"): its rows
-plan in every call, which is what a caller of the row pays but not what FlashInfer's kernels cost. Decode
-also has FlashInfer planned in its CUDA-graph mode ("peer/flashinfer.decode(graph)": fixed page-list
-buffers, run() captured), timed in CUDA-graph replay beside our capturable rows; its output must equal the
-plain planned wrapper's.
-Decode also runs with the fp8-e4m3 KV buffer kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). The
-reference rows are the correctness floor, not a contender: they are checked against, not timed (they
-would spend most of the GPU session at these shapes). Decode bytes = the KV (or latent) bytes the
-sequences read; prefill and MLA FLOPs count the causal half: 4*B*H*S^2*D/2 (Q.K and P.V).
+Every library is timed both ways (DESIGN §6):
+  - as its row, as our dispatch calls it (`flashinfer/paged_decode`, `flash_mla/dense_decode`, ...): what a
+    caller of the public op pays, per-call planning included (FlashInfer's rows plan, a host sync, in every
+    call; FlashMLA's row computes its split schedule on the device in every call);
+  - as an engine drives it (`peer/...`, perf/peers.py): the per-step preparation once, outside the timed
+    region, then the call each layer makes:
+      peer/flashinfer.decode(planned)        BatchDecodeWithPagedKVCacheWrapper.plan() once, run() timed
+      peer/flashinfer.decode(graph)          the same in its CUDA-graph mode (fixed page-list buffers), run()
+                                             captured and replayed; equal to the plain plan's output
+      peer/flashinfer.prefill(planned)       BatchPrefillWithRaggedKVCacheWrapper planned once (128/128)
+      peer/flashinfer.mla_prefill(planned)   the same at MLA's 192/128
+      peer/flashinfer.prefill_paged(planned) BatchPrefillWithPagedKVCacheWrapper planned once
+      peer/flashinfer.mla_decode(planned)    BatchMLAPagedAttentionWrapper planned once in its CUDA-graph mode
+      peer/flash_mla.mla_decode(metadata)    FlashMLA with its split schedule computed once per step from
+                                             seq_lens (get_mla_decoding_metadata) and reused by every call:
+                                             in graph replay the captured calls read the precomputed schedule
+      peer/torch.sdpa                        scaled_dot_product_attention on the equal-length batch (prefill)
+    FA3 (`flash_attn/varlen_fwd*`) prepares nothing per step: its row is how engines call it.
+perf/gpu_report.py states every row's ratio against the fastest engine-driven peer of its op (perf/peers.py
+ENGINE_PEERS) at the same case, per timer.
+
+Each arm, peers included, is checked against the reference row (conformance's tolerance) before it is timed
+with CUDA events (L2 flushed); capturable arms are also timed in CUDA-graph replay at decode sizes (a peer whose
+capture fails keeps its event timing and records graph_error). Decode also runs with the fp8-e4m3 KV buffer
+kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). The reference rows are the correctness floor, not a contender:
+they are checked against, not timed. Decode bytes = the KV (or latent) bytes the sequences read; prefill and MLA
+FLOPs count the causal half (prefill) or every position (decode). The MLA cases use the softmax scale engines
+use for DeepSeek-V3's absorbed MLA, 192 ** -0.5 (qk head dim 128 nope + 64 rope), not 576 ** -0.5.
 
 Paged layouts: pages of a random permutation (no two consecutive), as an engine's allocator leaves them.
-On a machine without CUDA every case is skipped with "needs a CUDA device".
+On a machine without CUDA every case is skipped with "needs a CUDA device"; a peer whose library does not
+load here is skipped with the load error as its reason.
 """
 
 from __future__ import annotations
@@ -31,10 +48,16 @@ import pytest
 
 from perf import gpu_timing
 from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
+from perf.peers import (FLASHINFER_GRAPH_DECODE, FLASHINFER_PLANNED_DECODE, FLASHINFER_PLANNED_MLA_DECODE,
+                        FLASHINFER_PLANNED_MLA_PREFILL, FLASHINFER_PLANNED_PREFILL, FLASHINFER_PLANNED_PREFILL_PAGED,
+                        FLASH_MLA_METADATA, SDPA)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
-SDPA = "peer/torch.sdpa"
+#: The softmax scale of DeepSeek-V3's absorbed MLA as engines pass it: the qk head dim before absorption,
+#: 128 nope + 64 rope dims.
+MLA_SM_SCALE = 192 ** -0.5
+ROW_DRIVEN = "row: as our dispatch calls it (the planned row's kernel, per-call preparation included)"
 
 
 def _contenders(op):
@@ -79,35 +102,46 @@ def _randn(shape, dtype, generator):
     return torch.randn(shape, device="cuda", dtype=torch.float32, generator=generator).to(dtype)
 
 
-def _run_arm(op, arm, case_id, dtype, args, shape, layout):
-    """(timed fn, graph_safe, correctness extra_info) for a table row, checked against the reference first."""
+def _layout(op, args):
+    """(layout tags, shape dims) the op's own argument check derives from args: what dispatch plans with."""
+    from rapid_llm.kernels.ops.attention import checks
+
+    check = {DECODE: checks.check_decode, PREFILL: checks.check_prefill, MLA_PREFILL: checks.check_mla_prefill,
+             PREFILL_PAGED: checks.check_prefill_paged, MLA_DECODE: checks.check_mla_decode}[op]
+    _, layout, dims = check(*args)
+    return layout, dict(dims)
+
+
+def _checked(op, arm, case_id, dtype, args, call):
+    """Run `call` once and compare its output with the reference row's on `args` (conformance's tolerance, the
+    same for rows and peers): the correctness fields of extra_info. A mismatch fails the case."""
     import torch
 
-    checked, row = load_row(op, arm, dtype=dtype, shape=shape, layout=layout)
     reference_name, reference = reference_row(op)
     expected = reference(*args)
-    got = checked(*args)
+    got = call()
     torch.cuda.synchronize()
     check = check_against_reference(op, dtype, got, expected, arm=arm, reference=reference_name, case=case_id)
     del got, expected
     torch.cuda.empty_cache()
-    info = {"correctness": describe_check(check, reference_name), "max_abs_diff": check["max_abs_diff"]}
+    return {"correctness": describe_check(check, reference_name), "max_abs_diff": check["max_abs_diff"]}
+
+
+def _run_arm(op, arm, case_id, dtype, args):
+    """(timed fn, graph_safe, extra_info) for a table row, checked against the reference first."""
+    layout, shape = _layout(op, args)
+    checked, row = load_row(op, arm, dtype=dtype, shape=shape, layout=layout)
+    info = _checked(op, arm, case_id, dtype, args, lambda: checked(*args))
+    # the contract dims and dtype of the call: perf/write_rankings.py buckets the measurement by them
+    info.update(driven=ROW_DRIVEN, dims=shape, dtype=dtype)
     return (lambda: checked.impl(*args)), row.graph_safe, info
 
 
-# ---------------------------------------------------------------------------
-# attention.decode: Llama-3-8B GQA 32/8, d128, page 16
-# ---------------------------------------------------------------------------
-
-DECODE = "attention.decode"
-_DECODE_BF16 = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
-                AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
-DECODE_SHAPES = _DECODE_BF16 + [AttentionShape(c.batch, c.length, 32, 8, 128, kv_fp8=True) for c in _DECODE_BF16[:3]]
-#: FlashInfer driven as an engine drives it: plan() once per step outside the timing, run() timed.
-FLASHINFER_PLANNED_DECODE = "peer/flashinfer.decode(planned)"
-#: The same in FlashInfer's CUDA-graph mode, which engines replay: the decode peer in graph replay.
-FLASHINFER_GRAPH_DECODE = "peer/flashinfer.decode(graph)"
-FLASHINFER_PLANNED_PREFILL = "peer/flashinfer.prefill(planned)"
+def _peer(op, arm, case_id, dtype, args, run, driven):
+    """(timed fn, extra_info) for a peer whose per-step preparation is done: `run` is the per-layer call."""
+    info = _checked(op, arm, case_id, dtype, args, run)
+    info["driven"] = driven
+    return run, info
 
 
 def _flashinfer_adapters():
@@ -120,6 +154,34 @@ def _flashinfer_adapters():
     from rapid_llm.kernels.backends.flashinfer import attention
 
     return attention
+
+
+def _flash_mla_adapter():
+    """rapid_llm.kernels.backends.flash_mla.attention, or pytest.skip when FlashMLA does not load here."""
+    from rapid_llm.kernels.backends import flash_mla as backend
+
+    ok, reason = backend.available()
+    if not ok:
+        pytest.skip(f"FlashMLA peer: {reason}")
+    from rapid_llm.kernels.backends.flash_mla import attention
+
+    return attention
+
+
+def _record(benchmark, gpu_session, fn, *, peer, **kwargs):
+    """gpu_timing.record_case; a peer that cannot be captured keeps its event timing (graph_error)."""
+    gpu_timing.record_case(benchmark, gpu_session, fn, graph_optional=peer, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# attention.decode: Llama-3-8B GQA 32/8, d128, page 16
+# ---------------------------------------------------------------------------
+
+DECODE = "attention.decode"
+_DECODE_BF16 = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
+                AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
+DECODE_SHAPES = _DECODE_BF16 + [AttentionShape(c.batch, c.length, 32, 8, 128, kv_fp8=True) for c in _DECODE_BF16[:3]]
+DECODE_PEERS = [FLASHINFER_PLANNED_DECODE, FLASHINFER_GRAPH_DECODE]
 
 
 def _decode_inputs(case):
@@ -145,35 +207,38 @@ def _decode_inputs(case):
 
 
 @pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(DECODE) + [FLASHINFER_PLANNED_DECODE,
-                                                                      FLASHINFER_GRAPH_DECODE]
-                                      for c in DECODE_SHAPES])
+                                      for a in _contenders(DECODE) + DECODE_PEERS for c in DECODE_SHAPES])
 def test_decode(benchmark, gpu_session, arm, case):
-    from rapid_llm.kernels.ops.attention.checks import check_decode
-
     args, kv_bytes = _decode_inputs(case)
-    _, layout, dims = check_decode(*args)
-    if arm in (FLASHINFER_PLANNED_DECODE, FLASHINFER_GRAPH_DECODE):
+    if arm in DECODE_PEERS:
         if case.kv_fp8:
             pytest.skip("FlashInfer peer: bf16 KV only (the row FlashInfer serves)")
         adapters = _flashinfer_adapters()
         q, buffer = args[0], args[1]
-        run = adapters.plan_decode(*args[:6])
-        fn, graph_safe, info = (lambda: run(q, buffer)), False, {"correctness": "peer: plan once, run timed"}
-        if arm == FLASHINFER_GRAPH_DECODE:
+        if arm == FLASHINFER_PLANNED_DECODE:
+            run = adapters.plan_decode(*args[:6])
+            fn, info = _peer(DECODE, arm, case.id, case.dtype, args, lambda: run(q, buffer),
+                             "engine: plan() once per step outside the timing, run() timed")
+            graph_safe = False
+        else:
+            run_plain = adapters.plan_decode(*args[:6])
             run_graph = adapters.plan_decode(*args[:6], cuda_graph=True)
-            difference = float((run_graph(q, buffer).float() - run(q, buffer).float()).abs().max())
+            difference = float((run_graph(q, buffer).float() - run_plain(q, buffer).float()).abs().max())
             assert difference <= 1e-2, f"FlashInfer's CUDA-graph mode differs from its plain plan by {difference}"
-            fn, graph_safe = (lambda: run_graph(q, buffer)), True
-            info = {"correctness": f"peer: plan once in CUDA-graph mode; max |diff| {difference:g} from the plain plan"}
+            fn, info = _peer(DECODE, arm, case.id, case.dtype, args, lambda: run_graph(q, buffer),
+                             "engine: plan() once per step in FlashInfer's CUDA-graph mode (fixed page-list "
+                             "buffers), run() timed and captured")
+            info["correctness"] += f"; max |diff| {difference:g} from the plain plan"
+            graph_safe = True
     else:
-        fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args, dict(dims), layout)
+        fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args)
     benchmark.extra_info.update(op=DECODE, row=arm, case=case.id, **info,
                                 bytes_formula="K and V of every sequence read once (q and out are < 1%)")
     # every shape also in graph replay (the rows that can be captured): on a slow host the event timing of an
     # eager call includes the part of its Python enqueue (one Triton launch, plus the merge with splits) that
-    # the L2 flush does not hide (variants/call15: B=8 L=8192 read 89-132 us by events, p20-p80)
-    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=kv_bytes, graph=True, graph_safe=graph_safe)
+    # the L2 flush does not hide; engines replay decode steps from CUDA graphs
+    _record(benchmark, gpu_session, fn, peer=arm in DECODE_PEERS, bytes_moved=kv_bytes, graph=True,
+            graph_safe=graph_safe)
 
 
 # ---------------------------------------------------------------------------
@@ -182,7 +247,9 @@ def test_decode(benchmark, gpu_session, arm, case):
 
 PREFILL = "attention.prefill"
 MLA_PREFILL = "attention.mla_prefill"
-PREFILL_SHAPES = [AttentionShape(4, 4096, 32, 8, 128), AttentionShape(16, 1024, 32, 8, 128)]
+#: 4 x 4096 and 16 x 1024 are one num_tokens bucket (16384) whose fastest rows differ: max_seqlen separates them.
+PREFILL_SHAPES = [AttentionShape(4, 4096, 32, 8, 128), AttentionShape(16, 1024, 32, 8, 128),
+                  AttentionShape(32, 512, 32, 8, 128), AttentionShape(1, 8192, 32, 8, 128)]
 MLA_PREFILL_SHAPES = [AttentionShape(4, 4096, 16, 16, 192)]
 
 
@@ -219,23 +286,26 @@ def _sdpa_peer(q, k, v, case):
 def _prefill_case(benchmark, gpu_session, op, arm, case, head_dim_v):
     q, k, v, cu = _ragged_inputs(case, head_dim_v)
     args = (q, k, v, cu, case.length, case.head_dim ** -0.5, True, False)
+    peer = arm.startswith("peer/")
     if arm == SDPA:
-        fn, graph_safe, info = _sdpa_peer(q, k, v, case), True, {"correctness": "peer: not checked"}
-    elif arm == FLASHINFER_PLANNED_PREFILL:
+        sdpa = _sdpa_peer(q, k, v, case)
+        # checked as [T, H, Dv] (the reference's layout); timed as it returns, [B, H, S, Dv]
+        fn, info = _peer(op, arm, case.id, case.dtype, args,
+                         lambda: sdpa().transpose(1, 2).reshape(q.shape[0], case.num_q_heads, head_dim_v),
+                         "dense batch of equal lengths, no per-step state")
+        fn, graph_safe = sdpa, True
+    elif arm in (FLASHINFER_PLANNED_PREFILL, FLASHINFER_PLANNED_MLA_PREFILL):
         run = _flashinfer_adapters().plan_prefill(q, k, v, cu, case.head_dim ** -0.5, causal=True)
-        fn, graph_safe, info = (lambda: run(q, k, v)), False, {"correctness": "peer: plan once, run timed"}
+        fn, info = _peer(op, arm, case.id, case.dtype, args, lambda: run(q, k, v),
+                         "engine: plan() once per step outside the timing, run() timed")
+        graph_safe = False
     else:
-        shape = {"num_tokens": q.shape[0], "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
-                 "head_dim": case.head_dim, "head_dim_v": head_dim_v}
-        layout = {"q:heads", "kv:heads", "index:contiguous"} | ({"v:same_head_dim"} if head_dim_v == case.head_dim
-                                                                else set())
-        fn, graph_safe, info = _run_arm(op, arm, case.id, case.dtype, args, shape, frozenset(layout))
+        fn, graph_safe, info = _run_arm(op, arm, case.id, case.dtype, args)
     flops = 4 * case.batch * case.num_q_heads * case.length ** 2 * (case.head_dim + head_dim_v) / 2 / 2
-    benchmark.extra_info.update(op=op, row=arm, case=case.id, **info, flops=flops,
+    benchmark.extra_info.update(op=op, row=arm, case=case.id, **info,
                                 flops_formula="2*B*H*S^2*(D + Dv)/2: Q.K and P.V over the causal half")
-    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=q.numel() * q.element_size() * 3, graph=False,
-                           graph_safe=graph_safe)
-    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
+    _record(benchmark, gpu_session, fn, peer=peer, bytes_moved=q.numel() * q.element_size() * 3, graph=False,
+            graph_safe=graph_safe, flops=flops)
 
 
 @pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
@@ -245,7 +315,8 @@ def test_prefill(benchmark, gpu_session, arm, case):
     _prefill_case(benchmark, gpu_session, PREFILL, arm, case, case.head_dim)
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(MLA_PREFILL)
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
+                                      for a in _contenders(MLA_PREFILL) + [FLASHINFER_PLANNED_MLA_PREFILL]
                                       for c in MLA_PREFILL_SHAPES])
 def test_mla_prefill(benchmark, gpu_session, arm, case):
     _prefill_case(benchmark, gpu_session, MLA_PREFILL, arm, case, 128)
@@ -259,7 +330,8 @@ PREFILL_PAGED = "attention.prefill_paged"
 PREFILL_PAGED_SHAPES = [AttentionShape(4, 4608, 32, 8, 128, new_tokens=512)]
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(PREFILL_PAGED)
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
+                                      for a in _contenders(PREFILL_PAGED) + [FLASHINFER_PLANNED_PREFILL_PAGED]
                                       for c in PREFILL_PAGED_SHAPES])
 def test_prefill_paged(benchmark, gpu_session, arm, case):
     import torch
@@ -274,19 +346,23 @@ def test_prefill_paged(benchmark, gpu_session, arm, case):
     q = _randn((tokens, case.num_q_heads, case.head_dim), dtype, generator)
     cu = torch.arange(0, tokens + 1, case.new_tokens, dtype=torch.int32, device="cuda")
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    args = (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, case.head_dim ** -0.5, True, False)
-    shape = {"num_tokens": tokens, "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
-             "head_dim": case.head_dim, "page_size": case.page_size}
-    fn, graph_safe, info = _run_arm(PREFILL_PAGED, arm, case.id, case.dtype, args, shape,
-                                    frozenset({"q:heads", "kv:paged", "index:contiguous"}))
+    scale = case.head_dim ** -0.5
+    args = (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, scale, True, False)
+    if arm == FLASHINFER_PLANNED_PREFILL_PAGED:
+        run = _flashinfer_adapters().plan_prefill_paged(q, buffer, table, cu, seq_lens, case.page_size, scale,
+                                                        causal=True)
+        fn, info = _peer(PREFILL_PAGED, arm, case.id, case.dtype, args, lambda: run(q, buffer),
+                         "engine: plan() once per step outside the timing, run() timed")
+        graph_safe = False
+    else:
+        fn, graph_safe, info = _run_arm(PREFILL_PAGED, arm, case.id, case.dtype, args)
     history = case.length - case.new_tokens
     pairs = case.new_tokens * history + case.new_tokens * (case.new_tokens + 1) / 2
     flops = 4 * case.batch * case.num_q_heads * pairs * case.head_dim
-    benchmark.extra_info.update(op=PREFILL_PAGED, row=arm, case=case.id, **info, flops=flops,
+    benchmark.extra_info.update(op=PREFILL_PAGED, row=arm, case=case.id, **info,
                                 flops_formula="4*B*H*D*(chunk*history + chunk*(chunk+1)/2)")
-    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=buffer.numel() * buffer.element_size(),
-                           graph=False, graph_safe=graph_safe)
-    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
+    _record(benchmark, gpu_session, fn, peer=arm.startswith("peer/"),
+            bytes_moved=buffer.numel() * buffer.element_size(), graph=False, graph_safe=graph_safe, flops=flops)
 
 
 # ---------------------------------------------------------------------------
@@ -296,10 +372,41 @@ def test_prefill_paged(benchmark, gpu_session, arm, case):
 MLA_DECODE = "attention.mla_decode"
 MLA_DECODE_SHAPES = [AttentionShape(64, 4096, 128, 1, 576, 64), AttentionShape(64, 4096, 16, 1, 576, 64),
                      AttentionShape(1, 32768, 16, 1, 576, 64), AttentionShape(1, 32768, 128, 1, 576, 64),
-                     AttentionShape(8, 32768, 16, 1, 576, 64)]
+                     AttentionShape(8, 32768, 16, 1, 576, 64), AttentionShape(8, 32768, 128, 1, 576, 64),
+                     AttentionShape(128, 2048, 128, 1, 576, 64), AttentionShape(64, 4096, 64, 1, 576, 64)]
+MLA_DECODE_PEERS = [FLASH_MLA_METADATA, FLASHINFER_PLANNED_MLA_DECODE]
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(MLA_DECODE)
+def _flash_mla_peer(args, case_id, dtype):
+    """FlashMLA as an engine drives it: the split schedule once per step, reused by every call (and by the
+    captured calls of a graph replay: they read the schedule's tensors, filled before the capture)."""
+    import torch
+
+    q, cache, table, seq_lens, page_size, sm_scale = args
+    adapter, hoist_error = _flash_mla_adapter(), None
+    try:  # the scheduler hoisted out of the decode call, as the fork offers it
+        run = adapter.plan_mla_decode(q, cache, table, seq_lens, page_size, sm_scale)
+        run(q, cache)
+        torch.cuda.synchronize()
+    except RuntimeError as error:  # its metadata refused by the decode call: FlashMLA's first-call schedule
+        hoist_error = f"{type(error).__name__}: {str(error)[:300]}"
+        run = adapter.plan_mla_decode(q, cache, table, seq_lens, page_size, sm_scale, hoist=False)
+    schedule = run.schedule
+    planned = (schedule.tile_scheduler_metadata.data_ptr(), schedule.num_splits.data_ptr())
+    fn, info = _peer(MLA_DECODE, FLASH_MLA_METADATA, case_id, dtype, args, lambda: run(q, cache),
+                     f"engine: split schedule once per step outside the timing ({run.metadata}), reused by "
+                     "every call and by the captured calls of the graph replay")
+    if hoist_error:
+        info["metadata_hoist_error"] = hoist_error
+    # the call must have read the schedule computed once, not made its own (which would be timed)
+    reused = (schedule.tile_scheduler_metadata.data_ptr(), schedule.num_splits.data_ptr()) == planned
+    assert reused, "FlashMLA replaced the precomputed schedule: the timed call would compute its own"
+    info["metadata_shape"] = list(schedule.tile_scheduler_metadata.shape)
+    return fn, info
+
+
+@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
+                                      for a in _contenders(MLA_DECODE) + MLA_DECODE_PEERS
                                       for c in MLA_DECODE_SHAPES])
 def test_mla_decode(benchmark, gpu_session, arm, case):
     import torch
@@ -312,17 +419,24 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
     cache = _randn((pages * case.page_size, 576), dtype, generator)
     q = _randn((case.batch, case.num_q_heads, 576), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    args = (q, cache, table, seq_lens, case.page_size, 192 ** -0.5)
-    shape = {"num_tokens": case.batch, "num_q_heads": case.num_q_heads, "head_dim": 576, "page_size": case.page_size}
-    fn, graph_safe, info = _run_arm(MLA_DECODE, arm, case.id, case.dtype, args, shape,
-                                    frozenset({"q:heads", "latent:rows", "index:contiguous"}))
+    args = (q, cache, table, seq_lens, case.page_size, MLA_SM_SCALE)
+    if arm == FLASH_MLA_METADATA:
+        fn, info = _flash_mla_peer(args, case.id, case.dtype)
+        graph_safe = True
+    elif arm == FLASHINFER_PLANNED_MLA_DECODE:
+        run = _flashinfer_adapters().plan_mla_decode(*args, cuda_graph=True)
+        fn, info = _peer(MLA_DECODE, arm, case.id, case.dtype, args, lambda: run(q, cache),
+                         "engine: plan() once per step in the wrapper's CUDA-graph mode (fixed page-list "
+                         "buffers) outside the timing, run() timed and captured")
+        graph_safe = True
+    else:
+        fn, graph_safe, info = _run_arm(MLA_DECODE, arm, case.id, case.dtype, args)
     latent_bytes = case.batch * case.length * 576 * dtype.itemsize
     flops = 2 * case.batch * case.num_q_heads * case.length * (576 + 512)
-    benchmark.extra_info.update(op=MLA_DECODE, row=arm, case=case.id, **info, flops=flops,
+    benchmark.extra_info.update(op=MLA_DECODE, row=arm, case=case.id, **info, sm_scale=MLA_SM_SCALE,
                                 bytes_formula="the latent cache rows of every sequence read once",
                                 flops_formula="2*B*Hq*L*(576 + 512)")
-    # every shape also in graph replay: the event timing of a call shorter than the host's ~170 us enqueue (H200
-    # host, perf/results/h200/attention_2026-12-01/variants/call7/host_profile.txt) includes the part of that
-    # enqueue the L2 flush before it does not hide; engines replay decode steps from CUDA graphs
-    gpu_timing.record_case(benchmark, gpu_session, fn, bytes_moved=latent_bytes, graph=True, graph_safe=graph_safe)
-    benchmark.extra_info["TFLOPs"] = flops / (benchmark.extra_info["event_median_us"] * 1e-6) / 1e12
+    # every shape also in graph replay: the event timing of a call shorter than the host's enqueue includes the
+    # part of that enqueue the L2 flush before it does not hide; engines replay decode steps from CUDA graphs
+    _record(benchmark, gpu_session, fn, peer=arm in MLA_DECODE_PEERS, bytes_moved=latent_bytes, graph=True,
+            graph_safe=graph_safe, flops=flops)

@@ -47,7 +47,8 @@ from rapid_llm.kernels.dispatcher import (
 from rapid_llm.kernels.dispatcher.contract import FLOAT_DTYPE_LABELS
 # From the submodule, not the package: the package's name `dispatch` is also
 # its submodule's name, and which of the two it resolves to depends on import order.
-from rapid_llm.kernels.dispatcher.select import clear_memo, dispatch
+from rapid_llm.kernels.dispatcher.plan import clear_memo
+from rapid_llm.kernels.dispatcher.select import dispatch
 from rapid_llm.kernels.dispatcher.table import build_tables
 from rapid_llm.kernels.ops import norm as norm_family
 

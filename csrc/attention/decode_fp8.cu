@@ -18,12 +18,9 @@
 // its own ring of kStages slots in shared memory, kStages - 1 chunks ahead of the one it computes, and reads
 // its fragments from there (16-byte reads, units swizzled by row: no bank conflicts); with OVERLAP it reads a
 // chunk's V fragments first (freeing its slot) and computes the next chunk's logits beside this chunk's
-// softmax and value product. The first version
-// prefetched only the next chunk into registers: at 8 warps per SM that left about 32 KiB per SM in flight,
-// and it reached 3.34 TB/s at B=64 L=4096 (160.6 us, perf/results/h200/attention_2026-12-01/variants/call32);
-// the ring holds up to 2 x 4 x 2 x 8 KiB per SM in flight and took the same shape to 148.8 us through the
-// Python row (call33), 138.8-138.9 us with the op called directly (call34/decode_fp8_builds.json, where 2 slots
-// measured 137.4).
+// softmax and value product. Why a ring: a register prefetch of the next chunk alone leaves about 32 KiB per SM
+// in flight at 8 warps per SM, too little to cover the memory latency; the ring holds up to 2 x 4 x 2 x 8 KiB
+// per SM (evidence h200.attention.decode_fp8.builds.ring).
 //
 // Mapping: one block of 4 warps per (sequence b, KV head, split) and 16 of the KV head's G = Hq / Hk query
 // heads (one block for G <= 16), the 16 rows of every m16n8k16 product (rows past G are zeros, never
@@ -82,8 +79,8 @@ constexpr int kMergeRow = kHeadDim + 4;  // shared-memory row of the block's mer
 constexpr int kTileBytes = kChunk * kHeadDim;  // a chunk's K (or V) tile: 32 rows of 128 e4m3, 4 KiB
 constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K tile, then its V tile
 
-// Sweep knobs (perf/sweeps/decode_fp8_builds.py compiles the alternatives with -D; the defaults are the
-// measured best there): ring slots per warp (a warp's copies of its next STAGES - 1 chunks are in flight
+// Build knobs (-D; the defaults are the measured best, evidence h200.attention.decode_fp8.builds.ring): ring slots
+// per warp (a warp's copies of its next STAGES - 1 chunks are in flight
 // while it computes one) and the blocks per SM that __launch_bounds__ asks ptxas to fit.
 #ifndef RAPID_LLM_DECODE_FP8_STAGES
 #define RAPID_LLM_DECODE_FP8_STAGES 3
@@ -91,22 +88,16 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 #ifndef RAPID_LLM_DECODE_FP8_MIN_BLOCKS
 #define RAPID_LLM_DECODE_FP8_MIN_BLOCKS 2
 #endif
-// Switches (on by default: perf.sweeps.decode_fp8_builds timed each against the kernel without it, variants
-// call36-44). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
+// Switches (on by default: each was timed against the kernel without it, evidence
+// h200.attention.decode_fp8.builds.peel_skip_prefetch and h200.attention.decode_fp8.builds.chain). EARLY_COPIES: the ring's first copies are issued before q's fragments are built (q's loads
 // then wait behind the copies' latency instead of in front of it). OVERLAP: a warp computes chunk n + 1's
 // logits beside chunk n's softmax and value product (two chunks' work in one instruction stream). MERGE_WARPS:
 // the split merge's 4 warps share the splits (warp w: splits w, w + 4, ...; 4 dims a lane), against one
 // thread per head dim walking every split. PDL: the merge kernel is launched as a programmatic dependent of
-// the decode kernel (sm90: it is resident and waiting when the last decode block ends). call36 (graph replay,
-// B=1 L=32768 with 32 splits): 27.4-27.6 us with none, 25.2 with all four; B=64 L=4096 142.7-143.1 / 139.9-140.6.
-// PEEL, SKIP_ROWS and PREFETCH (described below) together, call40: B=1 24.62-24.65 us against 24.98, B=8 (4
-// splits) 39.9 against 40.3, B=64 133.3 against 133.9.
-// call38 also timed, and dropped: the 256-byte L2 prefetch hint on the copies (B=64 148.7 against 135.7), an
-// even spread of whole chunks over the splits, the merge's loads in batches of 16 (both slower at B=1 and B=8);
-// call37: the prologue's table reads at once (slower); call41: the splits merged by the last of their blocks
-// to count itself in a zeroed int32 workspace (fence, atomic add) in place of merge_kernel (B=1 24.97 against
-// 24.62, B=8 40.0-40.3 against 39.7-40.0: the count's round trip and a serial merge in the tail cost more than
-// the PDL-launched merge kernel).
+// the decode kernel (sm90: it is resident and waiting when the last decode block ends). Tried and dropped
+// (perf/lab/decisions.md): an L2 prefetch hint on the copies, an even spread of whole chunks over the splits,
+// batched merge loads, the prologue's table reads at once, and the splits merged by their last block through
+// an atomic count in place of merge_kernel.
 #ifndef RAPID_LLM_DECODE_FP8_EARLY_COPIES
 #define RAPID_LLM_DECODE_FP8_EARLY_COPIES 1
 #endif
@@ -137,8 +128,7 @@ constexpr int kStageBytes = 2 * kTileBytes;    // a ring slot: the chunk's K til
 // and waits for it (griddepcontrol.wait) before its first global memory access; the merge kernel allows its
 // dependents' launch after its own wait. The decode grid's launch (its blocks resident, waiting) then overlaps
 // the previous kernel's tail instead of following its end. The launcher chains grids of more blocks than SMs
-// only (see decode()). call44, graph replay: B=1 32 splits 23.95 us against 24.63, B=8 4 splits 39.6 against
-// 39.8, B=64 equal (133); call42-43 measured the allowances' order and the small grids.
+// only (see decode()).
 #ifndef RAPID_LLM_DECODE_FP8_CHAIN
 #define RAPID_LLM_DECODE_FP8_CHAIN 1
 #endif
@@ -507,8 +497,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if constexpr (kDependentMerge) {
     // the merge grid may become resident now; it waits for this grid's end. After the wait above: allowed
     // before it, the merge (and through its own early allowance the next call's decode grid, and so on) would
-    // launch while this grid still waited, a cascade of resident waiting grids (call42, trigger first: B=1
-    // with 16 splits 29.1 us against 25.5 without CHAIN)
+    // launch while this grid still waited, a cascade of resident waiting grids (measured slower)
     allow_dependent_launch();
   }
 
@@ -698,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       total += weight * merge_l[w][row];
       value += weight * merge_acc[w][row][merge_column(dim / 32, dim % 32)];
     }
-    const float result = total > 0.0f ? value * value_scale / total : 0.0f;
+    const float result = total == 0.0f ? 0.0f : value * value_scale / total;  // a NaN sum stays NaN
     const int64_t head = first_head + row;
     if (num_splits == 1) {
       store(out + (sequence * num_q_heads + head) * kHeadDim + dim, result);
@@ -706,7 +695,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const int64_t slot = (sequence * num_q_heads + head) * num_splits + split;
       partial[slot * kHeadDim + dim] = result;
       if (dim == 0) {
-        partial_lse[slot] = total > 0.0f ? top_safe + __log2f(total) : -INFINITY;
+        partial_lse[slot] = total == 0.0f ? -INFINITY : top_safe + __log2f(total);
       }
     }
   }
@@ -742,7 +731,7 @@ __global__ void __launch_bounds__(kHeadDim)
       total += weight;
       value += weight * __ldg(partial + (slot * num_splits + s) * kHeadDim + threadIdx.x);
     }
-    store(out + slot * kHeadDim + threadIdx.x, total > 0.0f ? value / total : 0.0f);
+    store(out + slot * kHeadDim + threadIdx.x, total == 0.0f ? 0.0f : value / total);
   } else {
     __shared__ float block_max[kWarps];
     __shared__ float block_total[kWarps];
@@ -792,7 +781,7 @@ __global__ void __launch_bounds__(kHeadDim)
         sum.z += block_sum[w][lane].z;
         sum.w += block_sum[w][lane].w;
       }
-      const float inverse = sum_total > 0.0f ? 1.0f / sum_total : 0.0f;
+      const float inverse = sum_total == 0.0f ? 0.0f : 1.0f / sum_total;
       T* destination = out + slot * kHeadDim + 4 * lane;
       store(destination + 0, sum.x * inverse);
       store(destination + 1, sum.y * inverse);
@@ -890,9 +879,8 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
   const dim3 grid(static_cast<unsigned int>(batch), static_cast<unsigned int>(num_kv_heads * head_blocks),
                   static_cast<unsigned int>(num_splits));
   const float sm_scale_log2 = static_cast<float>(sm_scale) * kLog2e;
-  // CHAIN for grids of more blocks than SMs only: a grid of 128 blocks (1 an SM) launched early ran slower
-  // (call43, B=8 with 2 splits: 48.4-48.8 us against 40.2; at 256 blocks 40.45 against 40.8, and B=1 with 32
-  // splits 24.2 against 24.9), as if its blocks were placed two to an SM beside the previous kernel's
+  // CHAIN for grids of more blocks than SMs only: a grid of one block an SM launched early ran slower,
+  // as if its blocks were placed two to an SM beside the previous kernel's
   int multiprocessors = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, q.get_device()));
   const bool chain = kChain && major >= 9 &&

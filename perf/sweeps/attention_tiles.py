@@ -1,26 +1,14 @@
-"""Tile sweeps of the native attention kernels on a GPU (the evidence for their launch_config()).
+"""Launch-knob sweeps of the native attention rows on a GPU: each row's kernel under knob sets, checked, then timed.
 
-    python -m perf.sweeps.attention_tiles --out DIR [--compile-only [--shard I/N]] [--only SECTION ...]
+    python -m perf.sweeps.attention_tiles --out DIR [--only decode mla_decode prefill] [--compile-only --shard I/N]
 
-One process times every configuration (perf/gpu_timing.py: CUDA events, 512 MiB L2 flush before
-each call, median; B=1 decode also in CUDA-graph replay), so every figure is comparable with the
-same run's copy bandwidth. --compile-only calls each configuration once without timing: run it
-first (several processes with disjoint --only sections, or --shard I/N of one section) to fill
-Triton's cache, so the timing run compiles nothing.
-
-  decode      attention.decode, GQA 32/8 d128 page 16, bf16 and fp8 KV, B=64 L=4096, B=8 L=8192,
-              B=1 L=32768: BLOCK_N x num_warps x num_stages, and the split count (heuristic, x0.5, x2)
-  mla_decode  attention.mla_decode, page 64: Hq=128 and Hq=16 at B=64 L=4096, Hq=16 and 128 at B=1
-              L=32768: kernel (TMA boxes, pointer loads with unmasked whole tiles, masked pointer
-              loads) x BLOCK_N x num_stages x split count (MLA_SPLITS)
-  prefill     attention.prefill causal GQA 32/8 d128 at 4 x 4096 and 16 x 1024 tokens, and the MLA
-              prefill shape (16 heads, 192 / 128) at 4 x 4096: the TMA kernel's BLOCK_N x num_warps x
-              num_stages x warp specialization at BLOCK_M 128 (and two 64-row tiles), and the pointer
-              kernel's BLOCK_M x BLOCK_N x num_warps x num_stages at 4 x 4096
-
-Each entry records the configuration, whether launch_config() picks it ("heuristic"), µs, and TB/s
-(decode: KV / latent bytes read) or TFLOP/s (prefill, MLA: the causal half). Writes
-DIR/sweep_attention_tiles.json and prints the best configuration per shape last.
+Every row is called as dispatch serves it (a planner forcing the row); knob sets go through the one sweep
+hook, rapid_llm.kernels.ops.launch_override, so the rows' targets and signatures stay as they serve. At each
+benchmark shape (ANCHORS.md: Llama-3-8B GQA 32/8 d128 page 16; DeepSeek-V3 MLA page 64) the row's default
+launch runs first; each knob set's output is compared with it (max |diff|; a wrong or NaN set is recorded and
+not timed), then timed with CUDA events (L2 flushed, median; decode at B=1 also in CUDA-graph replay). A set
+that does not compile (shared memory, registers) is recorded with its error. Writes
+DIR/sweep_attention_tiles[_<sections>].json and prints the best set per (row, shape) beside the default.
 """
 
 from __future__ import annotations
@@ -44,20 +32,26 @@ from perf import gpu_timing
 
 COMPILE_ONLY = False
 FLUSH = None
-#: (index, count) of a --compile-only process: it compiles every count-th configuration from index.
+#: (index, count) of a --compile-only process: it compiles every count-th knob set from index.
 SHARD = (0, 1)
 ATTEMPTS = 0
 
 
-def _time(fn, *, graph=False) -> dict:
-    if COMPILE_ONLY:
-        fn()
-        torch.cuda.synchronize()
-        return {}
-    entry = {"event_us": round(gpu_timing.event_timer(fn, flush=FLUSH, iterations=30).median_us, 2)}
-    if graph:
-        entry["graph_us"] = round(gpu_timing.graph_timer(fn).median_us, 2)
-    return entry
+def _planned(op, row, args):
+    """The PlannedOp forcing `row` for these arguments (None where the row does not serve them)."""
+    import attrs
+
+    from rapid_llm.kernels.dispatcher import NoEligibleKernel, Planner, probe_environment
+
+    env = probe_environment()
+    planner = Planner(attrs.evolve(env, force={**dict(env.force), op: row}))
+    _, layout, dims = planner.check_for(op)(*args)
+    try:
+        return planner.plan(op, dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[args[0].dtype],
+                            shape=dict(dims), layout=layout)
+    except NoEligibleKernel as error:
+        print(f"  {row}: not eligible: {str(error).splitlines()[0]}", flush=True)
+        return None
 
 
 def _pages(batch, length, page_size):
@@ -66,21 +60,47 @@ def _pages(batch, length, page_size):
     return order.view(batch, per).cuda(), batch * per
 
 
-def _attempt(rows, entry, fn, *, graph=False):
+def _sweep(op, row, args, grid, shape, *, graph=False, work=None):
+    """The default launch and every knob set of `grid` for one row at one shape."""
+    from rapid_llm.kernels.ops.launch_override import launch_override
+
     global ATTEMPTS
-    ATTEMPTS += 1
-    if COMPILE_ONLY and ATTEMPTS % SHARD[1] != SHARD[0]:
-        return  # another --shard process compiles this configuration
-    try:
-        entry.update(_time(fn, graph=graph))
-    except Exception as error:  # a configuration that does not compile (shared memory) is a result too
-        entry["error"] = f"{type(error).__name__}: {str(error)[:200]}"
-    rows.append(entry)
+    planned = _planned(op, row, args)
+    if planned is None:
+        return []
+    want = planned(*args)
+    want = want[0] if isinstance(want, tuple) else want
+    results = []
+    for knobs in [{}, *grid]:
+        ATTEMPTS += 1
+        if COMPILE_ONLY and ATTEMPTS % SHARD[1] != SHARD[0]:
+            continue
+        entry = {"row": row, **shape, "knobs": knobs, "default": not knobs}
+        try:
+            with launch_override(row, **knobs):
+                got = planned(*args)
+                got = got[0] if isinstance(got, tuple) else got
+                torch.cuda.synchronize()
+                if not COMPILE_ONLY:
+                    entry["max_abs_diff"] = float((got.float() - want.float()).abs().max())
+                    if not torch.isfinite(got).all() or entry["max_abs_diff"] > 0.05:
+                        entry["wrong"] = True
+                    else:
+                        timing = gpu_timing.event_timer(lambda: planned(*args), flush=FLUSH, iterations=30)
+                        entry["event_us"] = round(timing.median_us, 2)
+                        if graph:
+                            entry["graph_us"] = round(gpu_timing.graph_timer(lambda: planned(*args)).median_us, 2)
+                        if work:
+                            entry.update({name: round(amount / entry["event_us"] / 1e6, 3)
+                                          for name, amount in work.items()})
+        except Exception as error:  # a knob set that does not compile (shared memory) is a result too
+            entry["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        results.append(entry)
+        print(f"  {row} {shape} {knobs}: {entry.get('event_us', entry.get('error', 'wrong'))}", flush=True)
+    return results
 
 
 def sweep_decode():
-    from rapid_llm.kernels.ops.attention import decode as module
-
     rows = []
     g = torch.Generator(device="cuda").manual_seed(0)
     for batch, length in ((64, 4096), (8, 8192), (1, 32768)):
@@ -88,148 +108,60 @@ def sweep_decode():
         values = torch.randn((pages * 16, 16, 128), device="cuda", generator=g)
         q = torch.randn((batch, 32, 128), device="cuda", generator=g).bfloat16()
         lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
-        for kv in ("bf16", "fp8"):
-            if kv == "fp8":
-                scale = (values.abs().amax() / 448).reshape(1)
-                buffer, scales = (values / scale).to(torch.float8_e4m3fn), (scale, scale)
-            else:
-                buffer, scales = values.bfloat16(), (None, None)
+        scale = (values.abs().amax() / 448).reshape(1)
+        shape = {"batch": batch, "length": length}
+        for row, buffer, scales in (("native/decode", values.bfloat16(), ()),
+                                    ("native/decode_fp8", (values / scale).to(torch.float8_e4m3fn), (scale, scale))):
+            grid = [{"BLOCK_N": n, "num_warps": w, "num_stages": s}
+                    for n, w, s in itertools.product((32, 64, 128), (4, 8), (2, 3))]
+            grid += [{"splits": s} for s in (1, 2, 4, 8, 16, 33, 66, 132) if s > 1 or batch < 64]
             nbytes = batch * length * 16 * 128 * buffer.element_size()
-            picked = module.launch_config(128, buffer.dtype, q.device)
-            if kv == "fp8":
-                picked["CVT_ASM"] = True  # decode() adds it on CUDA with a bf16 q
-            base = module.num_splits(batch, 8, table.shape[1] * 16, q.device)
-            for block_n, warps, stages, split_factor, registers, asm in itertools.product(
-                    (32, 64, 128, 256), (4, 8), (2, 3, 4), (0.5, 1, 2), (None, 128, 168), (True, False)):
-                splits = max(1, min(module.MAX_SPLITS, int(base * split_factor)))
-                config = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-                if kv == "fp8":
-                    config["CVT_ASM"] = asm  # the inline-PTX e4m3 -> fp16 conversion, or .to(fp16)
-                elif not asm:
-                    continue
-                if registers:  # a register cap: more programs per SM (ptxas may spill)
-                    config["maxnreg"] = registers
-                    if kv == "bf16" or warps == 8 or block_n not in (64, 128):
-                        continue  # fp8 at 4 warps, 64 / 128 positions: 210 registers at 128 (ncu, 12-01)
-                if split_factor != 1 and config != picked:
-                    continue  # the split count is swept at the picked tiles only
-                if kv == "bf16" and (block_n > 128 or stages > 3):
-                    continue  # bf16: the tiles of the 12-01 sweep; fp8 (fp16 products since 12-01 pm) all
-                entry = {"batch": batch, "length": length, "kv": kv, "splits": splits, **config,
-                         "heuristic": config == picked and split_factor == 1}
-                args = (q, buffer, table, lens, 16, 128 ** -0.5, *scales)
-                _attempt(rows, entry, lambda: module.decode(*args, splits=splits, config=config), graph=batch == 1)
-                if "event_us" in entry:
-                    entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
+            rows += _sweep("attention.decode", row, (q, buffer, table, lens, 16, 128 ** -0.5, *scales), grid, shape,
+                           graph=batch == 1, work={"TBps": nbytes})
     return rows
 
 
 def sweep_mla_decode():
-    from rapid_llm.kernels.ops.attention import mla_decode as module
-
     rows = []
     g = torch.Generator(device="cuda").manual_seed(1)
-    for batch, length, heads in ((64, 4096, 128), (64, 4096, 16), (1, 32768, 16), (1, 32768, 128)):
+    for batch, length, heads in ((64, 4096, 128), (64, 4096, 16), (1, 32768, 16), (1, 32768, 128), (8, 32768, 128)):
         table, pages = _pages(batch, length, 64)
         cache = torch.randn((pages * 64, 576), device="cuda", generator=g).bfloat16()
         q = torch.randn((batch, heads, 576), device="cuda", generator=g).bfloat16()
         lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
-        nbytes = batch * length * 576 * 2
-        flops = 2 * batch * heads * length * (576 + 512)
-        capacity = table.shape[1] * 64
-        picked, picked_splits = module.launch_plan(batch, heads, capacity, q.dtype, q.device)
-        picked.pop("resident")
-        picked_tma = picked.pop("TMA") and module.mla_decode_tma.tma_ready(cache, 64, picked["BLOCK_N"])
-        if picked_tma:
-            picked.pop("UNMASKED_BODY")  # the TMA kernel takes no such flag
-        split_choices = {picked_splits, *MLA_SPLITS.get((batch, heads), ())}
-        block_h = 64 if heads >= 64 else 16
-        warps = 8 if heads >= 64 else 4
-        # (kernel, BLOCK_N, stages): the TMA kernel (mla_decode_tma), the pointer kernel with unmasked whole
-        # tiles, and the masked pointer kernel (the reference). Register caps, 16 / 32 head blocks for
-        # Hq=128, 4 warps for Hq=128 / 8 for Hq=16 and 4-stage masked tiles lost on 12-01 (that day's
-        # sweep_attention_tiles.json), so they are not swept again.
-        grid = [(kernel, n, st) for kernel, n, st in itertools.product(("tma", "unmasked"), (32, 64), (2, 3, 4))]
-        grid += [("masked", n, st) for n, st in itertools.product((32, 64), (2, 3))]
-        for (kernel, block_n, stages), splits in itertools.product(grid, sorted(split_choices)):
-            tma = kernel == "tma"
-            config = {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-            if kernel == "unmasked":
-                config["UNMASKED_BODY"] = True
-            entry = {"batch": batch, "length": length, "heads": heads, "splits": splits, "tma": tma, **config,
-                     "heuristic": config == picked and splits == picked_splits and tma == picked_tma}
-            args = (q, cache, table, lens, 64, 192 ** -0.5)
-            _attempt(rows, entry, lambda: module.mla_decode(*args, splits=splits, config=config, tma=tma),
-                     graph=batch == 1)
-            if "event_us" in entry:
-                entry["TBps"] = round(nbytes / entry["event_us"] / 1e6, 3)
-                entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
+        work = {"TBps": batch * length * 576 * 2, "TFLOPs": 2 * batch * heads * length * (576 + 512)}
+        shape = {"batch": batch, "length": length, "heads": heads}
+        splits = [{"splits": s} for s in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+        grids = {"native/mla_decode": splits, "native/mla_decode_tma": splits,
+                 "native/mla_decode_gluon": splits + [{"STAGES": 3, "ROPE_RING": False}],
+                 "native/mla_decode_gluon_pingpong": splits}
+        for row, grid in grids.items():
+            rows += _sweep("attention.mla_decode", row, (q, cache, table, lens, 64, 192 ** -0.5), grid, shape,
+                           graph=True, work=work)
     return rows
 
 
 def sweep_prefill():
-    from rapid_llm.kernels.ops.attention import prefill as module
-
     rows = []
     g = torch.Generator(device="cuda").manual_seed(2)
-    for batch, length, heads, kv_heads, dim, dim_v in ((4, 4096, 32, 8, 128, 128), (16, 1024, 32, 8, 128, 128),
-                                                       (4, 4096, 16, 16, 192, 128)):
+    for batch, length in ((4, 4096), (16, 1024), (32, 512), (1, 8192)):
         tokens = batch * length
-        q = torch.randn((tokens, heads, dim), device="cuda", generator=g).bfloat16()
-        k = torch.randn((tokens, kv_heads, dim), device="cuda", generator=g).bfloat16()
-        v = torch.randn((tokens, kv_heads, dim_v), device="cuda", generator=g).bfloat16()
+        q = torch.randn((tokens, 32, 128), device="cuda", generator=g).bfloat16()
+        k, v = (torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16() for _ in range(2))
         cu = torch.arange(0, tokens + 1, length, dtype=torch.int32, device="cuda")
-        flops = 2 * batch * heads * length ** 2 * (dim + dim_v) / 2
-        tma_ready = module.prefill_tma.tma_ready(q, k, v)
-        picked = (module.prefill_tma if tma_ready else module).launch_config(dim, dim_v, q.dtype, q.device)
-        grid = [(True, 128, n, w, st, ws) for n, w, st, ws in itertools.product((64, 128), (4, 8), (2, 3), (0, 1))]
-        grid += [(True, 64, 64, 4, 2, 0), (True, 64, 32, 4, 2, 0)]
-        if (dim, batch) == (128, 4):  # the pointer kernel (the fallback of odd strides): its 12-01 grid
-            grid += [(False, m, n, w, st, 0) for m, n, w, st in itertools.product((64, 128), (32, 64, 128), (4, 8),
-                                                                                 (2, 3))]
-        for tma, block_m, block_n, warps, stages, specialize in grid:
-            config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-            if specialize:
-                config["WARP_SPECIALIZE"] = True
-            entry = {"batch": batch, "length": length, "heads": heads, "dim": dim, "tma": tma, **config,
-                     "heuristic": config == picked and tma == tma_ready}
-            _attempt(rows, entry, lambda: module.prefill(q, k, v, cu, length, dim ** -0.5, True, False,
-                                                         config=config, tma=tma))
-            if "event_us" in entry:
-                entry["TFLOPs"] = round(flops / entry["event_us"] / 1e6, 1)
+        shape = {"batch": batch, "length": length}
+        work = {"TFLOPs": 2 * batch * 32 * length ** 2 * 256 / 2}
+        tiles = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
+                 for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))]
+        gluon = [{"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4}, {"BLOCK_N": 64, "STAGES": 4},
+                 {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1}, {"PINGPONG": True}]
+        for row, grid in (("native/prefill", tiles), ("native/prefill_tma", tiles), ("native/prefill_gluon", gluon)):
+            rows += _sweep("attention.prefill", row, (q, k, v, cu, length, 128 ** -0.5, True, False), grid, shape,
+                           work=work)
     return rows
 
 
-#: Split counts swept beside mla_num_splits()'s (batch, Hq): whole waves of 132 SMs at 1-2 programs each.
-MLA_SPLITS = {(64, 16): (2, 4, 8), (64, 128): (1, 2), (1, 16): (128, 256), (1, 128): (33, 66)}
-
 SECTIONS = {"decode": sweep_decode, "mla_decode": sweep_mla_decode, "prefill": sweep_prefill}
-
-
-def run_sections(sections: dict, names, results: dict, path: str, *, save: bool = True) -> None:
-    """Run each named section into results["sections"] (an exception is recorded as that section's result),
-    writing `path` after every section when `save`: a run stopped by its time limit keeps what it measured."""
-    for name in names:
-        started = time.time()
-        try:
-            results["sections"][name] = sections[name]()
-        except Exception:
-            results["sections"][name] = {"error": traceback.format_exc()}
-        print(f"[{name}] {time.time() - started:.1f} s", flush=True)
-        if save:
-            with open(path, "w") as handle:
-                json.dump(results, handle, indent=1)
-
-
-def _best(rows, keys, metric="event_us"):
-    best = {}
-    for row in rows:
-        if metric not in row:
-            continue
-        key = tuple(row.get(k) for k in keys)
-        if key not in best or row[metric] < best[key][metric]:
-            best[key] = row
-    return best
 
 
 def main(argv=None) -> int:
@@ -238,7 +170,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--compile-only", action="store_true")
-    parser.add_argument("--shard", default="0/1", help="I/N: with --compile-only, compile every N-th configuration "
+    parser.add_argument("--shard", default="0/1", help="I/N: with --compile-only, compile every N-th knob set "
                         "from the I-th (N processes share a section)")
     args = parser.parse_args(argv)
     COMPILE_ONLY = args.compile_only
@@ -253,20 +185,31 @@ def main(argv=None) -> int:
         results["copy"] = gpu_timing.measure_copy_bandwidth()
     suffix = "_" + "_".join(args.only) if args.only else ""
     path = os.path.join(args.out, f"sweep_attention_tiles{suffix}.json")
-    run_sections(SECTIONS, args.only or SECTIONS, results, path, save=not COMPILE_ONLY)
+    for name in args.only or SECTIONS:
+        started = time.time()
+        try:
+            results["sections"][name] = SECTIONS[name]()
+        except Exception:
+            results["sections"][name] = {"error": traceback.format_exc()}
+        print(f"[{name}] {time.time() - started:.1f} s", flush=True)
+        if not COMPILE_ONLY:  # after every section: a run stopped by its time limit keeps what it measured
+            with open(path, "w") as handle:
+                json.dump(results, handle, indent=1)
     if COMPILE_ONLY:
         return 0
-    keys = {"decode": ("batch", "length", "kv"), "mla_decode": ("batch", "length", "heads"),
-            "prefill": ("batch", "length", "dim", "tma")}
-    for name, rows in results["sections"].items():
-        if isinstance(rows, dict):
-            print(f"{name}: error\n{rows['error'][-800:]}")
+    for name, entries in results["sections"].items():
+        if isinstance(entries, dict):
+            print(f"{name}: error\n{entries['error'][-800:]}")
             continue
-        picked = {tuple(r.get(k) for k in keys[name]): r for r in rows if r.get("heuristic") and "event_us" in r}
-        for key, row in _best(rows, keys[name]).items():
-            mine = picked.get(key, {})
-            config = {k: row[k] for k in row if k.isupper() or k in ("num_warps", "num_stages", "splits", "maxnreg")}
-            print(f"{name} {key}: best {row['event_us']} us {config} | heuristic {mine.get('event_us')} us")
+        best = {}
+        for entry in (e for e in entries if "event_us" in e):
+            key = (entry["row"], *(entry[k] for k in ("batch", "length", "heads") if k in entry))
+            if key not in best or entry["event_us"] < best[key]["event_us"]:
+                best[key] = entry
+        for key, entry in best.items():
+            default = next((e for e in entries if e["default"] and e["row"] == key[0] and "event_us" in e
+                            and all(e.get(k) == entry.get(k) for k in ("batch", "length", "heads"))), {})
+            print(f"{name} {key}: best {entry['event_us']} us {entry['knobs']} | default {default.get('event_us')} us")
     return 0
 
 

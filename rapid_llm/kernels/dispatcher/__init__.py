@@ -10,9 +10,9 @@ would be shadowed by it on this package).
 import importlib
 
 _EXPORTS = {
-    "LoadedKernel": "select", "NoEligibleKernel": "select", "Selection": "select", "clear_memo": "select",
+    "LoadedKernel": "select", "NoEligibleKernel": "select", "Selection": "select", "clear_memo": "plan",
     "dispatch": "select", "dispatch_for": "select", "resolve_target": "select",
-    "EXACT": "contract", "FLOAT_DTYPE_LABELS": "contract", "LAYOUT_TAGS": "contract", "OpContract": "contract",
+    "EXACT": "contract", "FLOAT_DTYPE_LABELS": "contract", "OpContract": "contract",
     "OpInputError": "contract",
     "TOKEN_BUCKETS": "contract", "ExactBucket": "contract", "TokenBuckets": "contract",
     "Device": "environment", "Environment": "environment", "Libraries": "environment",

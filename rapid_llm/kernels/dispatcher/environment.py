@@ -376,7 +376,7 @@ def dtype_label(torch_dtype) -> str:
 
 
 def clear_conversions() -> None:
-    """Forget the cached tensor -> label/device conversions (select.clear_memo() calls this)."""
+    """Forget the cached tensor -> label/device conversions (plan.clear_memo() calls this)."""
     _DTYPE_LABELS.clear()
     _DEVICES.clear()
 

@@ -24,9 +24,10 @@ row that is capturable in a CUDA graph instead of failing.
 
 from __future__ import annotations
 
-from .contract import LAYOUT_TAGS, OpInputError
+from . import environment
+from .contract import OpInputError
 from .environment import Device, Environment, device_of, dtype_label, probe_environment
-from .select import NoEligibleKernel, Selection, dispatch, resolve_target
+from .select import NoEligibleKernel, Selection, clear_dispatch_caches, dispatch, resolve_target
 from .spec import BACKEND_CLASSES
 from .table import OpTable, default_table
 
@@ -38,9 +39,10 @@ class PlannedOp:
     """
 
     __slots__ = ("impl", "selection", "bucket", "device", "_check", "_triton_interpret", "_dtypes", "_layout",
-                 "_shape")
+                 "_shape", "_layout_tags")
 
-    def __init__(self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool):
+    def __init__(self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool,
+                 layout_tags):
         self.impl = impl
         self.selection = selection
         self.bucket = bucket
@@ -51,6 +53,7 @@ class PlannedOp:
         self._dtypes = row.dtypes
         self._layout = row.layout
         self._shape = row.shape
+        self._layout_tags = layout_tags  # the table's {tag: description}, for the error naming a missing tag
 
     @property
     def row(self):
@@ -87,7 +90,7 @@ class PlannedOp:
         if missing:
             tag = sorted(missing)[0]
             raise OpInputError(op, tag.partition(":")[0],
-                               f"layout {tag} ({LAYOUT_TAGS.get(tag, tag)}), which {row.name} needs",
+                               f"layout {tag} ({self._layout_tags.get(tag, tag)}), which {row.name} needs",
                                "arguments without it (plan again for this layout: the reference serves any)")
         if self._shape:
             values = dict(dims)
@@ -202,7 +205,8 @@ class Planner:
             raise NoEligibleKernel(error.explanation, f"{headline} (a plan judges each bucketed dim at its "
                                    f"bucket's upper bound: {'; '.join(judged)})") from None
         loaded = selection.load()
-        return PlannedOp(loaded.fn, loaded.selection, bucket, device, self.check_for(op), self.env.triton_interpret)
+        return PlannedOp(loaded.fn, loaded.selection, bucket, device, self.check_for(op), self.env.triton_interpret,
+                         self.table.layout_tags)
 
 
 _DEFAULT_PLANNER: Planner | None = None
@@ -216,7 +220,26 @@ def default_planner() -> Planner:
     return _DEFAULT_PLANNER
 
 
+def call_op(op: str, args: tuple):
+    """Run `op` on `args` through the default planner: the body of every public op function (ops/<family>/api.py)."""
+    planner = _DEFAULT_PLANNER or default_planner()
+    return planner.call(op, args)
+
+
 def reset_default_planner() -> None:
-    """Forget the default planner and its plans (select.clear_memo() calls this)."""
+    """Forget the default planner and its plans (clear_memo() calls this)."""
     global _DEFAULT_PLANNER
     _DEFAULT_PLANNER = None
+
+
+def clear_memo() -> None:
+    """Forget every cache on the dispatch path: the next call is a cold dispatch.
+
+    Clears the dispatch memo (both layers), the loaded targets, the
+    tensor -> (device, dtype label) conversions and the default planner's
+    plans (the planner is rebuilt from the probed environment on next use).
+    The table and the probed environment are values, not caches: they stay.
+    """
+    clear_dispatch_caches()
+    environment.clear_conversions()
+    reset_default_planner()

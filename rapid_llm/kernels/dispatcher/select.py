@@ -4,8 +4,11 @@
         -> Selection(row, candidates, explanation)
 
 Every condition of every row of `op` is evaluated (no short-circuit), rows
-with a failed condition are dropped, the rest are ranked by
-(priority, native > external > reference, name). dispatch() reads no
+with a failed condition are dropped, the rest are ranked by (priority,
+native > external > reference, name). Where the table's measured rankings
+(dispatcher/rankings.py) cover the query's device class, op, dtype and shape
+bucket, the rows that run timed trade places among the slots they hold,
+fastest first; a row it did not time keeps its place. dispatch() reads no
 environment variable, touches no device and imports nothing; all of its
 arguments are hashable values, so results are memoised.
 
@@ -41,12 +44,27 @@ class NoEligibleKernel(LookupError):
         super().__init__("\n".join(lines))
 
 
-def _priority_note(row: KernelSpec) -> str:
+def _priority_note(row: KernelSpec, ranking, unmeasured_bucket: str) -> str:
+    """Why the row sits where it does: a measurement at this bucket, or its default priority (and whether
+    this bucket was measured at all on the device class)."""
+    if ranking is not None and ranking.position(row.name) is not None:
+        return f"({ranking.describe(row.name)})"
     if row.is_reference:
         return "(reference)"
-    if row.priority is UNMEASURED:
-        return "(UNMEASURED)"
-    return f"(priority {row.priority})"
+    default = "UNMEASURED" if row.priority is UNMEASURED else f"priority {row.priority}"
+    if ranking is not None:
+        return f"({default}; not among the rows measured at this bucket)"
+    return f"({default}{unmeasured_bucket})"
+
+
+def _measured_order(eligible, ranking):
+    """Eligible rows in default rank order, except that the rows measured at this bucket trade places among
+    the slots they hold, fastest first: a measurement orders the rows it timed and never moves a row it did
+    not time (an unmeasured library keeps its default place)."""
+    measured = sorted((row for row in eligible if ranking.position(row.name) is not None),
+                      key=lambda row: ranking.position(row.name))
+    fastest_first = iter(measured)
+    return [next(fastest_first) if ranking.position(row.name) is not None else row for row in eligible]
 
 
 def _evaluate(row: KernelSpec, device: Device, dtype: str, shape: dict, layout: frozenset,
@@ -59,9 +77,11 @@ def _evaluate(row: KernelSpec, device: Device, dtype: str, shape: dict, layout: 
         ok, observed = library.check(libs.get(library.name))
         checks.append(Check(f"library {library.name}", library.describe(), observed, ok))
     if row.capability:
-        ok = any(requirement.accepts(device) for requirement in row.capability)
+        ok = any(requirement.accepts(device, dtype) for requirement in row.capability)
         required = " or ".join(requirement.describe() for requirement in row.capability)
-        checks.append(Check("device", required, str(device), ok))
+        # A capability narrowed to some dtypes is judged on the query's dtype too: show it beside the device.
+        narrowed = any(requirement.dtypes is not None for requirement in row.capability)
+        checks.append(Check("device", required, f"{device} with {dtype}" if narrowed else str(device), ok))
     checks.append(Check("dtype", "one of {" + ", ".join(sorted(row.dtypes)) + "}", dtype, dtype in row.dtypes))
     for constraint in row.shape:
         value = shape.get(constraint.dim)
@@ -109,6 +129,11 @@ def _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, 
         for row in rows
     ]
     eligible = sorted((row for row, checks in evaluated if all(c.ok for c in checks)), key=KernelSpec.rank_key)
+    contract = table.contracts.get(op)
+    ranking = None if contract is None else table.rankings.lookup(str(device), op, dtype, contract.bucket_key(shape))
+    if ranking is not None:
+        eligible = _measured_order(eligible, ranking)
+    unmeasured_bucket = f"; this bucket not measured on {device}" if table.rankings.measures(str(device)) else ""
     checks_of = {row.name: checks for row, checks in evaluated}
     query = Query(
         op=op, device=str(device), dtype=dtype, shape=tuple(shape_items), layout=tuple(sorted(layout)),
@@ -121,25 +146,28 @@ def _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, 
     else:
         candidates = tuple(eligible)
         others = []
-    explanation = _explanation(query, rows, candidates, others, checks_of, forced=force is not None)
+    notes = (ranking, unmeasured_bucket)
+    explanation = _explanation(query, rows, candidates, others, checks_of, forced=force is not None, notes=notes)
     if not candidates:
         headline = (f"{op}: forced row {force!r} is not eligible" if force is not None
                     else f"{op}: no eligible kernel")
         raise NoEligibleKernel(explanation, headline)
     return Selection(op=op, row=candidates[0], candidates=candidates, explanation=explanation,
-                     rows=rows, forced=force is not None)
+                     rows=rows, forced=force is not None, notes=notes)
 
 
-def _explanation(query, rows, candidates, others, checks_of, *, forced: bool, load_failures=None) -> Explanation:
+def _explanation(query, rows, candidates, others, checks_of, *, forced: bool, notes=(None, ""),
+                 load_failures=None) -> Explanation:
     """Selected first, then eligible rows in rank order, then rejected rows in table order."""
     load_failures = load_failures or {}
     verdicts = []
     for index, row in enumerate(candidates):
         if index == 0:
-            note = "(forced)" if forced else _priority_note(row)
+            note = "(forced)" if forced else _priority_note(row, *notes)
             verdicts.append(RowVerdict(row.name, "selected", note, checks_of[row.name]))
         else:
-            verdicts.append(RowVerdict(row.name, "eligible", "ranked below " + _priority_note(row), checks_of[row.name]))
+            verdicts.append(RowVerdict(row.name, "eligible", "ranked below " + _priority_note(row, *notes),
+                                       checks_of[row.name]))
     for row in others:
         verdicts.append(RowVerdict(row.name, "eligible", "not forced", checks_of[row.name]))
     placed = {v.row for v in verdicts}
@@ -198,6 +226,8 @@ class Selection:
     explanation: Explanation
     rows: tuple[KernelSpec, ...]
     forced: bool = False
+    #: (the measured Ranking of the query's bucket or None, the note for an unmeasured bucket)
+    notes: tuple = (None, "")
 
     def explain(self, verbose: bool = False) -> str:
         return self.explanation.render_text(verbose)
@@ -226,7 +256,7 @@ class Selection:
         by_name = {row.name: row for row in self.rows}
         others = [by_name[v.row] for v in old.verdicts if v.note == "not forced"]
         explanation = _explanation(old.query, self.rows, candidates, others, checks_of,
-                                   forced=self.forced, load_failures=failures)
+                                   forced=self.forced, notes=self.notes, load_failures=failures)
         row = candidates[0] if candidates else self.row
         return attrs.evolve(self, row=row, candidates=candidates, explanation=explanation)
 
@@ -285,21 +315,11 @@ _CALL_MEMO: dict = {}
 _CALL_MEMO_LIMIT = 16384
 
 
-def clear_memo() -> None:
-    """Forget every cache on the dispatch path: the next call is a cold dispatch.
-
-    Clears the dispatch memo (both layers), the loaded targets, the
-    tensor -> (device, dtype label) conversions and the default planner's
-    plans (the planner is rebuilt from the probed environment on next use).
-    The table and the probed environment are values, not caches: they stay.
-    """
-    from . import environment, plan
-
+def clear_dispatch_caches() -> None:
+    """Forget dispatch's memo (both layers) and the loaded targets (plan.clear_memo() clears the rest)."""
     _CALL_MEMO.clear()
     _dispatch.cache_clear()
     resolve_target.cache_clear()
-    environment.clear_conversions()
-    plan.reset_default_planner()
 
 
 def dispatch_for(op: str, *tensors, layout=_NOTHING, env=None, table=None, **shape) -> Selection:

@@ -33,6 +33,7 @@ DTYPE_TORCH_NAMES = {
     "int64": "int64",
 }
 DTYPES = frozenset(DTYPE_TORCH_NAMES)
+_DTYPE_ORDER = tuple(DTYPE_TORCH_NAMES)  # display order: widest float first
 
 #: backend name -> implementation class. The class breaks priority ties:
 #: our own kernels (native Triton, the CUDA extension) before external
@@ -189,6 +190,10 @@ def _check_device_kind(instance, attribute, value):
         raise ValueError(f"device must be one of {sorted(DEVICE_KINDS)}, got {value!r}")
 
 
+def _optional_set(value):
+    return value if value is None else _to_frozenset(value)
+
+
 @attrs.frozen
 class CapabilityRequirement:
     """Where a row can run. A row's requirements are OR-ed.
@@ -198,32 +203,53 @@ class CapabilityRequirement:
     `triton_interpreter=True` means: on the CPU only when the process opted
     into running Triton kernels through Triton's interpreter
     (RAPID_LLM_TRITON_INTERPRET=1), which is how CI exercises native kernels.
+
+    `dtypes` (with its `reason`) narrows this one capability to the dtypes
+    whose results are right there, e.g. the interpreter for fp32/fp16 only
+    where it computes a row's bf16 products wrongly: the row is not eligible
+    where its result is known wrong, and explain() says why.
     """
 
     device: str = attrs.field(validator=_check_device_kind)
     min_sm: int | None = None
     max_sm: int | None = None
     triton_interpreter: bool = False
+    dtypes: frozenset[str] | None = attrs.field(default=None, converter=_optional_set)
+    reason: str = ""
 
     def __attrs_post_init__(self):
         if self.device == "cpu" and (self.min_sm is not None or self.max_sm is not None):
             raise ValueError("a cpu capability cannot name SM versions")
         if self.device == "cuda" and self.triton_interpreter:
             raise ValueError("triton_interpreter applies to the cpu device only")
+        if self.dtypes is not None:
+            if not isinstance(self.dtypes, frozenset) or not self.dtypes or not self.dtypes <= DTYPES:
+                raise ValueError(f"capability dtypes must be a non-empty set of {sorted(DTYPES)}, got {self.dtypes!r}")
+            if not self.reason:
+                raise ValueError("a capability that narrows dtypes must say why (reason=)")
+        elif self.reason:
+            raise ValueError("a capability's reason explains its dtypes: give dtypes= too")
 
     def describe(self) -> str:
         if self.device == "cpu":
             # The variable that opts in, named where the requirement is shown (explain, errors, matrix).
-            return "cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1)" if self.triton_interpreter else "cpu"
-        text = "cuda"
-        if self.min_sm is not None:
-            text += f" sm>={self.min_sm}"
-        if self.max_sm is not None:
-            text += f" sm<={self.max_sm}"
+            text = "cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1)" if self.triton_interpreter else "cpu"
+        else:
+            text = "cuda"
+            if self.min_sm is not None:
+                text += f" sm>={self.min_sm}"
+            if self.max_sm is not None:
+                text += f" sm<={self.max_sm}"
+        if self.dtypes is not None:
+            order = sorted(self.dtypes, key=_DTYPE_ORDER.index)
+            text += f" for {', '.join(order)} only: {self.reason}"
         return text
 
-    def accepts(self, device) -> bool:
+    def accepts(self, device, dtype: str | None = None) -> bool:
+        """Whether a query on `device` (and of `dtype`, when given) may run here."""
         if device.kind != self.device:
+            return False
+        if dtype is not None and self.dtypes is not None and dtype not in self.dtypes:
             return False
         if self.device == "cpu":
             return device.triton_interpreter or not self.triton_interpreter

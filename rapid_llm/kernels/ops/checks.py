@@ -81,48 +81,123 @@ def rows_view_ok(x) -> bool:
     return True
 
 
-def _byte_span(t) -> tuple[int, int]:
-    start = t.data_ptr()
-    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
-    return start, start + extent * t.element_size()
+#: Decisions may_overlap takes before it gives up and answers "may overlap" (see its docstring).
+_OVERLAP_STEPS = 256
 
 
-def _row_geometry(t):
-    """(first byte, rows, row stride in bytes, row width in bytes) of t viewed as rows, or None."""
-    if t.dim() == 0 or not rows_view_ok(t):
-        return None
-    width = t.shape[-1] * t.element_size()
-    rows = t.numel() // t.shape[-1] if t.shape[-1] else 0
-    stride = (t.stride(-2) if t.dim() >= 2 else t.shape[-1]) * t.element_size()
-    return t.data_ptr(), rows, stride, width
+def _byte_pattern(t):
+    """t's bytes as (dims, width): the element at index i covers bytes [sum(i_d * stride_d), + width) from
+    t.data_ptr(), over dims ((count, stride in bytes), ...) outermost (largest stride) first.
+
+    Dims of one element or stride 0 add no bytes and are dropped; a dim continuing the contiguous run
+    of the dims inside it (stride == their extent) is merged into them, the innermost run into width."""
+    size = t.element_size()
+    width, dims = size, []
+    for count, stride in sorted(((n, s * size) for n, s in zip(t.shape, t.stride()) if n > 1 and s != 0),
+                                key=lambda dim: dim[1]):
+        if not dims and stride == width:
+            width *= count
+        elif dims and stride == dims[-1][0] * dims[-1][1]:
+            dims[-1] = (dims[-1][0] * count, dims[-1][1])
+        else:
+            dims.append((count, stride))
+    return tuple(reversed(dims)), width
+
+
+def _byte_extent(t) -> int:
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _extent(pattern) -> int:
+    dims, width = pattern
+    return sum((count - 1) * stride for count, stride in dims) + width
+
+
+class _Undecided(Exception):
+    """may_overlap ran out of steps (_OVERLAP_STEPS)."""
+
+
+def _step(steps: list) -> None:
+    steps[0] -= 1
+    if steps[0] < 0:
+        raise _Undecided
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _patterns_meet(a, b, delta: int, steps: list) -> bool:
+    """Whether byte pattern a (from byte 0) and byte pattern b (from byte delta) share a byte.
+
+    Recursion on the outermost dims: rows of the pattern with the larger outer stride are split off
+    (only the rows whose span meets the other's), or, where one outer stride is a multiple of the other,
+    both at once: then only the row differences k whose rows can meet matter (at most
+    (inner extents) / stride + 1 of them, whatever the row counts), each one sub-question."""
+    extent_a, extent_b = _extent(a), _extent(b)
+    if delta >= extent_a or delta + extent_b <= 0:
+        return False
+    (dims_a, _), (dims_b, _) = a, b
+    # A pattern inside the span of a contiguous run meets it (patterns are never empty).
+    if (not dims_b and delta <= 0 and extent_a <= delta + extent_b) or (not dims_a and delta >= 0 and
+                                                                       delta + extent_b <= extent_a):
+        return True
+    if not dims_a and not dims_b:
+        return True  # two contiguous runs whose spans meet
+    stride_a = dims_a[0][1] if dims_a else 0
+    stride_b = dims_b[0][1] if dims_b else 0
+    if stride_a < stride_b:
+        return _patterns_meet(b, a, -delta, steps)
+    count_a = dims_a[0][0]
+    inner_a = (dims_a[1:], a[1])
+    if stride_b and stride_a % stride_b == 0:
+        # rows of a at (multiple * row_a) * stride, rows of b at delta + row_b * stride
+        stride, multiple, count_b = stride_b, stride_a // stride_b, dims_b[0][0]
+        inner_b = (dims_b[1:], b[1])
+        inner_extent_a, inner_extent_b = _extent(inner_a), _extent(inner_b)
+        # k = row_b - multiple * row_a: the rows meet only if delta + k * stride lies in (-inner_b, inner_a)
+        low = (-inner_extent_b - delta) // stride + 1
+        high = _ceil_div(inner_extent_a - delta, stride) - 1
+        for k in range(max(low, -multiple * (count_a - 1)), min(high, count_b - 1) + 1):
+            # some row_a in [0, count_a) with row_b = k + multiple * row_a in [0, count_b)
+            _step(steps)
+            first, last = max(0, _ceil_div(-k, multiple)), min(count_a - 1, (count_b - 1 - k) // multiple)
+            if first <= last and _patterns_meet(inner_a, inner_b, delta + k * stride, steps):
+                return True
+        return False
+    # rows of a that meet b's span [delta, delta + extent_b)
+    inner_extent_a = _extent(inner_a)
+    first = max(0, (delta - inner_extent_a) // stride_a + 1)
+    last = min(count_a - 1, (delta + extent_b - 1) // stride_a)
+    for row in range(first, last + 1):
+        _step(steps)
+        if _patterns_meet(inner_a, b, delta - row * stride_a, steps):
+            return True
+    return False
 
 
 def may_overlap(a, b) -> bool:
-    """Whether a and b may share memory: exact for two row views with one row stride (q and k sliced
-    from a fused qkv tensor do not overlap), conservative (byte spans) otherwise."""
-    if a.numel() == 0 or b.numel() == 0:
+    """Whether tensors a and b share a byte of memory (any dtypes, shapes and strides, one storage or two).
+
+    Exact for every pair of views whose outer strides are multiples of one another level by level (rows
+    and columns of one tensor, fused-projection slices, transposes, every-other-row views, different
+    offsets into one storage): the answer is computed from the index sets, not from spans. Otherwise
+    (strides that are not multiples, e.g. as_strided windows) the rows are enumerated; past
+    _OVERLAP_STEPS decisions the answer is True, "may overlap" (a conservative rejection, never a
+    missed overlap). Tensors without memory (meta) never overlap."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":
         return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+    storage_a, storage_b = a.untyped_storage(), b.untyped_storage()
+    first_a, first_b = storage_a.data_ptr(), storage_b.data_ptr()
+    if first_a + storage_a.nbytes() <= first_b or first_b + storage_b.nbytes() <= first_a:
+        return False  # the common case: separate allocations (a view's bytes lie inside its storage's)
+    start_a, start_b = a.data_ptr(), b.data_ptr()
+    if start_a + _byte_extent(a) <= start_b or start_b + _byte_extent(b) <= start_a:
         return False
-    (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
-    if a1 <= b0 or b1 <= a0:
-        return False
-    geometry_a, geometry_b = _row_geometry(a), _row_geometry(b)
-    if geometry_a is None or geometry_b is None:
+    try:
+        return _patterns_meet(_byte_pattern(a), _byte_pattern(b), start_b - start_a, [_OVERLAP_STEPS])
+    except _Undecided:
         return True
-    start_a, rows_a, stride_a, width_a = geometry_a
-    start_b, rows_b, stride_b, width_b = geometry_b
-    if rows_a == 1 or rows_b == 1 or stride_a != stride_b or max(width_a, width_b) > stride_a:
-        return True  # byte spans intersect and the rows are not one interleaved pattern
-    # Element sets {start + r*stride + c}: they meet iff start_b - start_a + k*stride falls in
-    # (-width_b, width_a) for some k = row_b - row_a with -(rows_a-1) <= k <= rows_b-1.
-    delta = start_b - start_a
-    quotient, remainder = divmod(delta, stride_a)
-    for offset, shift in ((remainder, quotient), (remainder - stride_a, quotient + 1)):
-        row_difference = -shift
-        if -width_b < offset < width_a and -(rows_b - 1) <= row_difference <= rows_a - 1:
-            return True
-    return False
 
 
 def expect_disjoint(op: str, argument: str, value, other_argument: str, other) -> None:

@@ -14,6 +14,16 @@ TRITON_DEVICES = (
     CapabilityRequirement("cpu", triton_interpreter=True),
 )
 
+#: Native rows whose kernels multiply bf16 tiles with tl.dot (the attention kernels): CUDA sm80+, or the
+#: CPU interpreter for fp32 and fp16 only. Triton's interpreter (triton 3.9, the top of the range
+#: pyproject allows) computes tl.dot on bf16 operands wrongly, orders of magnitude off, while its fp32 and
+#: fp16 products are exact: such a row would return garbage in bf16 there, with no error.
+#: (INTERPRETER_DOT is that interpreter capability alone, for rows with their own CUDA requirement.)
+INTERPRETER_BF16_DOT = "Triton's interpreter computes tl.dot on bf16 operands wrongly (garbage, no error)"
+INTERPRETER_DOT = CapabilityRequirement("cpu", triton_interpreter=True, dtypes=("fp32", "fp16"),
+                                        reason=INTERPRETER_BF16_DOT)
+TRITON_DOT_DEVICES = (CapabilityRequirement("cuda", min_sm=80), INTERPRETER_DOT)
+
 #: Native rows that cast to fp8 e4m3 need the hardware cast of sm89+ (Ada, Hopper). Not the CPU
 #: interpreter: its fp32 -> e4m3 cast drops the carry when rounding up a mantissa (127.99 becomes
 #: 64, not 128), so its results are wrong; these rows are verified on the GPU only.
@@ -28,20 +38,3 @@ TRITON_FP8_READ_DEVICES = (
 #: Rows of the CUDA extension (aot/ and jit/): CUDA sm80+ like the native rows; the code runs on
 #: the archs the build targets (TORCH_CUDA_ARCH_LIST).
 CUDA_EXTENSION_DEVICES = (CapabilityRequirement("cuda", min_sm=80),)
-
-#: The GPU parity run the verified rows cite (one file per run: conformance/test_evidence.py checks that it
-#: exists, holds every citing row measured on CUDA, and that each row's max |diff| is within its record).
-H200_PARITY = "perf/results/h200/parity_2026-11-30.json"
-
-#: The external-library rows' evidence (ci/gpu_library_evidence on the H200, all five libraries present):
-#: the parity run of every external row (phase golden) their golden records cite, and the benchmark run
-#: (phase bench: each library row beside our native row) their priorities come from.
-LIBRARY_PARITY = "perf/results/h200/libraries_2026-12-01/parity_libraries.json"
-LIBRARY_BENCH = "perf/results/h200/libraries_2026-12-01/bench_libraries.json"
-
-#: The native attention rows' evidence (ci/gpu_attention_evidence on the H200, the libraries present as
-#: peers): one parity run per row (parity_native_<row>.json, cited by that row's golden record), the
-#: benchmark run beside the library rows (priorities) and the tile sweep (launch heuristics).
-ATTENTION_RESULTS = "perf/results/h200/attention_2026-12-01"
-ATTENTION_BENCH = "perf/results/h200/attention_2026-12-01/bench_attention.json"
-ATTENTION_SWEEP = "perf/results/h200/attention_2026-12-01/sweep_attention_tiles.json"

@@ -8,24 +8,68 @@ The dense bf16 MLA decode exists only on this fork's legacy side (use_legacy=Tru
 becomes [B, 1, Hq, 576] (a view: one query token per sequence); the latent cache [rows, 576] becomes
 [pages, 64, 1, 576] (a view with the cache's row stride: FlashMLA's block size is fixed at 64 tokens, so the
 row requires page_size 64). A fresh FlashMLASchedMeta per call makes the kernel compute its split schedule on
-the device from seq_lens in the same call (no host sync): captured in a CUDA graph on the H200, the replay
-equals the eager call (perf/results/h200/libraries_2026-12-01/library_probe.json), so the row is graph_safe.
+the device from seq_lens in the same call (no host sync): captured in a CUDA graph, the replay equals the eager
+call, so the row is graph_safe.
+
+plan_mla_decode exposes the per-step preparation an engine does instead: the split schedule computed once from
+seq_lens (get_mla_decoding_metadata, FlashMLA's scheduler hoisted out of the decode call, with
+num_q_tokens_per_head_k = s_q * Hq / Hk = Hq) into one FlashMLASchedMeta that every layer's call of the step
+reuses; handed a filled schedule, the decode call skips its scheduler kernel. The benchmarks time FlashMLA that
+way beside the row, as a peer.
 """
 
 from __future__ import annotations
 
+import flash_mla
 from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
-from ...ops.attention import MLA_VALUE_DIM
+#: The value width FlashMLA's dense MLA decode is built for (head_dim_v: the latent rank, 512).
+HEAD_DIM_V = 512
+
+
+def _paged_cache(latent_cache, page_size: int):
+    """[pages, page_size, 1, 576] view of the [rows, 576] latent cache (its row stride kept, no copy)."""
+    rows, width = latent_cache.shape
+    row_stride = latent_cache.stride(0)
+    return latent_cache.as_strided((rows // page_size, page_size, 1, width),
+                                   (page_size * row_stride, row_stride, row_stride, 1))
+
+
+def _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule):
+    out, _ = flash_mla_with_kvcache(q.unsqueeze(1), _paged_cache(latent_cache, page_size), page_table, seq_lens,
+                                    HEAD_DIM_V, schedule, softmax_scale=float(sm_scale), causal=False,
+                                    use_legacy=True)
+    return out.squeeze(1)
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
-    """attention.mla_decode on FlashMLA's dense legacy kernel."""
-    rows, width = latent_cache.shape
-    row_stride = latent_cache.stride(0)
-    cache = latent_cache.as_strided((rows // page_size, page_size, 1, width),
-                                    (page_size * row_stride, row_stride, row_stride, 1))
+    """attention.mla_decode on FlashMLA's dense legacy kernel (its schedule computed inside the call)."""
     schedule, _ = get_mla_metadata()
-    out, _ = flash_mla_with_kvcache(q.unsqueeze(1), cache, page_table, seq_lens, MLA_VALUE_DIM, schedule,
-                                    softmax_scale=float(sm_scale), causal=False, use_legacy=True)
-    return out.squeeze(1)
+    return _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
+
+
+def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, hoist=True):
+    """The per-step preparation of attention.mla_decode, exposed: the split schedule once, run per layer.
+
+    Returns run(q, latent_cache) -> out for tensors of the planned shapes (every layer of one decode step
+    shares page_table and seq_lens, and reads the schedule computed here: on the device, from seq_lens, no
+    host sync). run.schedule is the FlashMLASchedMeta it reuses; run.metadata says how it was computed.
+    With hoist=False, or a build without get_mla_decoding_metadata, the schedule is filled by one call here
+    instead (FlashMLA's own first-call initialisation), which later calls reuse the same way."""
+    schedule, _ = get_mla_metadata()
+    num_q_heads = q.shape[1]
+    hoisted = getattr(flash_mla, "get_mla_decoding_metadata", None) if hoist else None
+    if hoisted is not None:
+        schedule.tile_scheduler_metadata, schedule.num_splits = hoisted(
+            seq_lens, num_q_heads, 1, h_q=num_q_heads, use_legacy=True)
+        how = f"get_mla_decoding_metadata(seq_lens, {num_q_heads}, 1, h_q={num_q_heads}, use_legacy=True)"
+    else:
+        _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
+        how = "the first call's schedule (FlashMLASchedMeta filled by flash_mla_with_kvcache)"
+
+    def run(q, latent_cache):
+        return _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
+
+    run.schedule = schedule
+    run.metadata = how
+    return run

@@ -11,9 +11,10 @@ buffer kvcache.update_kv_buffer writes, [rows, 2*Hk, D]. FlashInfer wants:
     sizes the split-KV schedule. The rows plan inside every call, so they are
     not CUDA-graph capturable (graph_safe=False); a plan made with
     graph_safe_only=True picks another row. The preparation is also exposed
-    on its own: plan_decode / plan_prefill plan once and return a run
-    function for every layer of the step (what an engine driving FlashInfer
-    does; the benchmarks time FlashInfer that way too, as a peer).
+    on its own: plan_decode / plan_prefill / plan_prefill_paged /
+    plan_mla_decode plan once and return a run function for every layer of
+    the step (what an engine driving FlashInfer does; the benchmarks time
+    FlashInfer that way too, as a peer).
 FlashInfer's lse is base 2; ours is natural log (lse * ln 2).
 
 Buffers reused across calls (not per-step state): one 128 MiB float workspace
@@ -22,9 +23,9 @@ kind); every call re-plans before it runs, so nothing of a previous batch is
 read. Calls on one device are assumed to come from one stream at a time
 (the workspace is shared), as in an engine's step loop.
 
-FlashInfer JIT-compiles each kernel module on its first call (the rows' first
-calls took 15-207 s on the H200, perf/results/h200/libraries_2026-12-01/
-library_probe.json): jit_log.first_call_logged() logs what compiled and how long it took.
+FlashInfer JIT-compiles each kernel module on its first call (minutes on the
+H200, evidence h200.libraries.probe): jit_log.first_call_logged() logs what
+compiled and how long it took.
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ import torch
 import tvm_ffi.libinfo  # noqa: F401  (FlashInfer 0.6.0's JIT reads this submodule without importing it)
 import flashinfer
 
-from ...ops.attention import MLA_VALUE_DIM
 from .jit_log import first_call_logged
 
 _WORKSPACE_BYTES = 128 << 20
 _LN2 = math.log(2.0)
 _STATE: dict = {}
+
+#: BatchMLAPagedAttentionWrapper's compressed-KV width (head_dim_ckv): the latent rank it is built for; the
+#: rest of a latent row (64) is the rope part (head_dim_kpe).
+CKV_DIM = 512
 
 
 def _workspace(device) -> torch.Tensor:
@@ -118,6 +122,57 @@ def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
     return run
 
 
+def plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal=True):
+    """The per-step preparation of attention.prefill_paged, exposed like plan_decode: returns run(q, kv_buffer) ->
+    out (the page lists and the plan of this step, reused by every layer)."""
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+    num_kv_heads = kv_buffer.shape[1] // 2
+    with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
+        wrapper.plan(cu_seqlens_q, indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2],
+                     page_size, causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype,
+                     kv_data_type=kv_buffer.dtype)
+
+    def run(q, kv_buffer):
+        return wrapper.run(q, _paged_views(kv_buffer, page_size))
+    return run
+
+
+def _latent_pages(latent_cache, page_size: int):
+    """[pages, page_size, 576] view of the [rows, 576] latent cache (its row stride kept, no copy)."""
+    rows, width = latent_cache.shape
+    row_stride = latent_cache.stride(0)
+    return latent_cache.as_strided((rows // page_size, page_size, width), (page_size * row_stride, row_stride, 1))
+
+
+def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, cuda_graph=True):
+    """The per-step preparation of attention.mla_decode, exposed like plan_decode: returns run(q, latent_cache) ->
+    out. cuda_graph (the default: how engines drive MLA decode): BatchMLAPagedAttentionWrapper's CUDA-graph mode,
+    plan() copies the page lists into buffers fixed for the wrapper's life, so run() can be captured and
+    replayed; the kernels and the plan are those of the plain mode."""
+    batch = q.shape[0]
+    indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
+    qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    fixed = {}
+    if cuda_graph:
+        fixed = {"use_cuda_graph": True, "qo_indptr": torch.empty_like(qo_indptr),
+                 "kv_indptr": torch.empty_like(indptr), "kv_indices": torch.empty_like(indices),
+                 "kv_len_arr": torch.empty_like(seq_lens)}
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), **fixed)
+    width = latent_cache.shape[1]
+    with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
+        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], CKV_DIM, width - CKV_DIM,
+                     page_size, False, float(sm_scale), q.dtype, latent_cache.dtype)
+
+    def run(q, latent_cache):
+        paged = _latent_pages(latent_cache, page_size)
+        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM],
+                           paged[..., CKV_DIM:])
+    return run
+
+
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
     variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
@@ -178,11 +233,10 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     batch = q.shape[0]
     indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
     qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
-    rows, width = latent_cache.shape
-    row_stride = latent_cache.stride(0)
-    paged = latent_cache.as_strided((rows // page_size, page_size, width), (page_size * row_stride, row_stride, 1))
+    width = latent_cache.shape[1]
+    paged = _latent_pages(latent_cache, page_size)
     with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
-        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], MLA_VALUE_DIM, width - MLA_VALUE_DIM,
+        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], CKV_DIM, width - CKV_DIM,
                      page_size, False, float(sm_scale), q.dtype, latent_cache.dtype)
-        return wrapper.run(q[..., :MLA_VALUE_DIM], q[..., MLA_VALUE_DIM:], paged[..., :MLA_VALUE_DIM],
-                           paged[..., MLA_VALUE_DIM:])
+        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM],
+                           paged[..., CKV_DIM:])

@@ -1,8 +1,8 @@
 """Log FlashInfer's first call per kernel module: which module, and how long the call took.
 
 FlashInfer 0.6.0 JIT-compiles each kernel module on its first use (our rows'
-first calls took 15-207 s on the H200, perf/results/h200/libraries_2026-12-01/
-library_probe.json); a later process loads it from FlashInfer's cache when its
+first calls took seconds to minutes on the H200; evidence h200.libraries.probe);
+a later process loads it from FlashInfer's cache when its
 ninja dependency log is intact, or from its AOT directory. An engine that stalls for a minute at its first
 step should say why, so every FlashInfer adapter wraps its library call:
 

@@ -1,13 +1,10 @@
 """attention family: op contracts and rows (data only, torch-free).
 
-Files: checks.py (the ops' argument checks), reference.py (torch rows),
-prefill.py (native ragged and paged prefill), prefill_tma.py (the ragged
-prefill with TMA tile loads, sm90+), prefill_gluon.py (a warp-specialized Gluon
-prefill for head dim 128, sm90: serves those calls), decode.py (native paged decode,
-bf16/fp16/fp32 and fp8 KV, and the split-K merge), mla_decode.py (native MLA
-decode), mla_decode_tma.py (its TMA tile loads, sm90+), mla_decode_gluon.py (its Gluon kernel for
-few query heads, sm90), mla_decode_gluon_pingpong.py (its warp-specialised Gluon kernel for 64+ heads, sm90: serves
-those calls) and mla_decode_gluon_wide.py (the earlier 64+ heads Gluon kernel, opt-in). The external libraries' adapters live in
+Files: checks.py (the ops' argument checks), reference.py (the torch rows), tiles.py (shared Triton
+helpers), gluon_tiles.py (shared Gluon helpers), splits.py (split-K host rules), and one folder per op
+with several native kernels, one module per kernel (each its own row below) and launch.py (their launch
+policies): prefill/ (triton.py, triton_tma.py, gluon.py), decode/ (triton.py, cuda.py), mla_decode/
+(triton.py, triton_tma.py, gluon.py, gluon_pingpong.py). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -19,6 +16,12 @@ Shared conventions of every attention op:
     (K heads, then V heads, of each token slot); a paged view of it has pages of
     `page_size` consecutive rows: the token at position p of sequence b lives in
     row page_table[b, p // page_size] * page_size + p % page_size;
+  - non-finite values (every row): a NaN in a query's q or in a K row it attends makes its output and
+    lse NaN; a NaN in an attended V element makes that output element NaN. Another sequence's tokens,
+    positions past a sequence's length and cache rows no sequence uses (an engine's padding slot) never
+    affect a query, whatever they hold. A non-finite K/V of a later token of the same sequence (masked
+    by causality) may reach that sequence's earlier queries (tile products compute 0 * NaN there, as
+    the libraries' kernels do); it never leaves the sequence;
   - index tensors (cu_seqlens, seq_lens, page_table) are int32, on q's device.
     Their values are checked (OpInputError) for CPU tensors always and on CUDA
     under RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a
@@ -27,12 +30,15 @@ Shared conventions of every attention op:
 """
 
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
+from ...dispatcher.spec import CapabilityRequirement, KernelSpec, LibraryRequirement, ShapeConstraint
 from ...backends.flash_attn import REQUIREMENT as FLASH_ATTN
 from ...backends.flash_mla import REQUIREMENT as FLASH_MLA
 from ...backends.flashinfer import REQUIREMENT as FLASHINFER
-from ..common_rows import LIBRARY_PARITY
-from ..common_rows import ATTENTION_RESULTS, TRITON, TRITON_DEVICES, TRITON_FP8_DEVICES, TRITON_FP8_READ_DEVICES
+from ..common_rows import TRITON, TRITON_DOT_DEVICES, TRITON_FP8_DEVICES, TRITON_FP8_READ_DEVICES
+from ..rows import extension_rows, library_row, native_row, reference_row
+
+#: The external-library rows' parity run on the H200 (their golden records).
+LIBRARY_PARITY = "h200.libraries.parity"
 
 PREFILL = "attention.prefill"
 PREFILL_PAGED = "attention.prefill_paged"
@@ -46,18 +52,39 @@ ATTENTION_DTYPES = frozenset({"fp32", "fp16", "bf16"})
 #: The width of one MLA latent cache row: kv_lora_rank 512 (also the value) + 64 rope dims (DeepSeek-V2/V3).
 MLA_LATENT_DIM = 576
 MLA_VALUE_DIM = 512
+MLA_ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
 
 _VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
 unspecified output otherwise)"""
+
+#: {tag: what a call site providing it guarantees}: the tags checks.py provides (merged by build_tables()).
+LAYOUT_TAGS = {
+    "q:heads": "q [N, Hq, D] has unit stride along D, its other strides and its data pointer 16-byte aligned "
+               "(what TMA-based library kernels load without a copy)",
+    "kv:heads": "k and v of a ragged prefill [T, Hk, D] each as q:heads",
+    "v:same_head_dim": "v's head_dim equals q's and k's (libraries compile a fixed set of (D, Dv) pairs)",
+    "kv:paged": "the KV buffer [rows, 2*Hk, D] as q:heads (any 16-byte-aligned row stride)",
+    "kv:q_dtype": "the decode KV buffer holds q's dtype (no scales)",
+    "kv:fp8_e4m3": "the decode KV buffer is float8_e4m3fn with its per-tensor k_scale and v_scale",
+    "latent:rows": "the MLA latent cache [rows, 576] as q:heads",
+    "index:contiguous": "the index tensors (cu_seqlens, seq_lens, page_table) are contiguous",
+    "q:tma": "q [N, H, D] reads as the 2D TMA array tokens x (h * stride_h + d): q:heads, and heads and tokens "
+             "that do not overlap",
+    "kv:tma": "k and v of a ragged prefill each as q:tma",
+    "latent:tma": "the MLA latent cache [rows, 576] has rows, unit column stride, a 16-byte aligned base and row "
+                  "stride, and rows that do not overlap (a 2D TMA array)",
+    "scale:positive": "sm_scale > 0 (kernels that take the row maximum on the raw logits, then scale)",
+}
 
 CONTRACTS = (
     OpContract(
         op=PREFILL,
         parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
         dtypes=ATTENTION_DTYPES,
-        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
-              ("head_dim", EXACT), ("head_dim_v", EXACT)),
-        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous"),
+        # max_seqlen: 4 x 4096 and 16 x 1024 are one num_tokens bucket, yet their fastest rows differ
+        dims=(("num_tokens", TOKEN_BUCKETS), ("max_seqlen", TOKEN_BUCKETS), ("num_q_heads", EXACT),
+              ("num_kv_heads", EXACT), ("head_dim", EXACT), ("head_dim_v", EXACT)),
+        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
         check=f"{_HERE}.checks:check_prefill",
         doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
     -> out, or (out, lse) with return_lse
@@ -78,9 +105,10 @@ length <= max_seqlen.""",
         op=MLA_PREFILL,
         parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
         dtypes=ATTENTION_DTYPES,
-        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
-              ("head_dim", EXACT), ("head_dim_v", EXACT)),
-        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous"),
+        # max_seqlen: 4 x 4096 and 16 x 1024 are one num_tokens bucket, yet their fastest rows differ
+        dims=(("num_tokens", TOKEN_BUCKETS), ("max_seqlen", TOKEN_BUCKETS), ("num_q_heads", EXACT),
+              ("num_kv_heads", EXACT), ("head_dim", EXACT), ("head_dim_v", EXACT)),
+        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
         check=f"{_HERE}.checks:check_mla_prefill",
         doc="""mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
 
@@ -146,7 +174,7 @@ uses < rows / page_size; other entries of page_table are not read.""",
         parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale"),
         dtypes=ATTENTION_DTYPES,
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("head_dim", EXACT), ("page_size", EXACT)),
-        layouts=("q:heads", "latent:rows", "index:contiguous"),
+        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma"),
         check=f"{_HERE}.checks:check_mla_decode",
         doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale) -> out
 
@@ -168,51 +196,26 @@ over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
 # ---------------------------------------------------------------------------
 
 _SM90 = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),)
-#: FlashInfer compiles one module per (dtype, head dim, kernel) on first use (its rows' first calls took
-#: 15-207 s on the H200, perf/results/h200/libraries_2026-12-01/library_probe.json): its rows
+#: FlashInfer compiles one module per (dtype, head dim, kernel) on first use (minutes on the H200): its rows
 #: claim bf16, the dtype measured on the H200; fp16 calls are served by the next row.
 _FLASHINFER_DTYPES = frozenset({"bf16"})
 
 
 def _reference(op: str, function: str) -> KernelSpec:
-    return KernelSpec(
-        name=f"torch/{function}",
-        op=op,
-        backend="torch",
-        target=f"{_HERE}.reference:{function}",
-        dtypes=ATTENTION_DTYPES,
-        golden=GoldenRecord.reference(),
-        # Loops over sequences with host-known bounds only (no sync), so a graph can capture it.
-        description="fp32 PyTorch reference: per-sequence masked softmax over gathered keys",
-    )
+    # Loops over sequences with host-known bounds only (no sync), so a graph can capture it.
+    return reference_row(op, f"{_HERE}.reference:{function}", ATTENTION_DTYPES,
+                         description="fp32 PyTorch reference: per-sequence masked softmax over gathered keys")
 
 
 def _library_row(name, op, library, function, *, dtypes, layout, shape=(), graph_safe, max_abs_diff, priority,
                  description):
-    """A row served by an external library's adapter (backends/<library>/attention.py).
-
-    max_abs_diff: the largest |diff| against the op's torch row over its parity cases on the H200
-    (LIBRARY_PARITY, the golden record); priority: from common_rows.LIBRARY_BENCH (the comments at ROWS)."""
-    backend, _, _ = name.partition("/")
-    package = f"{_BACKENDS}.{backend}"
-    return KernelSpec(
-        name=name,
-        op=op,
-        backend=backend,
-        target=f"{package}.attention:{function}",
-        available=f"{package}:available",
-        libraries=(library,),
-        capability=_SM90,
-        dtypes=dtypes,
-        # An empty batch is the reference row's (no library launch is tested with zero work).
-        shape=(ShapeConstraint("num_tokens", min=1), *shape),
-        layout=layout,
-        golden=GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline=f"torch/{function}",
-                            evidence=LIBRARY_PARITY),
-        priority=priority,
-        graph_safe=graph_safe,
-        description=description,
-    )
+    """A row served by an external library's adapter (backends/<library>/attention.py), sm90 (the Hopper builds
+    this project tests). An empty batch is the reference row's (no library launch is tested with zero work).
+    max_abs_diff: over the library rows' parity run on the H200 (LIBRARY_PARITY)."""
+    return library_row(name, op, f"{_BACKENDS}.{name.partition('/')[0]}.attention:{function}", library=library,
+                       capability=_SM90, dtypes=dtypes, shape=(ShapeConstraint("num_tokens", min=1), *shape),
+                       layout=layout, parity=(max_abs_diff, LIBRARY_PARITY), priority=priority,
+                       graph_safe=graph_safe, description=description)
 
 
 _RAGGED = ("q:heads", "kv:heads", "index:contiguous")
@@ -228,133 +231,96 @@ _NATIVE_POW2_HEAD_DIMS = ShapeConstraint("head_dim", one_of=(32, 64, 128, 256))
 _NATIVE_VALUE_DIMS = ShapeConstraint("head_dim_v", one_of=(32, 64, 128, 256))
 
 
-#: sm90 (where mla_decode's Gluon kernel runs; wgmma is sm90a-only) or the CPU interpreter (parity of the entry).
-_SM90_OR_INTERPRETER = (CapabilityRequirement("cuda", min_sm=90, max_sm=90),
-                        CapabilityRequirement("cpu", triton_interpreter=True))
+#: Gluon kernels: sm90 only (wgmma is sm90a, not sm100), with the triton whose Gluon API they were written
+#: and verified against (Gluon's API changes between releases).
+_GLUON = LibraryRequirement("triton", min_version="3.6", below_version="3.7")
+#: Triton TMA kernels: sm90+ and a triton with host tensor descriptors.
+_TRITON_TMA = LibraryRequirement("triton", min_version="3.4")
+_SM90_PLUS = (CapabilityRequirement("cuda", min_sm=90),)
+_HALF_DTYPES = frozenset({"fp16", "bf16"})
 
 
-def _native_row(name, op, module, function, *, shape=(), layout=(), capability=TRITON_DEVICES, max_abs_diff,
-                priority, description):
-    """A native Triton row (ops/attention/<module>.py). Every tensor is read through its strides, so it
-    needs no layout tag but the dtype ones; no host sync and no per-call host data (split counts come from
-    host-known sizes): capturable in a CUDA graph (measured: conformance/test_attention_native.py on the
-    H200). max_abs_diff: the largest |diff| against the torch row over every parity case in fp32, fp16 and
-    bf16 on the H200 (the row's own parity run in ATTENTION_RESULTS); priority: from common_rows.ATTENTION_BENCH (the
-    comments at ROWS)."""
-    return KernelSpec(
-        name=name,
-        op=op,
-        backend="native",
-        target=f"{_HERE}.{module}:{function}",
-        libraries=(TRITON,),
-        capability=capability,
-        dtypes=ATTENTION_DTYPES,
-        shape=shape,
-        layout=layout,
-        golden=GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline=f"torch/{function}",
-                            evidence=f"{ATTENTION_RESULTS}/parity_{name.replace('/', '_')}.json"),
-        priority=priority,
-        graph_safe=True,
-        description=description,
-    )
+def _native_row(name, target, op, *, shape=(), layout=(), capability=TRITON_DOT_DEVICES, libraries=(TRITON,),
+                dtypes=ATTENTION_DTYPES, parity=None, priority, description):
+    """A native kernel's row (target "<module>:<function>" under this package, e.g. "prefill.gluon:prefill_gluon").
+    Every tensor is read through its strides; no host sync and no per-call host data (split counts come from
+    host-known sizes): capturable in a CUDA graph. The kernels multiply tiles with tl.dot: TRITON_DOT_DEVICES."""
+    return native_row(name, op, f"{_HERE}.{target}", dtypes=dtypes, libraries=libraries, capability=capability,
+                      shape=shape, layout=layout, parity=parity, priority=priority, description=description)
 
 
-def _extension_decode_row(backend: str, function: str) -> KernelSpec:
-    """aot/decode_fp8 or jit/decode_fp8: attention.decode over an fp8-e4m3 buffer on the CUDA extension."""
-    return KernelSpec(
-        name=f"{backend}/decode_fp8",
-        op=DECODE,
-        backend=backend,
-        target=f"{_HERE}.decode_cuda:{function}",
-        available=f"rapid_llm.kernels.{backend}:available",
-        capability=TRITON_FP8_DEVICES,  # CUDA sm89+: the e4m3 -> f16x2 conversion
-        dtypes={"fp16", "bf16"},
-        shape=(ShapeConstraint("head_dim", one_of=(128,)),
-               ShapeConstraint("page_size", one_of=tuple(2 ** i for i in range(11)))),  # powers of two to 1024
-        layout=("kv:fp8_e4m3", "kv:paged"),
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0078125, baseline="torch/decode",
-                            evidence=f"{ATTENTION_RESULTS}/parity_{backend}_decode_fp8.json"),
-        priority=20,
-        graph_safe=True,
-        description=("CUDA extension: paged fp8-KV decode with mma.sync, K/V chunks through a cp.async ring per "
-                     "warp, the value operand built by byte permutes" +
-                     ("" if backend == "aot" else " (built on first use, RAPID_LLM_JIT=1)")),
-    )
+#: The prefill kernels' tile math: a head dim is D_A + D_B (tiles.split_head_dim).
+_PREFILL_SHAPES = (_NATIVE_HEAD_DIMS, _NATIVE_VALUE_DIMS)
+#: Pages of whole 64-position tiles: a tile of a split is 64 contiguous cache rows (one TMA box).
+_WHOLE_TILE_PAGES = ShapeConstraint("page_size", multiple_of=64)
 
-
-# Priorities (common_rows.LIBRARY_BENCH, bf16, one run; the reference rows are the floor, not timed):
-#   prefill, GQA 32/8 d128 causal: FA3 825.7 us at 4 x 4096 tokens and 322.6 us at 16 x 1024, FlashInfer
-#     1652.1 / 1044.5 us (plan() in every call); mla_prefill 4 x 4096, 16 heads 192/128: FA3 512.5, FlashInfer
-#     980.4 us. So FA3 20, FlashInfer 10.
-#   mla_decode, page 64: FlashMLA 144.0 / 130.2 us at B=64 L=4096 with 128 / 16 heads, 72.7 / 64.0 us at
-#     B=1 L=32768 with 16 / 128 heads; FlashInfer 906-910 us at B=64 and 358-906 us at B=1. FlashMLA 20.
-#   decode and prefill_paged: FlashInfer is the only library row (786.2 us at B=64 L=4096 GQA 32/8 page 16,
-#     779.0 us for 4 chunks of 512 after 4096): 10.
-# The native rows (common_rows.ATTENTION_BENCH: one run beside the library rows, bf16; variants/call15):
-#   decode GQA 32/8 d128 page 16 (its own run, variants/call16): native 254.3 / 80.4 / 50.9 / 49.1 us at B=64
-#     L=4096 / B=8 L=8192 / B=1 L=32768 / B=1 L=1024 by events (244.3 / 68.8 / 39.4 / 10.0 in graph replay),
-#     against the FlashInfer row's 822.5 / 508.6 / 452.6 / 418.2 (and FlashInfer planned once per step, a peer:
-#     390.0 / 105.8 / 60.7 / 15.1): native 30. fp8 buffer (the decode run of variants/call34): the
-#     extension rows aot/decode_fp8 and jit/decode_fp8 152.8 / 55.6 / 37.3 and 149.8 / 56.1 / 37.8 us by
-#     events at B=64 L=4096 / B=8 L=8192 / B=1 L=32768 (137.5 / 41.9 / 28.4 and 135.9 / 41.3 / 28.0 in graph
-#     replay), native/decode_fp8 178.3 / 57.6 / 66.8 (169.3 / 50.8 / 30.2): the extension rows 20, where
-#     their build loads, native/decode_fp8 10.
-#   prefill (its own run, variants/call31): native 864.3 / 290.3 us at 4 x 4096 / 16 x 1024 causal (sm90's
-#     Gluon kernel for head dim 128, two consumer warpgroups, 128-key tiles, the output through TMA; the TMA
-#     kernel took 1136.8 / 379.5 in call15), FA3 841.1 / 322.1, the FlashInfer row 2288.7 / 1120.1: native 15,
-#     between them (FA3 ahead at the long sequences, native at the short ones). mla_prefill: native 748.2, FA3 529.4,
-#     FlashInfer 1611.3: 15.
-#   prefill_paged: native 523.2 us, the FlashInfer row 1383.8: native 20.
-#   mla_decode page 64 (graph replay, CUDA events in brackets): Hq=128 B=64 L=4096 native 167.8 (174.2) us (the
-#     wide Gluon kernel), FlashMLA 142.8 (146.8), the FlashInfer row 910.6 by events: native/mla_decode 15,
-#     below FlashMLA (the compute-bound case; 170.9-176.7 against 132.2-141.7 in variants/call12-call14).
-#     Hq < 64 on sm90 runs the Gluon kernel: 82.7 us at B=64 Hq=16, 14.2 at B=1 L=32768, 79.4 at B=8
-#     L=32768, against FlashMLA's 111.6 / 66.2 / 106.1, and 106-114 against 110-111 at Hq=32 B=64
-#     (variants/call7, call9): native/mla_decode_few_heads 25, above FlashMLA, for Hq <= 63 on sm90 (a
-#     shape constraint: one priority per row cannot follow the head count). At Hq=128 only B=1 L=32768 is
-#     faster natively (36.2 against 54.7), too narrow a case for a row of its own.
+# Priorities rank rows that serve the same call; the measured ones come from the H200 runs cited as
+# evidence h200.attention.bench and h200.libraries.bench (bf16). Within one op's native kernels the
+# more specialised kernel ranks first where its conditions hold (Gluon > TMA > pointer loads).
 ROWS = (
     _reference(PREFILL, "prefill"),
     _reference(MLA_PREFILL, "mla_prefill"),
     _reference(PREFILL_PAGED, "prefill_paged"),
     _reference(DECODE, "decode"),
     _reference(MLA_DECODE, "mla_decode"),
-    _native_row("native/prefill", PREFILL, "prefill", "prefill", shape=(_NATIVE_HEAD_DIMS, _NATIVE_VALUE_DIMS),
-                max_abs_diff=0.015625, priority=15,
-                description="Triton FlashAttention-2-style tiles: BLOCK_M queries x BLOCK_N keys, online exp2 softmax; "
-                            "on sm90 TMA tile loads when the strides allow (prefill_tma.py), and for head dim 128 a "
-                            "warp-specialized persistent Gluon kernel (prefill_gluon.py)"),
-    _native_row("native/mla_prefill", MLA_PREFILL, "prefill", "mla_prefill", max_abs_diff=0.015625, priority=15,
-                description="Triton prefill tiles with q/k head_dim 192 as 128 + 64 (two products per tile), TMA "
-                            "loads on sm90"),
-    _native_row("native/prefill_paged", PREFILL_PAGED, "prefill", "prefill_paged", shape=(_NATIVE_POW2_HEAD_DIMS,),
-                max_abs_diff=0.015625, priority=20,
+    # attention.prefill: FA3 (20) ranks above ours at the long sequences, ours between FA3 and FlashInfer.
+    _native_row("native/prefill", "prefill.triton:prefill", PREFILL, shape=_PREFILL_SHAPES, parity=(0.015625, "h200.attention.parity.native_prefill"), priority=13, description="Triton FlashAttention-2-style tiles by pointer loads: BLOCK_M queries x "
+                                         "BLOCK_N keys, online exp2 softmax; any strides, fp32"),
+    _native_row("native/prefill_tma", "prefill.triton_tma:prefill_tma", PREFILL, shape=_PREFILL_SHAPES,
+                layout=("q:tma", "kv:tma"), capability=_SM90_PLUS, libraries=(_TRITON_TMA,), dtypes=_HALF_DTYPES,
+                parity=(0.015625, "h200.attention.parity.native_prefill_tma"), priority=14, description="Triton prefill tiles with TMA loads of the unmasked tiles (sm90+)"),
+    _native_row("native/prefill_gluon", "prefill.gluon:prefill_gluon", PREFILL,
+                shape=(ShapeConstraint("head_dim", one_of=(128,)), ShapeConstraint("head_dim_v", one_of=(128,))),
+                layout=("q:tma", "kv:tma", "scale:positive"), capability=_SM90, libraries=(_GLUON,),
+                dtypes=_HALF_DTYPES, parity=(0.015625, "h200.attention.parity.native_prefill_gluon"), priority=15,
+                description="Gluon warp-specialized persistent prefill, head dim 128: a TMA producer warpgroup, two "
+                            "consumer warpgroups (sm90)"),
+    _native_row("native/mla_prefill", "prefill.triton:mla_prefill", MLA_PREFILL, parity=(0.015625, "h200.attention.parity.native_mla_prefill"), priority=13,
+                description="Triton prefill tiles by pointer loads, q/k head_dim 192 as 128 + 64 (two products a "
+                            "tile)"),
+    _native_row("native/mla_prefill_tma", "prefill.triton_tma:mla_prefill_tma", MLA_PREFILL,
+                layout=("q:tma", "kv:tma"), capability=_SM90_PLUS, libraries=(_TRITON_TMA,), dtypes=_HALF_DTYPES,
+                parity=(0.015625, "h200.attention.parity.native_mla_prefill_tma"), priority=15, description="Triton prefill tiles with TMA loads, q/k head_dim 192 as 128 + 64 (sm90+)"),
+    _native_row("native/prefill_paged", "prefill.triton:prefill_paged", PREFILL_PAGED, shape=(_NATIVE_POW2_HEAD_DIMS,),
+                parity=(0.015625, "h200.attention.parity.native_prefill_paged"), priority=20,
                 description="Triton prefill tiles reading K/V through the page table, bottom-right causal"),
-    _native_row("native/decode", DECODE, "decode", "decode", shape=(_NATIVE_HEAD_DIMS,), layout=("kv:q_dtype",),
-                max_abs_diff=0.015625, priority=30,
+    # attention.decode
+    _native_row("native/decode", "decode.triton:decode", DECODE, shape=(_NATIVE_HEAD_DIMS,), layout=("kv:q_dtype",),
+                parity=(0.015625, "h200.attention.parity.native_decode"), priority=30,
                 description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge"),
-    _native_row("native/decode_fp8", DECODE, "decode", "decode", shape=(_NATIVE_HEAD_DIMS,),
-                layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, max_abs_diff=0.0078125, priority=10,
+    _native_row("native/decode_fp8", "decode.triton:decode_fp8", DECODE, shape=(_NATIVE_HEAD_DIMS,),
+                layout=("kv:fp8_e4m3",), capability=TRITON_FP8_READ_DEVICES, parity=(0.0078125, "h200.attention.parity.native_decode_fp8"), priority=10,
                 description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
                             "conversion), scales folded into the softmax"),
-    # The CUDA extension's fp8-KV decode (csrc/attention/decode_fp8.cu: mma.sync, K/V chunks copied by
-    # cp.async into a ring per warp, the value operand built by byte permutes), built ahead of time or on
-    # first use. Parity on the H200 (variants/call34): both builds within 0.0078125 of the reference.
-    *(_extension_decode_row(backend, function) for backend, function in (("aot", "decode_aot"),
-                                                                         ("jit", "decode_jit"))),
-    _native_row("native/mla_decode", MLA_DECODE, "mla_decode", "mla_decode", max_abs_diff=0.015625, priority=15,
-                description="Triton MLA decode: BLOCK_H heads share each latent tile, split-K with an lse merge; "
-                            "on sm90 for pages that hold whole tiles, Hq < 64: a Gluon kernel with a TMA ring and "
-                            "positions as the warpgroup product rows (mla_decode_gluon.py), Hq >= 64: a warp-specialised "
-                            "Gluon kernel of 64 heads whose two warpgroups take alternate tiles "
-                            "(mla_decode_gluon_pingpong.py)"),
-    # The same kernel entry as native/mla_decode, ranked above FlashMLA where its Gluon kernel serves: fewer
-    # than 64 query heads (one GPU of TP >= 2 for DeepSeek's 128) on sm90 (the comments above).
-    _native_row("native/mla_decode_few_heads", MLA_DECODE, "mla_decode", "mla_decode",
-                shape=(ShapeConstraint("num_q_heads", max=63),), capability=_SM90_OR_INTERPRETER,
-                max_abs_diff=0.015625, priority=25,
-                description="native/mla_decode for Hq < 64 on sm90, ranked by its Gluon kernel (mla_decode_gluon.py: "
-                            "a TMA ring, positions as the warpgroup product rows)"),
+    # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
+    *extension_rows(DECODE, f"{_HERE}.decode.cuda:decode_fp8", dtypes=_HALF_DTYPES, capability=TRITON_FP8_DEVICES,
+                    shape=(ShapeConstraint("head_dim", one_of=(128,)),
+                           ShapeConstraint("page_size", one_of=tuple(2 ** i for i in range(11)))),
+                    layout=("kv:fp8_e4m3", "kv:paged"),
+                    parity={"aot": (0.0078125, "h200.attention.parity.aot_decode_fp8"),
+                            "jit": (0.0078125, "h200.attention.parity.jit_decode_fp8")},
+                    priority=20,
+                    description="CUDA extension: paged fp8-KV decode with mma.sync, K/V chunks through a cp.async "
+                                "ring per warp, the value operand built by byte permutes"),
+    # attention.mla_decode: below 64 query heads the Gluon kernel ranks above FlashMLA (20); at 64 and more
+    # FlashMLA ranks above the ping-pong kernel.
+    _native_row("native/mla_decode", "mla_decode.triton:mla_decode", MLA_DECODE, parity=(0.015625, "h200.attention.parity.native_mla_decode"), priority=10,
+                description="Triton MLA decode by pointer loads: BLOCK_H heads share each latent tile, split-K with "
+                            "an lse merge; any page size, fp32"),
+    _native_row("native/mla_decode_tma", "mla_decode.triton_tma:mla_decode_tma", MLA_DECODE,
+                shape=(_WHOLE_TILE_PAGES,), layout=("latent:tma",), capability=_SM90_PLUS, libraries=(_TRITON_TMA,),
+                dtypes=_HALF_DTYPES, parity=(0.015625, "h200.attention.parity.native_mla_decode_tma"), priority=12,
+                description="Triton MLA decode with TMA loads of whole latent tiles (sm90+)"),
+    _native_row("native/mla_decode_gluon", "mla_decode.gluon:mla_decode_gluon", MLA_DECODE,
+                shape=(_WHOLE_TILE_PAGES, ShapeConstraint("num_q_heads", max=63)), layout=("latent:tma",),
+                capability=_SM90, libraries=(_GLUON,), dtypes=_HALF_DTYPES, parity=(0.015625, "h200.attention.parity.native_mla_decode_gluon"), priority=25,
+                description="Gluon MLA decode for Hq < 64: a TMA ring, the tile's positions as the warpgroup "
+                            "product rows (sm90)"),
+    _native_row("native/mla_decode_gluon_pingpong", "mla_decode.gluon_pingpong:mla_decode_gluon_pingpong",
+                MLA_DECODE, shape=(_WHOLE_TILE_PAGES, ShapeConstraint("num_q_heads", min=64)),
+                layout=("latent:tma",), capability=_SM90, libraries=(_GLUON,), dtypes=_HALF_DTYPES, parity=(0.0078125, "h200.attention.parity.native_mla_decode_gluon_pingpong"), priority=15,
+                description="Gluon MLA decode for Hq >= 64: two warp-specialised warpgroups on alternate tiles "
+                            "(sm90)"),
     _library_row("flash_attn/varlen_fwd", PREFILL, FLASH_ATTN, "prefill", dtypes={"bf16"},
                  layout=(*_RAGGED, "v:same_head_dim"),
                  shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
@@ -382,8 +348,7 @@ ROWS = (
                  graph_safe=False, max_abs_diff=0.015625, priority=10,
                  description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)"),
     # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to
-    # the eager call on the H200 (perf/results/h200/libraries_2026-12-01/library_probe.json).
+    # the eager call on the H200 (evidence h200.libraries.probe).
     _library_row("flash_mla/dense_decode", MLA_DECODE, FLASH_MLA, "mla_decode", dtypes={"bf16"}, layout=_LATENT,
-                 shape=(ShapeConstraint("page_size", one_of=(64,)),), graph_safe=True, max_abs_diff=0.015625,
-                 priority=20, description="FlashMLA dense decode (legacy kernel, block size 64)"),
+                 shape=(ShapeConstraint("page_size", one_of=(64,)),), graph_safe=True, max_abs_diff=0.015625, priority=20, description="FlashMLA dense decode (legacy kernel, block size 64)"),
 )

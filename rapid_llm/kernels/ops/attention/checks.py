@@ -10,6 +10,12 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   kv:fp8_e4m3       decode's kv_buffer is float8_e4m3fn, with its k_scale and v_scale
   v:same_head_dim   v's head_dim equals q's (ragged prefill ops)
   index:contiguous  cu_seqlens / seq_lens / page_table are contiguous
+  q:tma             q [N, H, D] is a 2D TMA array (tokens x h * stride_h + d): q:heads, and heads and tokens
+                    that do not overlap (stride_h >= D, stride_t >= (H - 1) * stride_h + D)
+  kv:tma            the same for k and v (ragged prefill)
+  latent:tma        latent_cache [rows, 576], rows > 0, unit column stride, 16-byte aligned base and row
+                    stride, rows that do not overlap
+  scale:positive    sm_scale > 0 (kernels that take the row maximum on the raw logits)
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from ..checks import (OpInputError, expect_float_tensor, expect_int, expect_real
 from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
 
 _ALIGN_BYTES = 16
-_RAGGED_TAGS = tag_table("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous")
+_RAGGED_TAGS = tag_table("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma",
+                         "scale:positive")
 _PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous")
 _DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3")
-_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous")
+_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma")
 
 
 def heads_aligned(t) -> bool:
@@ -37,6 +44,26 @@ def heads_aligned(t) -> bool:
     if (t.data_ptr() % _ALIGN_BYTES) != 0:
         return False
     return all(t.shape[d] == 1 or (t.stride(d) * size) % _ALIGN_BYTES == 0 for d in range(t.dim() - 1))
+
+
+def tma_array(t) -> bool:
+    """A [T, H, D] tensor readable as the 2D TMA array tokens x (h * stride_h + d): unit stride along D,
+    16-byte aligned data pointer and token/head strides, heads and tokens that do not overlap."""
+    if t.numel() == 0:
+        return True
+    size = t.element_size()
+    stride_t, stride_h, stride_d = t.stride()
+    tokens, heads, dim = t.shape
+    return (stride_d == 1 and t.data_ptr() % _ALIGN_BYTES == 0 and (stride_t * size) % _ALIGN_BYTES == 0
+            and (stride_h * size) % _ALIGN_BYTES == 0 and stride_h >= dim and stride_t >= (heads - 1) * stride_h + dim)
+
+
+def tma_rows(t, width: int) -> bool:
+    """A [rows, width] tensor readable as a 2D TMA array: rows > 0, unit column stride, 16-byte aligned data
+    pointer and row stride, rows that do not overlap."""
+    row_stride, column_stride = t.stride()
+    return (t.shape[0] > 0 and column_stride == 1 and row_stride >= width and t.data_ptr() % _ALIGN_BYTES == 0
+            and (row_stride * t.element_size()) % _ALIGN_BYTES == 0)
 
 
 def _expect_same_dtype(op, argument, value, reference_argument, reference):
@@ -117,14 +144,16 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
     _expect_flag(op, "return_lse", return_lse)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
     tags = _RAGGED_TAGS[(heads_aligned(q), heads_aligned(k) and heads_aligned(v), v.shape[2] == head_dim,
-                         cu_seqlens.is_contiguous())]
-    dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-            ("head_dim", head_dim), ("head_dim_v", v.shape[2]))
+                         cu_seqlens.is_contiguous(), tma_array(q), tma_array(k) and tma_array(v),
+                         float(sm_scale) > 0)]
+    dims = (("num_tokens", tokens), ("max_seqlen", max_seqlen), ("num_q_heads", num_q_heads),
+            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("head_dim_v", v.shape[2]))
     return q, tags, dims
 
 
 def check_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
-    """attention.prefill's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, head_dim_v))."""
+    """attention.prefill's check: (q, tags, (num_tokens, max_seqlen, num_q_heads, num_kv_heads, head_dim,
+    head_dim_v))."""
     return _check_ragged(PREFILL, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
 
 
@@ -252,7 +281,8 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], 1, "lengths >= 1")
     tags = _LATENT_TAGS[(heads_aligned(q), heads_aligned(latent_cache),
-                         page_table.is_contiguous() and seq_lens.is_contiguous())]
+                         page_table.is_contiguous() and seq_lens.is_contiguous(),
+                         tma_rows(latent_cache, MLA_LATENT_DIM))]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims
 

@@ -1,19 +1,38 @@
 """Pure-PyTorch reference rows of the attention family (fp32 math, one rounding to q's dtype).
 
-Every op is computed the same way: the queries and keys of a group of
-sequences are gathered into padded [G, S, ...] tensors using only host-known
-bounds (max_seqlen, the page table's width), a boolean mask says which
-(query, key) pairs exist, and a masked softmax in fp32 weighs the values:
+Every op is computed the same way. Per step (a chunk of sequences, of KV
+heads, of query rows and of key positions), each sequence's queries and the
+keys it owns are gathered into padded tensors using only host-known bounds
+(max_seqlen, the page table's width); a boolean mask says which (query, key)
+pairs attend, and an online softmax in fp32 (flash attention's recurrence
+over the key chunks) weighs the values:
 
-    logits = q . k * sm_scale  (fp32),  masked pairs -> -inf
-    lse    = logsumexp(logits)           (natural log)
-    out    = exp(logits - lse) @ v       -> q's dtype
+    s   = q . k * sm_scale (fp32) over the keys the query attends
+    m   = max(s),  l = sum exp(s - m)       (running over key chunks)
+    out = sum exp(s - m) v / l  -> q's dtype,  lse = m + log(l)  (natural log)
 
-No value is read back to the host (no device sync), so a CUDA graph can
-capture these rows; index values outside the contract are clamped before
-any gather, so an unchecked bad value gives a wrong answer, never an
-out-of-bounds read. Sequences are processed in groups sized to keep the
-padded logits under ~1 GiB.
+Subtracting the running max keeps exp() exact at the max: exp(s - lse) in
+fp32 loses |lse| * 2**-24 of the logit (0.2% of a weight at |lse| ~ 5e4).
+
+Isolation and NaN (the semantics every attention row follows): a query's
+out and lse depend only on its q and on K/V at the positions it attends. A
+NaN in its q or in an attended K row makes its whole out and lse NaN; a NaN
+in an attended V element makes that out element NaN (an inf there: inf or
+NaN). Positions it does not attend (masked by causality, past its seq_len,
+other sequences' tokens, buffer rows no sequence uses) never affect it, even
+if NaN or inf: a padded position is gathered from a row its own sequence
+owns and replaced by 0 with where(); masks select (where, masked_fill),
+never multiply by 0; and where the mask differs per query (causal), the
+non-finite values of v are kept out of p @ v (a masked key's 0 * NaN is
+NaN) and put back as NaN in the rows that attend them.
+
+GQA folds the query heads of one KV head into the query rows, and MLA's
+query heads are rows against the one latent: K and V are never repeated per
+query head. A step's temporaries stay within the call's inputs + output
+bytes (at least 64 MiB, at most 1 GiB). No value is read back to the host
+(no device sync), so a CUDA graph can capture these rows; index values
+outside the contract are clamped before any gather, so an unchecked bad
+value gives a wrong answer, never an out-of-bounds read.
 """
 
 from __future__ import annotations
@@ -22,35 +41,125 @@ import torch
 
 from . import MLA_VALUE_DIM
 
-_GROUP_BYTES = 1 << 30
+_MIN_STEP_BYTES = 64 << 20
+_MAX_STEP_BYTES = 1 << 30
+_NEG_INF = float("-inf")
 
 
-def _group_size(count: int, bytes_per_item: int) -> int:
-    return max(1, min(count, _GROUP_BYTES // max(bytes_per_item, 1)))
+def _step_budget(*tensors, out_bytes: int) -> int:
+    """Bytes one step's temporaries may take: the call's inputs + output, clamped to [64 MiB, 1 GiB]."""
+    inputs = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    return min(max(_MIN_STEP_BYTES, inputs + out_bytes), _MAX_STEP_BYTES)
 
 
-def _masked_attention(q, k, v, mask, sm_scale):
-    """q [G, Hq, S, D], k [G, Hk, L, D], v [G, Hk, L, Dv] fp32; mask [G, S, L] -> out [G, Hq, S, Dv], lse [G, Hq, S]."""
-    group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-    logits = torch.matmul(q, k.transpose(-1, -2)) * sm_scale
-    logits = logits.masked_fill(~mask.unsqueeze(1), float("-inf"))
-    lse = torch.logsumexp(logits, dim=-1)
-    # Rows with no key (padding rows of the group) have lse = -inf: their weights are set to 0.
-    weights = torch.exp(logits - lse.unsqueeze(-1)).nan_to_num(nan=0.0)
-    return torch.matmul(weights, v), lse
+def _key_bytes(head_dim: int, value_dim: int, shared: bool = False) -> int:
+    """Bytes a step holds per key position and KV head: K and V gathered (as stored, fp32, masked: 3 fp32
+    copies; V a view of K: none of its own), and for causal masks V without its non-finite values and their
+    flags (fp32, bool, fp32)."""
+    return 12 * (head_dim if shared else head_dim + value_dim) + 9 * value_dim
+
+
+def _row_key_bytes(group: int) -> int:
+    """Bytes a step holds per (query row, key position, KV head): four fp32 tensors of the logits' shape
+    (logits, weights, the rescaled or masked copy, attended as fp32) and two bool masks per query head."""
+    return 18 * group
+
+
+def _plan(budget: int, sequences: int, heads: int, rows: int, keys: int, per_key: int, per_row_key: int):
+    """Chunk sizes (sequences, heads, rows, keys) of a step holding about sequences * heads * keys *
+    (per_key + rows * per_row_key) bytes: one (sequence, head) whole if it fits the budget, then as many
+    heads and sequences as fit; else key chunks (their K/V within half the budget) and row chunks of it."""
+    whole = max(1, keys * (per_key + rows * per_row_key))
+    if whole <= budget:
+        head_chunk = min(heads, budget // whole)
+        if head_chunk < heads:
+            return 1, head_chunk, rows, keys
+        return max(1, min(sequences, budget // (heads * whole))), heads, rows, keys
+    key_chunk = max(1, min(keys, budget // (2 * per_key)))
+    row_chunk = max(1, min(rows, (budget - key_chunk * per_key) // (key_chunk * per_row_key)))
+    return 1, 1, row_chunk, key_chunk
+
+
+def _spans(count: int, step: int):
+    step = max(step, 1)
+    return [(start, min(start + step, count)) for start in range(0, count, step)]
+
+
+def _online_attention(queries, blocks, sm_scale, value_dim: int):
+    """queries [G, H, S, g, D] fp32 (S query rows, g query heads per KV head) against key blocks, each
+    (keys [G, H, L, D], values [G, H, L, Dv] fp32, 0 at positions no query attends; attended: bool
+    [G, 1, S or 1, 1, L]) -> out [G, H, S, g, Dv], lse [G, H, S, g]. A row attending no key (padding rows;
+    unchecked out-of-contract lengths) gets out 0 and lse -inf, as the native rows give.
+
+    Where every row attends the same keys (attended [.., 1, 1, L]), the keys it does not attend hold 0 and
+    p @ v is exact. Where the mask differs per row (causal), p @ v would turn a masked key's 0 * NaN into
+    NaN: the product takes v without its non-finite values, and a row attending one of them gets NaN in
+    that element."""
+    groups, heads, rows, group, dim = queries.shape
+    flat = queries.reshape(groups, heads, rows * group, dim)
+    maximum = queries.new_full((groups, heads, rows, group, 1), _NEG_INF)
+    total = queries.new_zeros((groups, heads, rows, group, 1))
+    acc = queries.new_zeros((groups, heads, rows, group, value_dim))
+    poisoned = None
+    for keys, values, attended in blocks:
+        length = keys.shape[2]
+        logits = torch.matmul(flat, keys.transpose(-1, -2)).view(groups, heads, rows, group, length)
+        logits.mul_(sm_scale).masked_fill_(~attended, _NEG_INF)
+        new_max = torch.maximum(maximum, logits.amax(-1, keepdim=True))  # NaN propagates
+        # nothing attended before (max -inf): acc and total are 0, their scale 0 (not exp(-inf + inf) = NaN)
+        rescale = torch.where(maximum == _NEG_INF, 0.0, torch.exp(maximum - new_max))
+        weights = torch.where(attended, torch.exp(logits.sub_(new_max)), 0.0)
+        del logits
+        total = total * rescale + weights.sum(-1, keepdim=True)
+        weights = weights.view(groups, heads, rows * group, length)
+        if attended.shape[2] > 1:
+            finite = torch.isfinite(values)
+            product = torch.matmul(weights, torch.where(finite, values, 0.0))
+            del weights
+            hits = attended.expand(groups, 1, rows, group, length).reshape(groups, 1, rows * group, length)
+            hits = torch.matmul(hits.float(), (~finite).float()) > 0  # a non-finite value this row attends
+            poisoned = hits if poisoned is None else poisoned | hits
+        else:
+            product = torch.matmul(weights, values)
+            del weights
+        product = product.view(groups, heads, rows, group, value_dim)
+        acc = acc * rescale + product
+        maximum = new_max
+    out = acc / torch.where(total == 0.0, 1.0, total)  # a NaN total stays NaN
+    if poisoned is not None:
+        out = torch.where(poisoned.view(groups, heads, rows, group, -1), float("nan"), out)
+    return out, (maximum + torch.log(total)).squeeze(-1)
 
 
 def _ragged_queries(cu_seqlens, first: int, last: int, span: int, total: int):
-    """Token ids [G, span] of sequences first..last-1 (clamped to [0, total)), their validity, and lengths [G]."""
+    """Token ids [G, span] of sequences first..last-1 and which exist; a padded position is given its own
+    sequence's first token (clamped to [0, total)), never a neighbour's. Also the lengths [G]."""
     starts = cu_seqlens[first:last].long()
     lengths = cu_seqlens[first + 1:last + 1].long() - starts
     offsets = torch.arange(span, device=cu_seqlens.device)
     valid = offsets.unsqueeze(0) < lengths.unsqueeze(1)
-    ids = (starts.unsqueeze(1) + offsets.unsqueeze(0)).clamp(0, max(total - 1, 0))
-    return ids, valid, lengths
+    ids = torch.where(valid, starts.unsqueeze(1) + offsets.unsqueeze(0), starts.unsqueeze(1))
+    return ids.clamp(0, max(total - 1, 0)), valid, lengths
+
+
+def _paged_rows(page_table, seq_lens, page_size: int, rows: int, first: int, last: int):
+    """Cache rows [G, L] of positions 0..L-1 (L = max_pages * page_size) of sequences first..last-1 and which
+    positions exist (< seq_lens[b]); a position past the end is given the sequence's position-0 row, so
+    only the page-table entries a sequence uses are read. Rows clamped into the buffer."""
+    width = page_table.shape[1] * page_size
+    positions = torch.arange(width, device=page_table.device)
+    valid = positions.unsqueeze(0) < seq_lens[first:last].long().unsqueeze(1)
+    owned = torch.where(valid, positions.unsqueeze(0), 0)
+    pages = page_table[first:last].long().gather(1, owned // page_size)
+    return (pages * page_size + owned % page_size).clamp(0, max(rows - 1, 0)), valid
+
+
+def _gather(source, ids, valid, scale=None):
+    """source [N, H, D] rows ids [G, L] -> fp32 [G, H, L, D] (times a dequant scale), 0 where not valid."""
+    gathered = source[ids].float()
+    if scale is not None:  # fp8 buffer: K = k * k_scale (a device scalar, no sync)
+        gathered = gathered * scale.reshape(())
+    return torch.where(valid[:, :, None, None], gathered, 0.0).transpose(1, 2)
 
 
 def _scatter_rows(out_padded, ids, valid, values):
@@ -60,25 +169,70 @@ def _scatter_rows(out_padded, ids, valid, values):
     out_padded.index_copy_(0, target, values.reshape(target.shape[0], *values.shape[2:]))
 
 
+def _query_rows(q, heads, ids, kv_heads: int):
+    """q[:, heads] at token ids [G, S] -> fp32 [G, Hk, S, g, D] (the g query heads of each KV head)."""
+    rows = q[:, heads][ids].float()
+    groups, span, num_heads, dim = rows.shape
+    return rows.view(groups, span, kv_heads, num_heads // kv_heads, dim).permute(0, 2, 1, 3, 4)
+
+
+def _store_rows(out, lse, heads, ids, valid, out_rows, lse_rows):
+    """Scatter [G, Hk, S, g, ...] results of query tokens ids [G, S] into out / lse [T + 1, Hq, ...]."""
+    groups, _, span, _, value_dim = out_rows.shape
+    _scatter_rows(out[:, heads], ids, valid, out_rows.permute(0, 2, 1, 3, 4).reshape(groups, span, -1, value_dim))
+    _scatter_rows(lse[:, heads], ids, valid, lse_rows.permute(0, 2, 1, 3).reshape(groups, span, -1))
+
+
+def _ragged_blocks(k, v, ids, valid, rows, key_chunk: int, causal: bool):
+    """Key blocks of a ragged prefill step: the sequences' own tokens ids [G, L] (valid where they exist),
+    attended by query rows `rows` (positions in the sequence) when valid and, causal, not later."""
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    for first, last in _spans(ids.shape[1], key_chunk):
+        attended = valid[:, None, None, None, first:last]
+        if causal:
+            attended = attended & (positions[first:last].view(1, 1, 1, 1, -1) <= positions[rows].view(1, 1, -1, 1, 1))
+        yield (_gather(k, ids[:, first:last], valid[:, first:last]),
+               _gather(v, ids[:, first:last], valid[:, first:last]), attended)
+
+
+def _paged_blocks(k, v, ids, valid, key_chunk: int, query_positions=None, k_scale=None, v_scale=None,
+                  value_dim=None):
+    """Key blocks of a paged step: cache rows ids [G, L] of positions 0..L-1 (valid below seq_lens), attended
+    when valid and, with query_positions [G, S] (causal), at or before the query's position. v None: the
+    values are the keys' first value_dim dims (MLA's latent)."""
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    for first, last in _spans(ids.shape[1], key_chunk):
+        attended = valid[:, None, None, None, first:last]
+        if query_positions is not None:
+            order = positions[first:last].view(1, 1, 1, 1, -1) <= query_positions.view(ids.shape[0], 1, -1, 1, 1)
+            attended = attended & order
+        keys = _gather(k, ids[:, first:last], valid[:, first:last], k_scale)
+        values = keys[..., :value_dim] if v is None else _gather(v, ids[:, first:last], valid[:, first:last], v_scale)
+        yield keys, values, attended
+
+
 def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
-    """attention.prefill: ragged self-attention, per group of sequences padded to max_seqlen."""
-    tokens, num_q_heads, _ = q.shape
+    """attention.prefill: ragged self-attention, each sequence padded to max_seqlen with its own tokens."""
+    tokens, num_q_heads, head_dim = q.shape
+    num_kv_heads, value_dim = v.shape[1], v.shape[2]
+    group = num_q_heads // num_kv_heads
     batch = cu_seqlens.shape[0] - 1
-    out = torch.zeros((tokens + 1, num_q_heads, v.shape[2]), dtype=torch.float32, device=q.device)
+    out = torch.zeros((tokens + 1, num_q_heads, value_dim), dtype=torch.float32, device=q.device)
     lse = torch.zeros((tokens + 1, num_q_heads), dtype=torch.float32, device=q.device)
     span = max(int(max_seqlen), 1)
     if tokens and batch:
-        step = _group_size(batch, 4 * num_q_heads * span * span * 3)
-        for first in range(0, batch, step):
-            last = min(first + step, batch)
+        budget = _step_budget(q, k, v, out_bytes=out.numel() * (4 + q.element_size()))
+        chunks = _plan(budget, batch, num_kv_heads, span, span, _key_bytes(head_dim, value_dim), _row_key_bytes(group))
+        for first, last in _spans(batch, chunks[0]):
             ids, valid, _ = _ragged_queries(cu_seqlens, first, last, span, tokens)
-            mask = valid.unsqueeze(2) & valid.unsqueeze(1)
-            if causal:
-                mask = mask & torch.ones(span, span, dtype=torch.bool, device=q.device).tril()
-            qg, kg, vg = (t[ids].float().transpose(1, 2) for t in (q, k, v))
-            out_g, lse_g = _masked_attention(qg, kg, vg, mask, sm_scale)
-            _scatter_rows(out, ids, valid, out_g.transpose(1, 2))
-            _scatter_rows(lse, ids, valid, lse_g.transpose(1, 2))
+            for head_first, head_last in _spans(num_kv_heads, chunks[1]):
+                kv_heads, q_heads = slice(head_first, head_last), slice(head_first * group, head_last * group)
+                for row_first, row_last in _spans(span, chunks[2]):
+                    rows = slice(row_first, row_last)
+                    blocks = _ragged_blocks(k[:, kv_heads], v[:, kv_heads], ids, valid, rows, chunks[3], causal)
+                    out_rows, lse_rows = _online_attention(
+                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, value_dim)
+                    _store_rows(out, lse, q_heads, ids[:, rows], valid[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
 
@@ -88,82 +242,79 @@ def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_l
     return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
 
 
-def _paged_rows(page_table, seq_lens, page_size: int, rows: int, first: int, last: int):
-    """Cache rows [G, L] of positions 0..L-1 (L = max_pages * page_size) of sequences first..last-1,
-    clamped into the buffer, and which positions exist (< seq_lens[b])."""
-    width = page_table.shape[1] * page_size
-    positions = torch.arange(width, device=page_table.device)
-    valid = positions.unsqueeze(0) < seq_lens[first:last].long().unsqueeze(1)
-    pages = page_table[first:last].long()[:, positions // page_size]
-    ids = (pages * page_size + positions % page_size).clamp(0, max(rows - 1, 0))
-    return torch.where(valid, ids, torch.zeros_like(ids)), valid
-
-
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
-    """attention.decode: each query against its gathered pages (an fp8 buffer dequantized by its scales)."""
+    """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
+    dequantized by its scales)."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
+    group = num_q_heads // num_kv_heads
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    step = _group_size(batch, 4 * width * (2 * kv_buffer.shape[1] * head_dim + 2 * num_q_heads))
-    for first in range(0, batch, step):
-        last = min(first + step, batch)
+    budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
+    chunks = _plan(budget, batch, num_kv_heads, 1, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
+    for first, last in _spans(batch, chunks[0]):
         ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
-        kv = kv_buffer[ids].float()                                     # [G, L, 2*Hk, D]
-        keys = kv[:, :, :num_kv_heads].transpose(1, 2)
-        values = kv[:, :, num_kv_heads:].transpose(1, 2)
-        if k_scale is not None:  # fp8 buffer: K = k * k_scale, V = v * v_scale (device scalars, no sync)
-            keys, values = keys * k_scale.reshape(()), values * v_scale.reshape(())
-        queries = q[first:last].float().unsqueeze(2)                   # [G, Hq, 1, D]
-        out_g, _ = _masked_attention(queries, keys, values, valid.unsqueeze(1), sm_scale)
-        out[first:last] = out_g.squeeze(2).to(q.dtype)
+        for head_first, head_last in _spans(num_kv_heads, chunks[1]):
+            blocks = _paged_blocks(kv_buffer[:, head_first:head_last],
+                                   kv_buffer[:, num_kv_heads + head_first:num_kv_heads + head_last], ids, valid,
+                                   chunks[3], k_scale=k_scale, v_scale=v_scale)
+            q_heads = slice(head_first * group, head_last * group)
+            queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
+            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim)
+            out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
     return out
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
-    """attention.mla_decode: absorbed MLA, the latent rows are the keys and their first 512 dims the values."""
-    batch, num_q_heads, _ = q.shape
+    """attention.mla_decode: absorbed MLA; every query head is a row against the one gathered latent (its
+    rows are the keys, their first 512 dims the values)."""
+    batch, num_q_heads, dim = q.shape
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
-    step = _group_size(batch, 4 * width * (2 * latent_cache.shape[1] + 2 * num_q_heads))
-    for first in range(0, batch, step):
-        last = min(first + step, batch)
+    budget = _step_budget(q, latent_cache, page_table, out_bytes=out.numel() * out.element_size())
+    chunks = _plan(budget, batch, 1, num_q_heads, width, _key_bytes(dim, MLA_VALUE_DIM, shared=True),
+                   _row_key_bytes(1))
+    latent_rows = latent_cache.unsqueeze(1)  # [rows, 1, 576]: the one KV head
+    for first, last in _spans(batch, chunks[0]):
         ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last)
-        latent = latent_cache[ids].float().unsqueeze(1)                 # [G, 1, L, 576]
-        queries = q[first:last].float().unsqueeze(2)                    # [G, Hq, 1, 576]
-        out_g, _ = _masked_attention(queries, latent, latent[..., :MLA_VALUE_DIM], valid.unsqueeze(1), sm_scale)
-        out[first:last] = out_g.squeeze(2).to(q.dtype)
+        for head_first, head_last in _spans(num_q_heads, chunks[2]):
+            blocks = _paged_blocks(latent_rows, None, ids, valid, chunks[3], value_dim=MLA_VALUE_DIM)
+            queries = q[first:last, head_first:head_last].float()[:, None, :, None, :]  # [G, 1, H, 1, 576]
+            out_rows, _ = _online_attention(queries, blocks, sm_scale, MLA_VALUE_DIM)
+            out[first:last, head_first:head_last] = out_rows.reshape(last - first, -1, MLA_VALUE_DIM).to(q.dtype)
     return out
 
 
 def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
                   causal=True, return_lse=False):
-    """attention.prefill_paged: the new tokens' queries against each sequence's gathered pages."""
+    """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages."""
     tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
+    group = num_q_heads // num_kv_heads
     batch = cu_seqlens_q.shape[0] - 1
     width = page_table.shape[1] * page_size
     span = max(int(max_seqlen_q), 1)
     out = torch.zeros((tokens + 1, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     lse = torch.zeros((tokens + 1, num_q_heads), dtype=torch.float32, device=q.device)
     if tokens and batch:
-        per_sequence = 4 * (width * 2 * kv_buffer.shape[1] * head_dim + 3 * num_q_heads * span * width)
-        step = _group_size(batch, per_sequence)
-        for first in range(0, batch, step):
-            last = min(first + step, batch)
+        budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * (4 + q.element_size()))
+        chunks = _plan(budget, batch, num_kv_heads, span, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
+        for first, last in _spans(batch, chunks[0]):
             ids, valid_q, new_tokens = _ragged_queries(cu_seqlens_q, first, last, span, tokens)
-            rows, valid_k = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
-            mask = valid_q.unsqueeze(2) & valid_k.unsqueeze(1)
-            if causal:
-                # query i of sequence b sits at position seq_lens[b] - n_b + i
-                query_pos = (seq_lens[first:last].long() - new_tokens).unsqueeze(1) + torch.arange(span, device=q.device)
-                key_pos = torch.arange(width, device=q.device)
-                mask = mask & (key_pos.view(1, 1, -1) <= query_pos.unsqueeze(2))
-            kv = kv_buffer[rows].float()
-            keys = kv[:, :, :num_kv_heads].transpose(1, 2)
-            values = kv[:, :, num_kv_heads:].transpose(1, 2)
-            out_g, lse_g = _masked_attention(q[ids].float().transpose(1, 2), keys, values, mask, sm_scale)
-            _scatter_rows(out, ids, valid_q, out_g.transpose(1, 2))
-            _scatter_rows(lse, ids, valid_q, lse_g.transpose(1, 2))
+            rows_k, valid_k = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
+            # query i of sequence b sits at position seq_lens[b] - n_b + i
+            query_positions = (seq_lens[first:last].long() - new_tokens).unsqueeze(1) + torch.arange(
+                span, device=q.device)
+            for head_first, head_last in _spans(num_kv_heads, chunks[1]):
+                k_heads = kv_buffer[:, head_first:head_last]
+                v_heads = kv_buffer[:, num_kv_heads + head_first:num_kv_heads + head_last]
+                q_heads = slice(head_first * group, head_last * group)
+                for row_first, row_last in _spans(span, chunks[2]):
+                    rows = slice(row_first, row_last)
+                    blocks = _paged_blocks(k_heads, v_heads, rows_k, valid_k, chunks[3],
+                                           query_positions[:, rows] if causal else None)
+                    out_rows, lse_rows = _online_attention(
+                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, head_dim)
+                    _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result

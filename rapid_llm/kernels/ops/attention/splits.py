@@ -1,4 +1,4 @@
-"""The split count of the paged decode kernels (attention.decode's Triton row and its CUDA extension row).
+"""Split-K host rules of the paged decode kernels (attention.decode and attention.mla_decode rows).
 
 Host-known sizes only (batch, KV heads, the page table's reach, the SM count): no device value is read, so
 a launch that uses it stays capturable in a CUDA graph. No Triton import: the extension rows use it too.
@@ -15,6 +15,8 @@ from ..device_facts import multiprocessor_count
 MAX_SPLITS = 256
 #: A split should cover at least this many positions of the page table's reach.
 MIN_SPLIT_POSITIONS = 256
+#: An MLA decode split should cover at least this many positions (its programs do ~8x decode's work per row).
+MLA_MIN_SPLIT_POSITIONS = 128
 
 
 def _capped(wanted: int, capacity: int) -> int:
@@ -27,9 +29,7 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     """Splits per sequence from host-known sizes only. One split when the batch alone gives >= 2 programs
     per SM; otherwise enough splits for ~4 programs per SM (batch * programs_per_sequence * splits >=
     4 * SMs), no more than the page table's reach allows at MIN_SPLIT_POSITIONS per split, at most
-    MAX_SPLITS. One split on the CPU. H200 sweep (GQA 32/8 d128 bf16, common_rows.ATTENTION_SWEEP): B=64
-    L=4096 (512 programs) 260.2 us with 1 split, 280.4 with 2; B=8 L=8192 81.6 us with 9 splits, 94.3 with
-    4, 85.6 with 18; B=1 L=32768 51.4 us with 66 (40.3 in graph replay), 56.9 with 33, 52.5 with 132."""
+    MAX_SPLITS. One split on the CPU. Chosen by the decode tile sweep (evidence h200.attention.sweep)."""
     if device.type != "cuda" or batch == 0:
         return 1
     programs = batch * programs_per_sequence
@@ -63,4 +63,29 @@ def splits_filled_at_reach(splits: int, capacity: int, granule: int) -> int:
     return max(1, -(-capacity // length))
 
 
-__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "num_splits", "one_wave_splits", "splits_filled_at_reach"]
+def mla_num_splits(batch: int, head_blocks: int, capacity: int, resident: int, device: torch.device) -> int:
+    """MLA decode splits per sequence: one wave of programs (batch * head_blocks * splits ~= SMs * resident;
+    a second, partial wave costs a whole program's time), at least MLA_MIN_SPLIT_POSITIONS positions of the
+    page table's reach per split, at most MAX_SPLITS, rounded so that no split of a full-length sequence is
+    empty. One split on the CPU."""
+    if device.type != "cuda" or batch == 0:
+        return 1
+    wanted = (multiprocessor_count(device) * resident) // (batch * head_blocks)
+    reach = max(1, capacity // MLA_MIN_SPLIT_POSITIONS)
+    splits = max(1, min(wanted, reach, MAX_SPLITS))
+    return splits_filled_at_reach(splits, capacity, MLA_MIN_SPLIT_POSITIONS)
+
+
+def split_partials(out: torch.Tensor, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partial [B, H, S, Dv] fp32, partial_lse [B, H, S] fp32) for a split-K launch writing `out` [B, H, Dv];
+    with one split the kernel writes `out` directly and the two are `out` itself (never read)."""
+    if splits == 1:
+        return out, out
+    batch, heads, width = out.shape
+    partial = torch.empty((batch, heads, splits, width), dtype=torch.float32, device=out.device)
+    partial_lse = torch.empty((batch, heads, splits), dtype=torch.float32, device=out.device)
+    return partial, partial_lse
+
+
+__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "MLA_MIN_SPLIT_POSITIONS", "mla_num_splits", "num_splits",
+           "one_wave_splits", "split_partials", "splits_filled_at_reach"]

@@ -1,4 +1,4 @@
-"""embedding family: op contracts and rows (data only, torch-free).
+"""embedding family: op contracts, layout tags and rows (data only, torch-free).
 
 Token embeddings and the rotary position embedding (a positional embedding
 applied to q and k) live here. Files: checks.py (the ops' argument checks),
@@ -8,12 +8,24 @@ FlashInfer's rotary row adapts in backends/flashinfer/rotary.py.
 
 from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import H200_PARITY, LIBRARY_PARITY, TRITON, TRITON_DEVICES
+from ...dispatcher.spec import CapabilityRequirement, ShapeConstraint
+from ..rows import library_row, native_row, reference_row
 
 VOCAB_EMBEDDING = "embedding.vocab_embedding"
 ROTARY = "embedding.rotary"
 _HERE = __name__
+
+LAYOUT_TAGS = {
+    "table:rows": "the embedding table [vocab, hidden] has unit stride along hidden (any row stride)",
+    "qk:rows": "q [T, Hq*D], k [T, Hk*D] and cos_sin_cache [P, R] each have unit stride along their last dim "
+               "(any token stride)",
+    # FlashInfer's rotary row
+    "qk:rows16": "q and k have unit stride along their last dim and data pointers and token strides that are "
+                 "multiples of 16 bytes",
+    "cos_sin_cache:vector16": "cos_sin_cache [P, R] is fp32, contiguous, 16-byte aligned, R (rotary_dim) a multiple "
+                              "of 16, and for GPT-J (is_neox=False) its storage extends >= 16 bytes past its last "
+                              "row (FlashInfer's rope reads cos/sin as 8-float vectors, up to 4 floats past a row)",
+}
 
 CONTRACTS = (
     OpContract(
@@ -62,56 +74,28 @@ unchecked otherwise, when every row leaves those tokens unrotated.""",
 )
 
 ROWS = (
-    KernelSpec(
-        name="torch/vocab_embedding",
-        op=VOCAB_EMBEDDING,
-        backend="torch",
-        target=f"{_HERE}.reference:vocab_embedding",
+    reference_row(VOCAB_EMBEDDING, f"{_HERE}.reference:vocab_embedding", FLOAT_DTYPE_LABELS,
+                  description="PyTorch reference: masked index_select (no host sync)"),
+    native_row(
+        "native/vocab_embedding", VOCAB_EMBEDDING, f"{_HERE}.vocab_embedding:vocab_embedding",
         dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: masked index_select (no host sync)",
-    ),
-    KernelSpec(
-        name="native/vocab_embedding",
-        op=VOCAB_EMBEDDING,
-        backend="native",
-        target=f"{_HERE}.vocab_embedding:vocab_embedding",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
-        capability=TRITON_DEVICES,
         layout=("table:rows",),
         # Bitwise equal to torch/vocab_embedding on every case (H200 and CPU interpreter).
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/vocab_embedding",
-                            evidence=H200_PARITY),
-        # 3.77 TB/s (89% of copy) for 32768 ids into a 152064 x 4096 bf16 table, 1.04x torch's
-        # F.embedding; 1.3-1.6 us per call at 1-64 tokens in graph replay (perf/results/h200/bench_h200.json).
+        parity=(0.0, "h200.core.parity"),
+        # Near copy bandwidth at prefill sizes, at or above torch's F.embedding (evidence h200.core.bench).
         priority=10,
         description="Triton: one program per (token, column block), int64 row offsets, no host sync",
     ),
-    KernelSpec(
-        name="torch/rotary",
-        op=ROTARY,
-        backend="torch",
-        target=f"{_HERE}.reference:rotary",
+    reference_row(ROTARY, f"{_HERE}.reference:rotary", FLOAT_DTYPE_LABELS,
+                  description="fp32 PyTorch reference (NeoX and GPT-J), masked positions (no host sync)"),
+    native_row(
+        "native/rotary", ROTARY, f"{_HERE}.rotary:rotary",
         dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="fp32 PyTorch reference (NeoX and GPT-J), masked positions (no host sync)",
-    ),
-    KernelSpec(
-        name="native/rotary",
-        op=ROTARY,
-        backend="native",
-        target=f"{_HERE}.rotary:rotary",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
-        capability=TRITON_DEVICES,
         layout=("qk:rows",),
         # Largest |diff| vs torch/rotary: 0.015625 in bf16 on the H200 (one bf16 step).
-        golden=GoldenRecord(verified=True, max_abs_diff=0.015625, baseline="torch/rotary",
-                            evidence=H200_PARITY),
-        # 3.76-3.89 TB/s (88-91% of copy) at 32768 tokens, 32/8 heads of 128, bf16, above
-        # FlashInfer's 3.61 TB/s in the same run; ~14x torch eager; 1.6-1.7 us per call at decode
-        # sizes in graph replay (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, bench_h200.json).
+        parity=(0.015625, "h200.core.parity"),
+        # Above FlashInfer (5) and far above torch eager at every size measured
+        # (evidence h200.core.sweep.rotary_fp8, h200.core.bench).
         priority=10,
         description="Triton: one program per (token, block of q or k heads), no host sync",
     ),
@@ -124,13 +108,9 @@ ROWS = (
     # it keeps outside the cache, so they are left as they are, as in every row (adapter docstring).
     # A thread rotates 8 consecutive dims with 8-float cos/sin vectors, so rotary_dim/2 must be a multiple of 8
     # (NeoX halves; cos_sin_cache:vector16).
-    KernelSpec(
-        name="flashinfer/rope_cos_sin_cache",
-        op=ROTARY,
-        backend="flashinfer",
-        target="rapid_llm.kernels.backends.flashinfer.rotary:rotary",
-        available="rapid_llm.kernels.backends.flashinfer:available",
-        libraries=(flashinfer_backend.REQUIREMENT,),
+    library_row(
+        "flashinfer/rope_cos_sin_cache", ROTARY, "rapid_llm.kernels.backends.flashinfer.rotary:rotary",
+        library=flashinfer_backend.REQUIREMENT,
         # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
         capability=(CapabilityRequirement("cuda", min_sm=75),),
         dtypes=("fp16", "bf16"),
@@ -138,9 +118,8 @@ ROWS = (
         shape=(ShapeConstraint("head_dim", one_of=(64, 128, 256)),),
         layout=("qk:rows16", "cos_sin_cache:vector16"),
         # Largest |diff| vs torch/rotary over its parity cases, bf16 and fp16, on the H200.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.015625, baseline="torch/rotary", evidence=LIBRARY_PARITY),
-        # Below native/rotary (10): slower at every size measured, bf16 GQA 32/8 d128, 1/64/4096/32768 tokens:
-        # 15.1/15.6/39.2/201.8 us against 4.7/5.4/26.3/177.1 us (common_rows.LIBRARY_BENCH).
+        parity=(0.015625, "h200.libraries.parity"),
+        # Below native/rotary (10): slower at every size measured (evidence h200.libraries.bench).
         priority=5,
         # No host sync, no per-call host data: the position remap is 2-3 small device ops, the identity
         # row a buffer built once per (device, rotary_dim, cache address mod row size).

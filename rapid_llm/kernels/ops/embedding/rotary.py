@@ -25,8 +25,8 @@ import triton.language as tl
 
 
 #: Self-test hook of ci/gpu_perf_gate, the only caller that sets the variable: a deliberately worse launch
-#: config (4 heads x 4 warps per program: 1.15-1.27x slower at 4096-32768 tokens in the H200 sweep,
-#: perf/results/h200/sweep_rotary_fp8_2026-11-29.json) that the GPU perf gate must catch and name.
+#: config (4 heads x 4 warps per program: measurably slower at prefill sizes; evidence
+#: h200.core.sweep.rotary_fp8) that the GPU perf gate must catch and name.
 PLANTED_SLOWDOWN = os.environ.get("RAPID_LLM_GPU_PERF_PLANT") == "native/rotary"
 
 
@@ -36,11 +36,9 @@ def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
     A program rotates BLOCK_HEADS heads of one token ([BLOCK_HEADS, rotary_dim/2]
     pairs): about 512 pairs (2 KiB of bf16 read and written per program) over
     two warps, 8 pairs per thread. The q and k heads of a token are split
-    into blocks of the same size, so programs are balanced. H200 sweep
-    (perf/results/h200/sweep_rotary_fp8_2026-11-29.json, 64-32768 tokens,
-    32/8 and 28/4 heads x 128): 8 heads x 2 warps is the best or within 3% of
-    it at every size; 32 heads per program (one program per tensor) is 2-6%
-    slower, 1-2 heads per program under half as fast.
+    into blocks of the same size, so programs are balanced. 8 heads x 2 warps
+    is the best or near it at every size swept; one program per tensor is
+    slower, 1-2 heads per program far slower (evidence h200.core.sweep.rotary_fp8).
     """
     block_half = triton.next_power_of_2(rotary_dim // 2)
     if PLANTED_SLOWDOWN:

@@ -1,4 +1,4 @@
-"""gemm family: op contracts and rows (data only, torch-free).
+"""gemm family: op contracts, layout tags and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows). The
 DeepGEMM adapters live in rapid_llm/kernels/backends/deep_gemm/gemm.py.
@@ -34,8 +34,8 @@ one DeepGEMM implements on Hopper):
 
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import LIBRARY_PARITY
+from ...dispatcher.spec import CapabilityRequirement, KernelSpec, ShapeConstraint
+from ..rows import library_row, reference_row
 
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
@@ -50,6 +50,20 @@ SCALE_BLOCK = 128
 M_ALIGNMENT = 128
 
 FP8_DTYPES = frozenset({"fp8_e4m3"})
+
+LAYOUT_TAGS = {
+    "a:tma": "the fp8 operand a has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
+             "overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA loads read",
+    "b:tma": "the fp8 weight b has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
+             "overlap, and (3-D) groups packed without gaps (as a:tma)",
+    "out:tma": "the caller's out= (if any) has unit stride along N, a 16-byte-aligned start and row stride, rows that "
+               "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
+    "a_scale:aligned": "the activation scales start at a 16-byte-aligned address (DeepGEMM hands scales already in "
+                       "its TMA-aligned layout to TMA as they are)",
+    "b_scale:dense": "the weight scales are row-major or column-major without gaps (3-D: groups packed without gaps)",
+    "m_indices:contiguous": "the per-row group ids m_indices are contiguous",
+    "masked_m:contiguous": "the per-group row counts masked_m are contiguous",
+}
 
 _VALUES = """checked (OpInputError) for CPU tensors always and on CUDA under
 RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a value
@@ -149,71 +163,35 @@ def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) ->
     """A DeepGEMM row (tokenspeed-deepgemm 2.5, backends/deep_gemm/gemm.py:<function>): JIT-compiled on the
     first call of each shape (host time, logged by the adapter; warm up before CUDA-graph capture). No host
     read of device values: masked_m and m_indices are read by the kernel, so the launches are capturable.
-    max_abs_diff: the largest |diff| vs the op's torch row over its parity cases on the H200
-    (LIBRARY_PARITY); priority 10: the only measured non-reference row of its op (common_rows.LIBRARY_BENCH)."""
-    return KernelSpec(
-        name=f"deep_gemm/{function}",
-        op=op,
-        backend="deep_gemm",
-        target=f"{_ADAPTERS}:{function}",
-        available="rapid_llm.kernels.backends.deep_gemm:available",
-        libraries=(deep_gemm_backend.REQUIREMENT,),
-        capability=DEEP_GEMM_DEVICES,
-        dtypes=FP8_DTYPES,
-        shape=shape,
-        layout=layout,
-        golden=GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline=f"torch/{op.split('.')[1]}",
-                            evidence=LIBRARY_PARITY),
-        priority=10,
-        graph_safe=True,
-        description=description,
-    )
+    max_abs_diff: the largest |diff| vs the op's torch row over its parity cases on the H200 (evidence
+    h200.libraries.parity); priority 10: the only measured non-reference row of its op (evidence
+    h200.libraries.bench)."""
+    return library_row(f"deep_gemm/{function}", op, f"{_ADAPTERS}:{function}",
+                       library=deep_gemm_backend.REQUIREMENT, capability=DEEP_GEMM_DEVICES, dtypes=FP8_DTYPES, shape=shape, layout=layout,
+                       parity=(max_abs_diff, "h200.libraries.parity"), priority=10, graph_safe=True,
+                       description=description)
 
 
 ROWS = (
-    KernelSpec(
-        name="torch/fp8_block_mm",
-        op=FP8_BLOCK_MM,
-        backend="torch",
-        target=f"{_HERE}.reference:fp8_block_mm",
-        dtypes=FP8_DTYPES,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: dequantize a and b to fp32, fp32 matmul, one rounding to bf16",
-    ),
-    KernelSpec(
-        name="torch/fp8_grouped_mm_contiguous",
-        op=FP8_GROUPED_MM_CONTIGUOUS,
-        backend="torch",
-        target=f"{_HERE}.reference:fp8_grouped_mm_contiguous",
-        dtypes=FP8_DTYPES,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: one fp32 matmul of every row per group, rows kept by a device mask "
-                    "(no host sync; G times the work of the GEMM)",
-    ),
-    KernelSpec(
-        name="torch/fp8_grouped_mm_masked",
-        op=FP8_GROUPED_MM_MASKED,
-        backend="torch",
-        target=f"{_HERE}.reference:fp8_grouped_mm_masked",
-        dtypes=FP8_DTYPES,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m zeroed "
-                    "by a device mask (no host sync)",
-    ),
+    reference_row(FP8_BLOCK_MM, f"{_HERE}.reference:fp8_block_mm", FP8_DTYPES,
+                  description="PyTorch reference: dequantize a and b to fp32, fp32 matmul, one rounding to bf16"),
+    reference_row(FP8_GROUPED_MM_CONTIGUOUS, f"{_HERE}.reference:fp8_grouped_mm_contiguous", FP8_DTYPES,
+                  description="PyTorch reference: one fp32 matmul of every row per group, rows kept by a device "
+                              "mask (no host sync; G times the work of the GEMM)"),
+    reference_row(FP8_GROUPED_MM_MASKED, f"{_HERE}.reference:fp8_grouped_mm_masked", FP8_DTYPES,
+                  description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m "
+                              "zeroed by a device mask (no host sync)"),
     _deep_gemm_row(
         "fp8_gemm_nt", FP8_BLOCK_MM, shape=(_DEEP_GEMM_N,),
         layout=("a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense"),
         # Largest |diff| vs torch/fp8_block_mm on the H200: 1.0 on the outlier case, whose outputs reach 260
         # (median 65) and whose accumulation term is >= 1.5 everywhere; 0.0156 elsewhere.
         max_abs_diff=1.0,
-        # The only non-reference row: 13-2882 us over DeepSeek-V3's shapes, M 1..16384; 655 us at
-        # M x N x K = 4096 x 7168 x 16384, 1.47 PFLOP/s (common_rows.LIBRARY_BENCH).
         description="deep_gemm.fp8_gemm_nt: sm90 1D2D block-scaled fp8 GEMM (TMA, WGMMA, fp32 promotion per 128 K)",
     ),
     _deep_gemm_row(
         "m_grouped_contiguous", FP8_GROUPED_MM_CONTIGUOUS, shape=(_DEEP_GEMM_N,),
         layout=("a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense", "m_indices:contiguous"),
-        # 156-803 us at 32 experts x 16/512 rows, N x K 4096 x 7168 and 7168 x 2048 (common_rows.LIBRARY_BENCH).
         max_abs_diff=0.03125,
         description="deep_gemm.m_grouped_fp8_gemm_nt_contiguous: one 128-row block per group tile, padding "
                     "blocks skipped",
@@ -224,10 +202,9 @@ ROWS = (
         # the last tile of a group with M_max % 128 != 0 would spill into the next group's rows.
         shape=(_DEEP_GEMM_N, ShapeConstraint("max_m", multiple_of=128)),
         layout=("a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense", "masked_m:contiguous"),
-        # 129-405 us at 32 experts, max_m 128/512, N x K 4096 x 7168 and 7168 x 2048 (common_rows.LIBRARY_BENCH).
         # Captured in a CUDA graph and replayed on the H200, equal to the eager call on the rows the contract
-        # specifies (perf/results/h200/libraries_2026-12-01/graph_capture_masked_*.json; the first probe's
-        # "differs" compared the unspecified rows past masked_m too).
+        # specifies (evidence h200.libraries.graph_capture.masked_groups,
+        # h200.libraries.graph_capture.masked_n_tail).
         max_abs_diff=0.015625,
         description="deep_gemm.m_grouped_fp8_gemm_nt_masked: per-group tiles up to masked_m (read on the device)",
     ),

@@ -1,4 +1,4 @@
-"""kvcache family: op contracts and rows (data only, torch-free).
+"""kvcache family: op contracts, layout tags and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 update_kv_buffer.py, update_kv_buffer_fp8.py, update_mla_buffer.py and
@@ -7,15 +7,23 @@ CUDA extension's rows).
 """
 
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
-from ..common_rows import (ATTENTION_RESULTS, CUDA_EXTENSION_DEVICES, H200_PARITY, TRITON, TRITON_DEVICES,
-                           TRITON_FP8_DEVICES)
+from ..common_rows import TRITON_FP8_DEVICES
+from ..rows import extension_rows, native_row, reference_row
 
 UPDATE_KV_BUFFER = "kvcache.update_kv_buffer"
 UPDATE_KV_BUFFER_FP8 = "kvcache.update_kv_buffer_fp8"
 UPDATE_MLA_BUFFER = "kvcache.update_mla_buffer"
 UPDATE_MLA_BUFFER_FP8 = "kvcache.update_mla_buffer_fp8"
 _HERE = __name__
+
+LAYOUT_TAGS = {
+    "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
+    "buffer:rows": "a KV write's buffer views as [rows, row width] with unit stride along the row (any row "
+                   "stride): [rows, 2*Hk, D] as [rows, 2*Hk*D] without a copy (as kv:rows), the MLA buffer "
+                   "[rows, R + P] as it is",
+    "latent_rope:rows": "latent [T, R] and rope [T, P] of an MLA cache write each have unit stride along their "
+                        "last dim (any token stride)",
+}
 _DIMS = (("num_tokens", TOKEN_BUCKETS), ("num_kv_heads", EXACT), ("head_dim", EXACT))
 _MLA_DIMS = (("num_tokens", TOKEN_BUCKETS), ("kv_lora_rank", EXACT), ("rope_dim", EXACT))
 _MLA_LAYOUTS = ("latent_rope:rows", "buffer:rows")
@@ -117,110 +125,76 @@ attention.mla_decode reads a latent cache of q's dtype); scale: s.
 )
 
 
-def _reference_row(op, function, description):
-    """The op's torch row. Not graph-safe: selecting the tokens with valid slots (padding and unchecked
-    ids dropped) reads loc on the host."""
-    return KernelSpec(name=f"torch/{function}", op=op, backend="torch", target=f"{_HERE}.reference:{function}",
-                      dtypes=FLOAT_DTYPE_LABELS, golden=GoldenRecord.reference(), graph_safe=False,
-                      description=description)
-
-
-def _mla_row(op, function, capability, description):
-    """A native MLA latent-cache write row. Golden: bitwise equal to the torch row on every case (the whole
-    buffer compared, 2**31+ element offsets included) in the H200 parity run ATTENTION_RESULTS cites.
-    Priority 10, above the torch row: perf/test_kvcache_bench.py::test_update_mla_buffer in the same run
-    (bench_attention.json), bf16 / fp8 at 32768 tokens 29.2 / 27.0 us against torch's 241.0 / 402.7
-    (2.59 / 2.10 TB/s), 1.6 / 1.8 us per call at one token in graph replay."""
-    return KernelSpec(name=f"native/{function}", op=op, backend="native", target=f"{_HERE}.{function}:{function}",
-                      dtypes=FLOAT_DTYPE_LABELS, libraries=(TRITON,), capability=capability, layout=_MLA_LAYOUTS,
-                      golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline=f"torch/{function}",
-                                          evidence=f"{ATTENTION_RESULTS}/parity_native_{function}.json"),
-                      priority=10, description=description)
-
-
+# The torch rows are not graph-safe: selecting the tokens with valid slots (padding and unchecked ids
+# dropped) reads loc on the host.
 ROWS = (
-    _reference_row(UPDATE_KV_BUFFER, "update_kv_buffer",
-                   "PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)"),
-    KernelSpec(
-        name="native/update_kv_buffer",
-        op=UPDATE_KV_BUFFER,
-        backend="native",
-        target=f"{_HERE}.update_kv_buffer:update_kv_buffer",
+    reference_row(UPDATE_KV_BUFFER, f"{_HERE}.reference:update_kv_buffer", FLOAT_DTYPE_LABELS, graph_safe=False,
+                  description="PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)"),
+    native_row(
+        "native/update_kv_buffer", UPDATE_KV_BUFFER, f"{_HERE}.update_kv_buffer:update_kv_buffer",
         dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
-        capability=TRITON_DEVICES,
         layout=("kv:rows", "buffer:rows"),
         # Bitwise equal to torch/update_kv_buffer on every case, the whole buffer compared.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer",
-                            evidence=H200_PARITY),
-        # 3.70 TB/s (88% of copy) for 32768 tokens x 16 x 128 bf16 into random rows, 2.9x torch's
-        # index_copy_; 1.1-1.4 us per call at 1-64 tokens in graph replay (perf/results/h200/
-        # bench_h200.json). 4 KV heads: 3.53 TB/s (83%) with the 2-warp config
-        # (sweep_kv_write_2026-11-29.json).
+        parity=(0.0, "h200.core.parity"),
+        # Near copy bandwidth at prefill sizes, several times torch's index_copy_, and graph-safe
+        # (evidence h200.core.bench, h200.core.sweep.kv_write).
         priority=10,
         description="Triton: one program per (token, block of the row), int64 offsets, no host sync",
     ),
     # The CUDA extension (csrc/kvcache/update_kv_buffer.cu), built ahead of time or on first use: the
-    # CUDA counterpart of native/update_kv_buffer. Measured on the H200 (perf/results/h200/
-    # extension_2026-11-29/kv_write/bench_h200_kv_ext.json): 3.44 / 3.23 TB/s at 32768 tokens x 8 / 4
-    # KV heads against native's 3.71 / 3.48, and 0.1-0.3 us slower per call at 1-64 tokens: so ranked
-    # below native (priority 5). Bitwise equal to torch/update_kv_buffer on every case (strided loc,
-    # padding slots, 2**31+ elements included), both builds, in the 2026-11-30 H200 run.
-    KernelSpec(
-        name="aot/update_kv_buffer",
-        op=UPDATE_KV_BUFFER,
-        backend="aot",
-        target=f"{_HERE}.update_kv_buffer_cuda:update_kv_buffer_aot",
-        available="rapid_llm.kernels.aot:available",
+    # CUDA counterpart of native/update_kv_buffer. Slower than native at every size measured, so ranked
+    # below it (priority 5; evidence h200.extension.bench.kv_write). Bitwise equal to torch/update_kv_buffer
+    # on every case (strided loc, padding slots, 2**31+ elements included), both builds.
+    *extension_rows(
+        UPDATE_KV_BUFFER, f"{_HERE}.update_kv_buffer_cuda:update_kv_buffer",
         dtypes=FLOAT_DTYPE_LABELS,
-        capability=CUDA_EXTENSION_DEVICES,
         layout=("kv:rows", "buffer:rows"),
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer", evidence=H200_PARITY),
+        parity=(0.0, "h200.core.parity"),
         priority=5,
         description="CUDA extension rapid_llm._C: one block per token, 16-byte vectors, int64 offsets",
     ),
-    KernelSpec(
-        name="jit/update_kv_buffer",
-        op=UPDATE_KV_BUFFER,
-        backend="jit",
-        target=f"{_HERE}.update_kv_buffer_cuda:update_kv_buffer_jit",
-        available="rapid_llm.kernels.jit:available",
+    reference_row(UPDATE_KV_BUFFER_FP8, f"{_HERE}.reference:update_kv_buffer_fp8", FLOAT_DTYPE_LABELS,
+                  graph_safe=False,
+                  description="PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, "
+                              "byte index_copy_"),
+    native_row(
+        "native/update_kv_buffer_fp8", UPDATE_KV_BUFFER_FP8, f"{_HERE}.update_kv_buffer_fp8:update_kv_buffer_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
-        capability=CUDA_EXTENSION_DEVICES,
-        layout=("kv:rows", "buffer:rows"),
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer", evidence=H200_PARITY),
-        priority=5,
-        description="the same CUDA source built on first use (RAPID_LLM_JIT=1) into the JIT cache",
-    ),
-    _reference_row(UPDATE_KV_BUFFER_FP8, "update_kv_buffer_fp8",
-                   "PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, byte "
-                   "index_copy_"),
-    KernelSpec(
-        name="native/update_kv_buffer_fp8",
-        op=UPDATE_KV_BUFFER_FP8,
-        backend="native",
-        target=f"{_HERE}.update_kv_buffer_fp8:update_kv_buffer_fp8",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
         capability=TRITON_FP8_DEVICES,
         layout=("kv:rows", "buffer:rows"),
         # Bitwise equal to torch/update_kv_buffer_fp8 (the whole buffer) on every case on the H200.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/update_kv_buffer_fp8",
-                            evidence=H200_PARITY),
-        # 3.61 TB/s (85% of copy) for 32768 tokens x 16 x 128 bf16 into random rows of an e4m3 buffer,
-        # 16x the reference; 1.5-1.7 us per call at 1-64 tokens in graph replay (perf/results/h200/
-        # bench_h200.json). 4 KV heads: 3.21 TB/s (76%) with the 2-warp config.
+        parity=(0.0, "h200.core.parity"),
+        # Near copy bandwidth at prefill sizes, far above the reference, and graph-safe (evidence h200.core.bench).
         priority=10,
         description="Triton: quantize to e4m3 in registers and scatter, one program per (token, row block)",
     ),
-    _reference_row(UPDATE_MLA_BUFFER, "update_mla_buffer",
-                   "PyTorch reference: latent | rope of the tokens with valid slots, index_copy_ (one host sync)"),
-    _mla_row(UPDATE_MLA_BUFFER, "update_mla_buffer", TRITON_DEVICES,
-                        "Triton: one program per token, latent and rope copied into its row, int64 offsets, no "
-                        "host sync"),
-    _reference_row(UPDATE_MLA_BUFFER_FP8, "update_mla_buffer_fp8",
-                   "PyTorch reference: fp32 multiply by the scale's reciprocal, clamp, e4m3 cast, byte index_copy_"),
-    # sm89+ only: the e4m3 cast (TRITON_FP8_DEVICES says why not the interpreter).
-    _mla_row(UPDATE_MLA_BUFFER_FP8, "update_mla_buffer_fp8", TRITON_FP8_DEVICES,
-                        "Triton: quantize latent | rope to e4m3 in registers and scatter, one program per token"),
+    # The MLA latent-cache writes. Native rows: bitwise equal to the torch row on every case (the whole
+    # buffer compared, 2**31+ element offsets included) in the H200 parity run their evidence names;
+    # priority 10, above the torch row: several times faster than it at prefill sizes, bf16 and fp8, and
+    # graph-safe (evidence h200.attention.bench).
+    reference_row(UPDATE_MLA_BUFFER, f"{_HERE}.reference:update_mla_buffer", FLOAT_DTYPE_LABELS, graph_safe=False,
+                  description="PyTorch reference: latent | rope of the tokens with valid slots, index_copy_ "
+                              "(one host sync)"),
+    native_row(
+        "native/update_mla_buffer", UPDATE_MLA_BUFFER, f"{_HERE}.update_mla_buffer:update_mla_buffer",
+        dtypes=FLOAT_DTYPE_LABELS,
+        layout=_MLA_LAYOUTS,
+        parity=(0.0, "h200.attention.parity.native_update_mla_buffer"),
+        priority=10,
+        description="Triton: one program per token, latent and rope copied into its row, int64 offsets, no host sync",
+    ),
+    reference_row(UPDATE_MLA_BUFFER_FP8, f"{_HERE}.reference:update_mla_buffer_fp8", FLOAT_DTYPE_LABELS,
+                  graph_safe=False,
+                  description="PyTorch reference: fp32 multiply by the scale's reciprocal, clamp, e4m3 cast, byte "
+                              "index_copy_"),
+    native_row(
+        "native/update_mla_buffer_fp8", UPDATE_MLA_BUFFER_FP8, f"{_HERE}.update_mla_buffer_fp8:update_mla_buffer_fp8",
+        dtypes=FLOAT_DTYPE_LABELS,
+        # sm89+ only: the e4m3 cast (TRITON_FP8_DEVICES says why not the interpreter).
+        capability=TRITON_FP8_DEVICES,
+        layout=_MLA_LAYOUTS,
+        parity=(0.0, "h200.attention.parity.native_update_mla_buffer_fp8"),
+        priority=10,
+        description="Triton: quantize latent | rope to e4m3 in registers and scatter, one program per token",
+    ),
 )

@@ -20,9 +20,9 @@ import triton.language as tl
 
 def launch_config(row_width: int) -> dict:
     """Row blocks of up to 1024 elements, one token per program; 2 warps for rows of <= 1024
-    elements (4 KV heads x 128), else 4. H200 sweep (perf/results/h200/sweep_kv_write_2026-11-29.json,
-    bf16, random rows): 4 heads 3.53 TB/s and 1.12 us at 64 tokens (4 warps: 3.41, 1.27);
-    8 heads 3.70-3.74 TB/s for every block/warp choice; 2-4 tokens per program measured no better."""
+    elements (4 KV heads x 128), else 4: 2 warps are faster on narrow rows, wider rows are
+    insensitive to the choice, and 2-4 tokens per program measured no better (evidence
+    h200.core.sweep.kv_write)."""
     block = min(1024, triton.next_power_of_2(row_width))
     return {"BLOCK_TOKENS": 1, "BLOCK": block, "num_warps": 2 if row_width <= 1024 else 4}
 

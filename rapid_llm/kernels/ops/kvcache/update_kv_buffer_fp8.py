@@ -25,9 +25,8 @@ from .update_kv_buffer import scatter_grid, scatter_rows
 def launch_config(row_width: int) -> dict:
     """Row blocks of up to 2048 elements (16 per thread: the one-byte e4m3 stores want fuller threads
     than the bf16 copy's 1024), one token per program, 4 warps; 2 for rows of <= 1024 elements.
-    H200 sweeps (perf/results/h200/sweep_fp8_kv_2026-11-29.json, sweep_kv_write_2026-11-29.json):
-    8 heads x 128: 3.61-3.66 TB/s at 32768 tokens (1024 x 4 warps: 3.51), 1.6-1.7 us at 1-64 tokens;
-    4 heads: 3.21 TB/s with 2 warps against 3.11 with 4; 2-4 tokens per program measured no better."""
+    2048-element blocks beat 1024 on wide rows, 2 warps beat 4 on narrow ones, and 2-4 tokens per
+    program measured no better (evidence h200.core.sweep.fp8_kv, h200.core.sweep.kv_write)."""
     return {"BLOCK_TOKENS": 1, "BLOCK": min(2048, triton.next_power_of_2(row_width)),
             "num_warps": 2 if row_width <= 1024 else 4}
 

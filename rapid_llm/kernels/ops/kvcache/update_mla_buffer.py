@@ -28,8 +28,8 @@ def launch_config(kv_lora_rank: int, rope_dim: int) -> dict:
     (at most 1024 elements: wider parts loop), not one block of next_power_of_2(R + P): DeepSeek's rows
     of 512 + 64 would leave 448 of 1024 lanes idle. 2 warps for rows of <= 1024 elements, else 4: at
     R = 512 bf16 that is 8 elements (one 16-byte vector) per thread, as update_kv_buffer's 2-warp rows
-    of 1024 elements measured best on the H200. A starting point, not a measurement: the H200 run of
-    perf/test_kvcache_bench.py::test_update_mla_buffer times it."""
+    of 1024 elements measured best (evidence h200.core.sweep.kv_write). A starting point, not a sweep
+    of its own: the op's benchmark times it (evidence h200.attention.bench)."""
     return {"BLOCK_LATENT": min(1024, triton.next_power_of_2(kv_lora_rank)),
             "BLOCK_ROPE": min(1024, triton.next_power_of_2(rope_dim)),
             "num_warps": 2 if kv_lora_rank + rope_dim <= 1024 else 4}

@@ -1,4 +1,4 @@
-"""norm family: op contracts and rows (data only, torch-free).
+"""norm family: op contracts, layout tags and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 rms_norm.py and fused_add_rms_norm.py (native Triton rows); FlashInfer's rows
@@ -7,12 +7,24 @@ adapt in backends/flashinfer/norm.py.
 
 from ...backends import flashinfer as flashinfer_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import H200_PARITY, LIBRARY_PARITY, TRITON, TRITON_DEVICES
+from ...dispatcher.spec import CapabilityRequirement, ShapeConstraint
+from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 RMS_NORM = "norm.rms_norm"
 FUSED_ADD_RMS_NORM = "norm.fused_add_rms_norm"
 _HERE = __name__
+
+LAYOUT_TAGS = {
+    "x:rows": SHARED_LAYOUT_TAGS["x:rows"],
+    "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
+    # FlashInfer's rows
+    "x:rows_vector": "x:rows, and x's data pointer and row stride are multiples of gcd(16, n * element size) "
+                     "bytes (FlashInfer's norm vector width), with (rows - 1) * row stride + n <= 2**32 and "
+                     "rows * n <= 2**32 (its element offsets are 32-bit)",
+    "residual:rows_vector": "the residual meets x:rows_vector's conditions (as x)",
+    "weight:vector": "the norm weight [n] has x's dtype, unit stride and a data pointer that is a multiple of "
+                     "gcd(16, n * element size) bytes",
+}
 
 CONTRACTS = (
     OpContract(
@@ -56,59 +68,30 @@ in every row.""",
 )
 
 ROWS = (
-    KernelSpec(
-        name="torch/rms_norm",
-        op=RMS_NORM,
-        backend="torch",
-        target=f"{_HERE}.reference:rms_norm",
+    reference_row(RMS_NORM, f"{_HERE}.reference:rms_norm", FLOAT_DTYPE_LABELS, description="fp32 PyTorch reference"),
+    native_row(
+        "native/rms_norm", RMS_NORM, f"{_HERE}.rms_norm:rms_norm",
         dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="fp32 PyTorch reference",
-    ),
-    KernelSpec(
-        name="native/rms_norm",
-        op=RMS_NORM,
-        backend="native",
-        target=f"{_HERE}.rms_norm:rms_norm",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
-        capability=TRITON_DEVICES,
         layout=("x:rows",),
         # Largest |diff| vs torch/rms_norm over every conformance case: 0.03125 in bf16 in the cited
         # H200 run; 0.0625 (one bf16 step at the int64-offset case's outputs of ~30) in an earlier run
         # of the same kernel, so the record keeps 0.0625. 0.00098 in fp16 on the CPU interpreter.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0625, baseline="torch/rms_norm",
-                            evidence=H200_PARITY),
-        # 7-13x the reference and 1.2-1.5x torch's F.rms_norm at prefill sizes, 2-3x F.rms_norm per
-        # call at decode sizes (perf/results/h200/bench_h200.json).
+        parity=(0.0625, "h200.core.parity"),
+        # Faster than torch's F.rms_norm at prefill and decode sizes (evidence h200.core.bench).
         priority=10,
         description="Triton: one pass per row tile, fp32 accumulation",
     ),
-    KernelSpec(
-        name="torch/fused_add_rms_norm",
-        op=FUSED_ADD_RMS_NORM,
-        backend="torch",
-        target=f"{_HERE}.reference:fused_add_rms_norm",
+    reference_row(FUSED_ADD_RMS_NORM, f"{_HERE}.reference:fused_add_rms_norm", FLOAT_DTYPE_LABELS,
+                  description="fp32 PyTorch reference (unfused add, then rms_norm of the stored residual)"),
+    native_row(
+        "native/fused_add_rms_norm", FUSED_ADD_RMS_NORM, f"{_HERE}.fused_add_rms_norm:fused_add_rms_norm",
         dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="fp32 PyTorch reference (unfused add, then rms_norm of the stored residual)",
-    ),
-    KernelSpec(
-        name="native/fused_add_rms_norm",
-        op=FUSED_ADD_RMS_NORM,
-        backend="native",
-        target=f"{_HERE}.fused_add_rms_norm:fused_add_rms_norm",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
-        capability=TRITON_DEVICES,
         layout=("x:rows", "residual:rows"),
         # Largest |diff| vs torch/fused_add_rms_norm over both written tensors and every case:
         # 0.03125 in bf16 in the cited H200 run, 0.00098 in fp16 on the CPU interpreter.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.03125, baseline="torch/fused_add_rms_norm",
-                            evidence=H200_PARITY),
-        # 94-97% of copy bandwidth at 32768 tokens (3.97-4.11 TB/s), 1.7-1.9x torch's eager
-        # add_ + F.rms_norm, ~12x the reference; 2.0-2.3 us per call at decode sizes in graph
-        # replay (perf/results/h200/bench_h200.json).
+        parity=(0.03125, "h200.core.parity"),
+        # Near copy bandwidth at prefill sizes, faster than torch's eager add_ + F.rms_norm
+        # (evidence h200.core.bench).
         priority=10,
         description="Triton: add, store residual, normalise, one pass per row tile",
     ),
@@ -118,34 +101,26 @@ ROWS = (
     # x:rows_vector / residual:rows_vector / weight:vector say exactly that (norm/checks.py). An fp32 or
     # strided weight goes to another row rather than being converted (converting would round the weight to
     # x's dtype before the product: a second rounding the contract does not have).
-    KernelSpec(
-        name="flashinfer/rmsnorm",
-        op=RMS_NORM,
-        backend="flashinfer",
-        target="rapid_llm.kernels.backends.flashinfer.norm:rms_norm",
-        available="rapid_llm.kernels.backends.flashinfer:available",
-        libraries=(flashinfer_backend.REQUIREMENT,),
+    library_row(
+        "flashinfer/rmsnorm", RMS_NORM, "rapid_llm.kernels.backends.flashinfer.norm:rms_norm",
+        library=flashinfer_backend.REQUIREMENT,
         # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
         capability=(CapabilityRequirement("cuda", min_sm=75),),
         dtypes=("fp16", "bf16"),
         layout=("x:rows_vector", "weight:vector"),
         # Largest |diff| vs torch/rms_norm over its parity cases, bf16 and fp16, on the H200.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.03125, baseline="torch/rms_norm", evidence=LIBRARY_PARITY),
-        # Below native/rms_norm (10): slower at every size measured, bf16 hidden 4096, 1/64/4096/32768 tokens:
-        # 5.6/5.8/28.1/173.8 us against 5.0/5.5/22.3/134.6 us; equal in graph replay (1.7/1.9 us)
-        # (common_rows.LIBRARY_BENCH).
+        parity=(0.03125, "h200.libraries.parity"),
+        # Below native/rms_norm (10): slower at every size measured eagerly, equal in graph replay
+        # (evidence h200.libraries.bench).
         priority=5,
         # One launch, no host sync, no per-call host data (the output is allocated like the native row's).
         graph_safe=True,
         description="FlashInfer rmsnorm: one CTA per row, fp32 sum of squares, one rounding",
     ),
-    KernelSpec(
-        name="flashinfer/fused_add_rmsnorm",
-        op=FUSED_ADD_RMS_NORM,
-        backend="flashinfer",
-        target="rapid_llm.kernels.backends.flashinfer.norm:fused_add_rms_norm",
-        available="rapid_llm.kernels.backends.flashinfer:available",
-        libraries=(flashinfer_backend.REQUIREMENT,),
+    library_row(
+        "flashinfer/fused_add_rmsnorm", FUSED_ADD_RMS_NORM,
+        "rapid_llm.kernels.backends.flashinfer.norm:fused_add_rms_norm",
+        library=flashinfer_backend.REQUIREMENT,
         # The kernel keeps the row's fp32 sums in dynamic shared memory, (32 + hidden) * 4 bytes: hidden <=
         # 25312 fits the smallest opt-in limit of sm80+ GPUs (99 KiB on sm86/sm89/sm120; 163 KiB on sm80,
         # 227 KiB on sm90). sm75's 64 KiB would cap hidden at 16352, so sm75 is left to the other rows.
@@ -161,10 +136,9 @@ ROWS = (
         # constant row cancel exactly) and at most another 2**-(p+1) for contrived ones. So the outputs
         # are one step of x's dtype apart at most for real data, two in the contrived worst case; the
         # stored residual is the same one rounding in every row. The parity cases measure it.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.125, baseline="torch/fused_add_rms_norm",
-                            evidence=LIBRARY_PARITY),
-        # Below native/fused_add_rms_norm (10): even with it at 4096 and 32768 tokens (38.5 vs 38.0 us, 266.1 vs
-        # 268.8 us: within 1%), slower at 64 tokens (6.1 vs 5.8 us); bf16 hidden 4096 (common_rows.LIBRARY_BENCH).
+        parity=(0.125, "h200.libraries.parity"),
+        # Below native/fused_add_rms_norm (10): even with it at prefill sizes, slower at decode sizes
+        # (evidence h200.libraries.bench).
         priority=5,
         graph_safe=True,
         description="FlashInfer fused_add_rmsnorm: add, store residual, normalise the fp32 sum; one CTA per row",

@@ -1,4 +1,4 @@
-"""quantization family: op contracts and rows (data only, torch-free).
+"""quantization family: op contracts, layout tags and rows (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 fp8_quant.py (one native Triton kernel behind both ops). The native rows
@@ -7,13 +7,15 @@ interpreter, whose fp8 cast is wrong (common_rows.py).
 """
 
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import GoldenRecord, KernelSpec
-from ..common_rows import H200_PARITY, TRITON, TRITON_FP8_DEVICES
+from ..common_rows import TRITON_FP8_DEVICES
+from ..rows import SHARED_LAYOUT_TAGS, native_row, reference_row
 
 PER_TOKEN_FP8 = "quantization.per_token_fp8"
 PER_TOKEN_GROUP_FP8 = "quantization.per_token_group_fp8"
 _HERE = __name__
 _DIMS = (("num_tokens", TOKEN_BUCKETS), ("hidden", EXACT))
+
+LAYOUT_TAGS = {"x:rows": SHARED_LAYOUT_TAGS["x:rows"]}
 
 CONTRACTS = (
     OpContract(
@@ -56,57 +58,31 @@ activation-scale layout DeepGEMM's block-scaled fp8 GEMMs read.""",
 )
 
 ROWS = (
-    KernelSpec(
-        name="torch/per_token_fp8",
-        op=PER_TOKEN_FP8,
-        backend="torch",
-        target=f"{_HERE}.reference:per_token_fp8",
+    reference_row(PER_TOKEN_FP8, f"{_HERE}.reference:per_token_fp8", FLOAT_DTYPE_LABELS,
+                  description="PyTorch reference: fp32 absmax per row, reciprocal multiply, clamp, cast to e4m3"),
+    reference_row(PER_TOKEN_GROUP_FP8, f"{_HERE}.reference:per_token_group_fp8", FLOAT_DTYPE_LABELS,
+                  description="PyTorch reference: fp32 absmax per group, reciprocal multiply, clamp, cast to e4m3"),
+    native_row(
+        "native/per_token_fp8", PER_TOKEN_FP8, f"{_HERE}.fp8_quant:per_token_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: fp32 absmax per row, reciprocal multiply, clamp, cast to e4m3",
-    ),
-    KernelSpec(
-        name="torch/per_token_group_fp8",
-        op=PER_TOKEN_GROUP_FP8,
-        backend="torch",
-        target=f"{_HERE}.reference:per_token_group_fp8",
-        dtypes=FLOAT_DTYPE_LABELS,
-        golden=GoldenRecord.reference(),
-        description="PyTorch reference: fp32 absmax per group, reciprocal multiply, clamp, cast to e4m3",
-    ),
-    KernelSpec(
-        name="native/per_token_fp8",
-        op=PER_TOKEN_FP8,
-        backend="native",
-        target=f"{_HERE}.fp8_quant:per_token_fp8",
-        dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
         capability=TRITON_FP8_DEVICES,
         layout=("x:rows",),
         # Bitwise equal to torch/per_token_fp8 (q and scales) on every case and dtype on the H200.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/per_token_fp8",
-                            evidence=H200_PARITY),
-        # 4.13-4.28 TB/s (98-101% of copy) at 32768 tokens x 4096/7168 bf16, 16x the reference; 1.8-2.0
-        # us per call at 64 tokens in graph replay vs 23-30 us (perf/results/h200/
-        # sweep_fp8_kv_2026-11-29.json, bench_h200.json).
+        parity=(0.0, "h200.core.parity"),
+        # At copy bandwidth at prefill sizes, far above the reference at every size
+        # (evidence h200.core.sweep.fp8_kv, h200.core.bench).
         priority=10,
         description="Triton: one row per program in registers (two passes past 16384 columns), RNE cast",
     ),
-    KernelSpec(
-        name="native/per_token_group_fp8",
-        op=PER_TOKEN_GROUP_FP8,
-        backend="native",
-        target=f"{_HERE}.fp8_quant:per_token_group_fp8",
+    native_row(
+        "native/per_token_group_fp8", PER_TOKEN_GROUP_FP8, f"{_HERE}.fp8_quant:per_token_group_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
-        libraries=(TRITON,),
         capability=TRITON_FP8_DEVICES,
         layout=("x:rows",),
         # Bitwise equal to torch/per_token_group_fp8 (q and scales, both scale layouts) on the H200.
-        golden=GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/per_token_group_fp8",
-                            evidence=H200_PARITY),
-        # 3.70-3.83 TB/s (88-91% of copy) at 32768 tokens x 4096/7168 bf16, groups of 128, column-major
-        # scales, 16x the reference; 1.8-2.2 us per call at 64 tokens in graph replay vs 18-20 us
-        # (perf/results/h200/sweep_fp8_kv_2026-11-29.json, bench_h200.json).
+        parity=(0.0, "h200.core.parity"),
+        # Near copy bandwidth at prefill sizes, far above the reference at every size
+        # (evidence h200.core.sweep.fp8_kv, h200.core.bench).
         priority=10,
         description="Triton: a tile of groups per program, scales stored through strides (row- or column-major)",
     ),

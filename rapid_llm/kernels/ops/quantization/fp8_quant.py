@@ -40,21 +40,19 @@ CHUNK = 4096
 def launch_config(group_size: int, total_groups: int, multiprocessors: int) -> dict:
     """Tile and warps from the group width and the grid size (no search).
 
-    H200 sweeps (perf/results/h200/sweep_fp8_multiply_2026-11-29.json and
-    sweep_fp8_kv_2026-11-29.json, bf16, 64-32768 tokens, hidden 4096 and
-    7168): these kernels want about 1024
-    elements per warp, twice rms_norm's 512 (an e4m3 store is one byte per
-    element, so fewer, fuller warps keep the same bytes in flight):
+    These kernels want about 1024 elements per warp, twice rms_norm's 512 (an
+    e4m3 store is one byte per element, so fewer, fuller warps keep the same
+    bytes in flight) (evidence h200.core.sweep.fp8_multiply, h200.core.sweep.fp8_kv):
       - groups <= 2048 wide: tiles of 2048 elements (16 groups of 128),
-        2 warps: 3.78-3.90 TB/s at 32768 tokens, within 3% of the best config;
+        2 warps: near the best config swept;
       - whole rows (per-token): one row per program, BLOCK/1024 warps (<= 8):
-        4.13-4.28 TB/s, the best config at 4096 and 7168;
+        the best config swept;
       - a grid under two programs per SM (decode batches) halves the groups
-        per program, keeping the warps: 1.77 vs 2.02 us at 64 x 4096.
+        per program, keeping the warps: faster at decode sizes.
     """
     if group_size > MAX_SINGLE_PASS:
-        # 16 warps: 3.14 TB/s at 8192 x 32768, ahead of 4 and 8 (sweep_fp8_kv_2026-11-29.json),
-        # as for rms_norm's two-pass rows.
+        # 16 warps: ahead of 4 and 8 on very wide rows (evidence h200.core.sweep.fp8_kv), as for
+        # rms_norm's two-pass rows.
         return {"BLOCK_GROUPS": 1, "BLOCK": CHUNK, "SINGLE_PASS": False, "num_warps": 16}
     block = triton.next_power_of_2(group_size)
     block_groups = max(1, 2048 // block)

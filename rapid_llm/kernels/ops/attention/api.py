@@ -1,0 +1,37 @@
+"""The attention family's public op functions (rapid_llm/kernels/__init__.py exports them; one per contract)."""
+
+from __future__ import annotations
+
+from ...dispatcher.plan import call_op as _call
+from . import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED
+
+__all__ = ["prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill"]
+
+
+def prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True, return_lse: bool = False):
+    """Ragged self-attention of packed sequences; out [T, Hq, Dv] (and lse [T, Hq]). Contract: attention.prefill."""
+    return _call(PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
+
+
+def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q: int, page_size: int,
+                  sm_scale: float, causal: bool = True, return_lse: bool = False):
+    """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
+    return _call(PREFILL_PAGED, (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
+                                 causal, return_lse))
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float, k_scale=None, v_scale=None):
+    """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
+    out [B, Hq, D]. Contract: attention.decode."""
+    return _call(DECODE, (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale))
+
+
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size: int, sm_scale: float):
+    """Absorbed MLA decode over the paged latent cache; out [B, Hq, 512]. Contract: attention.mla_decode."""
+    return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale))
+
+
+def mla_prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True,
+                return_lse: bool = False):
+    """Non-absorbed MLA prefill (q/k 192, v 128); out [T, H, 128]. Contract: attention.mla_prefill."""
+    return _call(MLA_PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))

@@ -1,0 +1,204 @@
+"""native/decode and native/decode_fp8: Triton paged decode attention (attention.decode), one kernel for a KV
+buffer of q's dtype (kv:q_dtype) and, specialised by FP8, an fp8-e4m3 buffer with per-tensor scales (kv:fp8_e4m3).
+
+    out[b, h] = sum_j softmax_j(q[b, h] . k[j, h // G] * sm_scale) v[j, h // G],  j < seq_lens[b]
+
+Mapping (memory-bound: the KV read is the cost): one program per (sequence b, KV head, split s). It
+holds all G = Hq / Hk query heads of its KV head as the rows of one [G_PAD, D] tile (G_PAD = G
+rounded up to 16, the tensor-core minimum), so each K/V row is read from memory once for the whole
+group; it walks its split's positions in BLOCK_N tiles, gathering rows through the page table
+(token position p of b is row page_table[b, p // P] * P + p % P; P = PAGE_SIZE is a constexpr, so
+the division is a shift for powers of two), with an online softmax in fp32 and base-2 logits.
+
+Split-K (long contexts, small batches): sequence b's positions are cut into NUM_SPLITS equal
+chunks of its own length (rounded up to BLOCK_N), computed on the device from seq_lens[b], so the
+work per program follows the real lengths and no device value is read on the host: the launch is
+capturable in a CUDA graph. NUM_SPLITS comes from host-known sizes only (batch, KV heads, the page
+table's reach, the SM count: `num_splits`). Each split writes its normalised partial output and
+its base-2 log-sum-exp; tiles.merge_splits weighs them by exp2(lse_s - max lse) (an empty split has
+lse = -inf, weight 0). With one split the kernel writes the output directly.
+
+fp8 KV (the buffer kvcache.update_kv_buffer_fp8 writes, per-tensor k_scale / v_scale): K and V are
+loaded as e4m3 and the products run in fp16 for a bf16 or fp16 q (fp32 for an fp32 q): e4m3 -> fp16
+is exact and one conversion per two elements on sm89+, while e4m3 -> bf16 detours through fp32 (bf16 products measured
+slower in the decode fp8 sweep).
+A bf16 q enters fp16 scaled by a power of two 2^s chosen on the device so its largest element of
+the group lands in [2^14, 2^15) (exact: fp16 holds every bf16 value of that range); 2^-s, k_scale
+and the logit scale fold into one multiplier, v_scale into the final normalisation. P enters the
+P.V product in fp16 (10 mantissa bits against bf16's 7). The bytes read halve and no per-element
+multiply is added.
+
+Grid: (B, Hk, NUM_SPLITS): B on axis 0 (up to 2**31 - 1), Hk and the splits (<= 256) on axes 1-2.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...launch_fitting import launch_fitting
+from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_head_dim, split_k
+from . import launch
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
+    batch, num_q_heads, head_dim = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    knobs = launch.decode(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.device)
+    # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
+    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, seq_lens, seq_lens, out, knobs, fp8=False)
+    return out
+
+
+def decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
+    (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
+    batch, num_q_heads, head_dim = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    knobs = launch.decode_fp8(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size),
+                              q.dtype, q.device)
+    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8=True)
+    return out
+
+
+def _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8):
+    batch, num_q_heads, head_dim = q.shape
+    num_kv_heads = kv_buffer.shape[1] // 2
+    group = num_q_heads // num_kv_heads
+    splits = knobs.pop("splits")
+    def launch_kernel(partial, partial_lse):
+        d_a, d_b = split_head_dim(head_dim)
+        launch_fitting(_decode_kernel, (batch, num_kv_heads, splits), q.device,
+            q, kv_buffer, page_table, seq_lens, out, partial, partial_lse, k_scale, v_scale,
+            q.stride(0), q.stride(1), q.stride(2), kv_buffer.stride(0), kv_buffer.stride(1), kv_buffer.stride(2),
+            page_table.stride(0), page_table.stride(1), seq_lens.stride(0),
+            num_kv_heads, group, float(sm_scale) * LOG2E,
+            splits, kv_buffer.shape[0], page_table.shape[1],
+            PAGE_SIZE=int(page_size), SINGLE=splits == 1, G_PAD=max(16, triton.next_power_of_2(group)),
+            D_A=d_a, D_B=d_b, D_B_PAD=max(d_b, 16), FP8=fp8,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **knobs,
+        )
+
+    split_k(out, splits, launch_kernel)
+
+
+@triton.jit
+def _e4m3_to_fp16(x):
+    """e4m3 -> fp16 (exact) with PTX's cvt.rn.f16x2.e4m3x2 (sm89+): two elements per instruction on four
+    packed bytes, fewer integer instructions than the compiler's conversion. Opaque to the compiler."""
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=4)
+
+
+@triton.jit
+def _kv_to(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
+    """A loaded K/V tile in the product dtype: e4m3 through _e4m3_to_fp16 when CVT_ASM (CUDA, fp16
+    products), else a plain conversion (the interpreter; fp32 products; a bf16/fp16 buffer: no-op)."""
+    if CVT_ASM:
+        return _e4m3_to_fp16(x)
+    return x.to(dtype)
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, kv_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr, k_scale_ptr, v_scale_ptr,
+    stride_qb, stride_qh, stride_qd, stride_row, stride_head, stride_d, table_stride0, table_stride1,
+    stride_sl, num_kv_heads, group, qk_scale,
+    num_splits, num_rows, max_pages,
+    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, G_PAD: tl.constexpr,
+    D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, FP8: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, CVT_ASM: tl.constexpr = False,
+):
+    sequence = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
+
+    heads = kv_head * group + tl.arange(0, G_PAD)
+    head_valid = tl.arange(0, G_PAD) < group
+    offs_da = tl.arange(0, D_A)
+    offs_db = D_A + tl.arange(0, D_B_PAD)
+    q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
+    q_a = tl.load(q_rows + offs_da[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    if D_B > 0:
+        q_b = tl.load(q_rows + offs_db[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
+    if FP8:
+        qk_scale = qk_scale * tl.load(k_scale_ptr)
+        if q_a.dtype == tl.bfloat16:
+            # q -> fp16 scaled by 2^s (exact; see the module docstring), 2^-s folded into the logit scale
+            q_max = tl.max(tl.max(tl.abs(q_a.to(tl.float32)), 1), 0)
+            if D_B > 0:
+                q_max = tl.maximum(q_max, tl.max(tl.max(tl.abs(q_b.to(tl.float32)), 1), 0))
+            exponent = (q_max.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased: 2^(e-127) <= q_max
+            scale_bits = tl.minimum(tl.maximum(268 - exponent, 1), 254)  # 2^(141 - e) as an fp32 exponent
+            scale_bits = tl.where(exponent == 0, 127, scale_bits)  # q == 0 (or subnormal): no scaling
+            scale = (scale_bits << 23).to(tl.float32, bitcast=True)
+            q_a = (q_a.to(tl.float32) * scale).to(tl.float16)
+            if D_B > 0:
+                q_b = (q_b.to(tl.float32) * scale).to(tl.float16)
+            qk_scale = qk_scale / scale
+    k_base = kv_ptr + kv_head * stride_head
+    v_base = kv_ptr + (num_kv_heads + kv_head) * stride_head
+    offs_n = tl.arange(0, BLOCK_N)
+
+    m_i = tl.full((G_PAD,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((G_PAD,), dtype=tl.float32)
+    acc_a = tl.zeros((G_PAD, D_A), dtype=tl.float32)
+    acc_b = tl.zeros((G_PAD, D_B_PAD), dtype=tl.float32)
+    for tile in range(start, end, BLOCK_N):
+        positions = tile + offs_n
+        valid = positions < end
+        rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
+                          PAGE_SIZE)
+        k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
+                      other=0.0)
+        if FP8:
+            k_a = _kv_to(k_a, q_a.dtype, CVT_ASM)
+        qk = tl.dot(q_a, tl.trans(k_a), input_precision=PRECISION)
+        if D_B > 0:
+            k_b = tl.load(k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
+                          other=0.0)
+            if FP8:
+                k_b = _kv_to(k_b, q_a.dtype, CVT_ASM)
+            qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
+        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
+        # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
+        v_a = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d,
+                             mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
+        acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
+        if D_B > 0:
+            v_b = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d,
+                                 mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
+            acc_b = tl.dot(p.to(q_a.dtype), v_b, acc_b * alpha[:, None], input_precision=PRECISION)
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    norm = 1.0 / l_safe
+    if FP8:
+        norm = norm * tl.load(v_scale_ptr)
+    out_a = acc_a * norm[:, None]
+    out_b = acc_b * norm[:, None]
+    if SINGLE:
+        # out: new contiguous [B, Hq, D]
+        out_rows = out_ptr + sequence * (num_kv_heads * group) * (D_A + D_B) + heads[:, None] * (D_A + D_B)
+        tl.store(out_rows + offs_da[None, :], out_a.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+        if D_B > 0:
+            tl.store(out_rows + offs_db[None, :], out_b.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+    else:
+        # partial [B, Hq, S, D] and partial_lse [B, Hq, S], contiguous
+        slots = (sequence * (num_kv_heads * group) + heads) * num_splits + split
+        partial_rows = partial_ptr + slots[:, None] * (D_A + D_B)
+        tl.store(partial_rows + offs_da[None, :], out_a, mask=head_valid[:, None])
+        if D_B > 0:
+            tl.store(partial_rows + offs_db[None, :], out_b, mask=head_valid[:, None])
+        lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_safe))
+        tl.store(partial_lse_ptr + slots, lse, mask=head_valid)
+
+

@@ -1,0 +1,25 @@
+"""The gemm family's public op functions (rapid_llm/kernels/__init__.py exports them; one per contract)."""
+
+from __future__ import annotations
+
+from ...dispatcher.plan import call_op as _call
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
+
+__all__ = ["fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+
+
+def fp8_block_mm(a, a_scale, b, b_scale, out=None):
+    """(a * a_scale) @ (b * b_scale).T in bf16, fp8 e4m3 a [M, K] and b [N, K], 1x128 / 128x128 scales.
+    Contract: gemm.fp8_block_mm."""
+    return _call(FP8_BLOCK_MM, (a, a_scale, b, b_scale, out))
+
+
+def fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None):
+    """Row m of a times the weights of group m_indices[m] (negative: padding), bf16 [M, N].
+    Contract: gemm.fp8_grouped_mm_contiguous."""
+    return _call(FP8_GROUPED_MM_CONTIGUOUS, (a, a_scale, b, b_scale, m_indices, out))
+
+
+def fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m: int, out=None):
+    """a[g, :masked_m[g]] times the weights of group g, bf16 [G, M_max, N]. Contract: gemm.fp8_grouped_mm_masked."""
+    return _call(FP8_GROUPED_MM_MASKED, (a, a_scale, b, b_scale, masked_m, expected_m, out))
