@@ -34,10 +34,7 @@ SOURCE_SUFFIXES = (".cu", ".cc", ".cpp")
 
 def extension_sources():
     return sorted(
-        os.path.join(root, name)
-        for root, _, names in os.walk(CSRC)
-        for name in names
-        if name.endswith(SOURCE_SUFFIXES)
+        os.path.join(root, name) for root, _, names in os.walk(CSRC) for name in names if name.endswith(SOURCE_SUFFIXES)
     )
 
 
@@ -50,8 +47,10 @@ def extension_modules():
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        print("rapid_llm: TORCH_CUDA_ARCH_LIST is not set: torch picks the archs (visible GPUs, else all); "
-              "set e.g. TORCH_CUDA_ARCH_LIST=9.0 for an H100/H200-only build")
+        print(
+            "rapid_llm: TORCH_CUDA_ARCH_LIST is not set: torch picks the archs (visible GPUs, else all); "
+            "set e.g. TORCH_CUDA_ARCH_LIST=9.0 for an H100/H200-only build"
+        )
     define = "-DRAPID_LLM_OP_NAMESPACE=rapid_llm"
     extension = CUDAExtension(
         name="rapid_llm._C",

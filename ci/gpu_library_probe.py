@@ -179,15 +179,20 @@ def main(argv) -> int:
     else:
         missing = [part for part in rest if not os.path.exists(part)]
         parts = [json.load(open(part)) for part in rest if os.path.exists(part)]
-        report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                  "rows": _merge([p for p in parts if "row" in p]),
-                  "fa3_features": [p for p in parts if "row" not in p],
-                  "missing_parts": missing}  # a probe process that died before writing (its .log says why)
+        report = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "rows": _merge([p for p in parts if "row" in p]),
+            "fa3_features": [p for p in parts if "row" not in p],
+            "missing_parts": missing,
+        }  # a probe process that died before writing (its .log says why)
         for record in report["rows"]:
-            print(f"{record['row']:34s} declared graph_safe={record['declared_graph_safe']!s:5s} "
-                  f"capturable={record.get('graph_capturable', '-')!s:5s} "
-                  f"slowest first call={record.get('slowest_first_call_s', '-')}s "
-                  f"{record.get('graph_detail', record.get('loads', ''))[:80]}")
+            print(
+                f"{record['row']:34s} declared graph_safe={record['declared_graph_safe']!s:5s} "
+                f"capturable={record.get('graph_capturable', '-')!s:5s} "
+                f"slowest first call={record.get('slowest_first_call_s', '-')}s "
+                f"{record.get('graph_detail', record.get('loads', ''))[:80]}"
+            )
         print("fa3 features:", report["fa3_features"])
     with open(path, "w") as handle:
         json.dump(report, handle, indent=1)

@@ -85,8 +85,19 @@ def run_suites(out_json: str, *, plant: str | None = None, save: bool = False) -
     env = {k: v for k, v in os.environ.items() if k != PLANT_ENV}
     if plant:
         env[PLANT_ENV] = plant
-    command = [sys.executable, "-m", "pytest", *gpu_suites(), "-k", DESELECT, "-p", "no:cacheprovider", "-q",
-               f"--benchmark-json={out_json}", f"--benchmark-storage=file://{STORAGE}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *gpu_suites(),
+        "-k",
+        DESELECT,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--benchmark-json={out_json}",
+        f"--benchmark-storage=file://{STORAGE}",
+    ]
     if save:
         command.append(f"--benchmark-save={BASELINE_NAME}")
     print(f"$ {PLANT_ENV}={plant or ''} {' '.join(command)}", flush=True)
@@ -133,44 +144,81 @@ def compare(baseline: dict, new: dict) -> dict:
         worst_name, worst = max(members, key=lambda item: item[1])
         limits = THRESHOLDS[phase]
         failed = mean > limits["geomean"] or worst > limits["case"]
-        rows.append({"row": row, "phase": phase, "cases": len(ratios), "geomean": mean, "worst": worst,
-                     "worst_case": worst_name.split("[", 1)[-1].rstrip("]"), "failed": failed})
+        rows.append(
+            {
+                "row": row,
+                "phase": phase,
+                "cases": len(ratios),
+                "geomean": mean,
+                "worst": worst,
+                "worst_case": worst_name.split("[", 1)[-1].rstrip("]"),
+                "failed": failed,
+            }
+        )
     failed = [r for r in rows if r["failed"]]
-    return {"passed": not failed and not missing, "drift": drift, "rows": rows, "failed": failed,
-            "missing": missing, "new": added, "thresholds": THRESHOLDS}
+    return {
+        "passed": not failed and not missing,
+        "drift": drift,
+        "rows": rows,
+        "failed": failed,
+        "missing": missing,
+        "new": added,
+        "thresholds": THRESHOLDS,
+    }
 
 
 def render(verdict: dict, title: str) -> str:
-    lines = [f"== {title}: {'PASS' if verdict['passed'] else 'FAIL'} ==",
-             "run drift (median new/baseline device time, by phase): "
-             + ", ".join(f"{phase} {value:.3f}" for phase, value in sorted(verdict["drift"].items())),
-             f"{'row':<30}{'phase':<9}{'cases':>6}{'geomean':>10}{'worst':>8}  worst case"]
+    lines = [
+        f"== {title}: {'PASS' if verdict['passed'] else 'FAIL'} ==",
+        "run drift (median new/baseline device time, by phase): "
+        + ", ".join(f"{phase} {value:.3f}" for phase, value in sorted(verdict["drift"].items())),
+        f"{'row':<30}{'phase':<9}{'cases':>6}{'geomean':>10}{'worst':>8}  worst case",
+    ]
     for row in verdict["rows"]:
         mark = "  <-- REGRESSION" if row["failed"] else ""
-        lines.append(f"{row['row']:<30}{row['phase']:<9}{row['cases']:>6}{row['geomean']:>10.3f}{row['worst']:>8.3f}"
-                     f"  {row['worst_case']}{mark}")
+        lines.append(
+            f"{row['row']:<30}{row['phase']:<9}{row['cases']:>6}{row['geomean']:>10.3f}{row['worst']:>8.3f}"
+            f"  {row['worst_case']}{mark}"
+        )
     for name in verdict["missing"]:
         lines.append(f"MISSING from this run (in the baseline): {name}")
     if verdict["new"]:
-        lines.append(f"{len(verdict['new'])} case(s) without a baseline (not gated): "
-                     + ", ".join(n.split('[', 1)[-1].rstrip(']') for n in verdict["new"][:5]))
-    lines.append("thresholds (drift-corrected device time; ci/gpu_perf_gate.py says why): a (row, phase) fails when "
-                 + "; ".join(f"{phase}: geometric mean > {t['geomean']} or a case > {t['case']}"
-                             for phase, t in THRESHOLDS.items()))
+        lines.append(
+            f"{len(verdict['new'])} case(s) without a baseline (not gated): "
+            + ", ".join(n.split("[", 1)[-1].rstrip("]") for n in verdict["new"][:5])
+        )
+    lines.append(
+        "thresholds (drift-corrected device time; ci/gpu_perf_gate.py says why): a (row, phase) fails when "
+        + "; ".join(
+            f"{phase}: geometric mean > {t['geomean']} or a case > {t['case']}" for phase, t in THRESHOLDS.items()
+        )
+    )
     if verdict["failed"]:
-        lines.append("regressed: " + ", ".join(f"{r['row']} ({r['phase']}, x{r['geomean']:.2f})"
-                                                for r in verdict["failed"]))
+        lines.append(
+            "regressed: " + ", ".join(f"{r['row']} ({r['phase']}, x{r['geomean']:.2f})" for r in verdict["failed"])
+        )
     return "\n".join(lines)
 
 
 def compare_report(baseline_file: str, run_file: str) -> str:
     """pytest-benchmark's own compare report (host wall time per call: what pytest-benchmark measures)."""
-    command = [sys.executable, "-c", "import sys; from pytest_benchmark.cli import main; sys.exit(main())",
-               "compare", baseline_file, run_file, "--columns=median,iqr,rounds", "--sort=name", "--name=short",
-               "--group-by=func"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from pytest_benchmark.cli import main; sys.exit(main())",
+        "compare",
+        baseline_file,
+        run_file,
+        "--columns=median,iqr,rounds",
+        "--sort=name",
+        "--name=short",
+        "--group-by=func",
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    return f"$ pytest-benchmark compare {os.path.relpath(baseline_file, REPO_ROOT)} {run_file} " \
-           f"--columns=median,iqr,rounds --sort=name --name=short\n{result.stdout}{result.stderr}"
+    return (
+        f"$ pytest-benchmark compare {os.path.relpath(baseline_file, REPO_ROOT)} {run_file} "
+        f"--columns=median,iqr,rounds --sort=name --name=short\n{result.stdout}{result.stderr}"
+    )
 
 
 def gate_one(baseline_file: str, run_doc: dict, run_file: str, out: str, tag: str) -> dict:
@@ -181,9 +229,17 @@ def gate_one(baseline_file: str, run_doc: dict, run_file: str, out: str, tag: st
     with open(os.path.join(out, f"gate_{tag}.txt"), "w") as handle:
         handle.write(compare_report(baseline_file, run_file) + "\n" + text + "\n")
     with open(os.path.join(out, f"gate_{tag}.json"), "w") as handle:
-        json.dump({"baseline": os.path.relpath(baseline_file, REPO_ROOT), "run": os.path.basename(run_file),
-                   "machine_info": run_doc.get("machine_info"), "commit_info": run_doc.get("commit_info"),
-                   **verdict}, handle, indent=1)
+        json.dump(
+            {
+                "baseline": os.path.relpath(baseline_file, REPO_ROOT),
+                "run": os.path.basename(run_file),
+                "machine_info": run_doc.get("machine_info"),
+                "commit_info": run_doc.get("commit_info"),
+                **verdict,
+            },
+            handle,
+            indent=1,
+        )
     print(text, flush=True)
     return verdict
 
@@ -227,9 +283,14 @@ def main(argv=None) -> int:
         problems.append(f"the planted slowdown of {SELF_TEST_PLANT} was NOT caught")
     if bystanders:
         print(f"note: the planted run also flagged {bystanders}")
-    verdict_text = ("SELF-TEST FAILED: " + "; ".join(problems)) if problems else (
-        f"SELF-TEST PASSED: two unchanged runs passed; the planted slowdown was caught: "
-        + ", ".join(f"{r['row']} {r['phase']} x{r['geomean']:.2f}" for r in caught))
+    verdict_text = (
+        ("SELF-TEST FAILED: " + "; ".join(problems))
+        if problems
+        else (
+            f"SELF-TEST PASSED: two unchanged runs passed; the planted slowdown was caught: "
+            + ", ".join(f"{r['row']} {r['phase']} x{r['geomean']:.2f}" for r in caught)
+        )
+    )
     print(verdict_text)
     with open(os.path.join(out, "self_test.txt"), "w") as handle:
         handle.write(verdict_text + "\n")

@@ -151,8 +151,10 @@ def locate_baseline(storage: str) -> str:
     """The newest saved baseline, whatever machine id saved it (deterministic: highest NNNN, then path)."""
     found = baseline_files(storage)
     if not found:
-        raise GateError(f"no baseline matching {os.path.join(_shown(storage), '*', BASELINE_PATTERN)}; "
-                        "create one with `ci/perf_gate --update-baseline`")
+        raise GateError(
+            f"no baseline matching {os.path.join(_shown(storage), '*', BASELINE_PATTERN)}; "
+            "create one with `ci/perf_gate --update-baseline`"
+        )
     return found[-1]
 
 
@@ -200,8 +202,11 @@ def load_results(document, *, label: str) -> tuple[dict, str]:
         name = bench.get("fullname") or bench["name"]
         extra_info = bench.get("extra_info") or {}
         paired = (extra_info.get("paired") or {}).get("normalised")
-        results[name] = {"median": float(bench["stats"]["median"]), "extra_info": extra_info,
-                         "paired_normalised": float(paired) if paired else None}
+        results[name] = {
+            "median": float(bench["stats"]["median"]),
+            "extra_info": extra_info,
+            "paired_normalised": float(paired) if paired else None,
+        }
     calibrations = [name for name, r in results.items() if r["extra_info"].get("calibration")]
     if len(calibrations) != 1:
         raise GateError(
@@ -278,14 +283,23 @@ def compare(baseline_doc, new_doc, threshold: float = DEFAULT_THRESHOLD) -> dict
     new, new_cal = load_results(new_doc, label="new run")
     errors = []
     if base_cal != new_cal:
-        errors.append(f"calibration benchmark changed: baseline {base_cal!r}, new run {new_cal!r} "
-                      "(update the baseline in the same change)")
+        errors.append(
+            f"calibration benchmark changed: baseline {base_cal!r}, new run {new_cal!r} "
+            "(update the baseline in the same change)"
+        )
     rows = []
     for name in sorted(set(base) | set(new)):
         b, n = base.get(name), new.get(name)
-        row = {"name": name, "base_median": b and b["median"], "new_median": n and n["median"],
-               "slowdown": None, "raw_ratio": None, "basis": "", "requirement": requirement_status(n),
-               "calibration": name == new_cal or name == base_cal}
+        row = {
+            "name": name,
+            "base_median": b and b["median"],
+            "new_median": n and n["median"],
+            "slowdown": None,
+            "raw_ratio": None,
+            "basis": "",
+            "requirement": requirement_status(n),
+            "calibration": name == new_cal or name == base_cal,
+        }
         if b is None:
             row["status"] = "new"
         elif n is None:
@@ -301,8 +315,7 @@ def compare(baseline_doc, new_doc, threshold: float = DEFAULT_THRESHOLD) -> dict
         rows.append(row)
     speed = new[new_cal]["median"] / base[base_cal]["median"] if base_cal in base and new_cal in new else None
     failed = [r for r in rows if r["status"] in ("REGRESSED", "MISSING")]
-    return {"passed": not failed and not errors, "rows": rows, "errors": errors, "speed": speed,
-            "threshold": threshold}
+    return {"passed": not failed and not errors, "rows": rows, "errors": errors, "speed": speed, "threshold": threshold}
 
 
 def regressed_names(comparison: dict) -> list[str]:
@@ -326,14 +339,20 @@ def render(comparison: dict, *, title: str = "perf gate") -> str:
     rows = comparison["rows"]
     short = {r["name"]: r["name"].split("::", 1)[-1] for r in rows}
     width = max([len("benchmark")] + [len(s) for s in short.values()])
-    lines = [f"{title}: slowdown = normalised cost now / normalised cost in the baseline "
-             f"(normalised = in units of the calibration workload, same run); fail above "
-             f"{comparison['threshold']:.2f}x"]
+    lines = [
+        f"{title}: slowdown = normalised cost now / normalised cost in the baseline "
+        f"(normalised = in units of the calibration workload, same run); fail above "
+        f"{comparison['threshold']:.2f}x"
+    ]
     if comparison["speed"] is not None:
-        lines.append(f"machine speed: the calibration benchmark took {comparison['speed']:.2f}x the baseline's "
-                     "time (the raw column includes this; the slowdown column cancels it)")
-    header = (f"{'benchmark':<{width}}  {'baseline':>10}  {'median':>10}  {'raw':>6}  {'slowdown':>8}  "
-              f"{'basis':<6}  {'status':<21}  requirement (information)")
+        lines.append(
+            f"machine speed: the calibration benchmark took {comparison['speed']:.2f}x the baseline's "
+            "time (the raw column includes this; the slowdown column cancels it)"
+        )
+    header = (
+        f"{'benchmark':<{width}}  {'baseline':>10}  {'median':>10}  {'raw':>6}  {'slowdown':>8}  "
+        f"{'basis':<6}  {'status':<21}  requirement (information)"
+    )
     lines += [header, "-" * len(header)]
     for r in rows:
         raw = f"{r['raw_ratio']:.2f}x" if r["raw_ratio"] is not None else "-"
@@ -341,9 +360,11 @@ def render(comparison: dict, *, title: str = "perf gate") -> str:
         status = r["status"]
         if r.get("measurements", 1) > 1:
             status += f" ({sum(v > comparison['threshold'] for v in r['slowdowns'])} of {r['measurements']})"
-        lines.append(f"{short[r['name']]:<{width}}  {format_seconds(r['base_median']):>10}  "
-                     f"{format_seconds(r['new_median']):>10}  {raw:>6}  {slowdown:>8}  {r['basis']:<6}  "
-                     f"{status:<21}  {r['requirement']}")
+        lines.append(
+            f"{short[r['name']]:<{width}}  {format_seconds(r['base_median']):>10}  "
+            f"{format_seconds(r['new_median']):>10}  {raw:>6}  {slowdown:>8}  {r['basis']:<6}  "
+            f"{status:<21}  {r['requirement']}"
+        )
     for error in comparison["errors"]:
         lines.append(f"ERROR: {error}")
     failed = [r for r in rows if r["status"] in ("REGRESSED", "MISSING")]
@@ -351,11 +372,15 @@ def render(comparison: dict, *, title: str = "perf gate") -> str:
         lines.append("")
         for r in failed:
             if r["status"] == "REGRESSED":
-                lines.append(f"REGRESSION: {short[r['name']]} is {r['slowdown']:.2f}x slower than the baseline "
-                             f"(normalised; threshold {comparison['threshold']:.2f}x)")
+                lines.append(
+                    f"REGRESSION: {short[r['name']]} is {r['slowdown']:.2f}x slower than the baseline "
+                    f"(normalised; threshold {comparison['threshold']:.2f}x)"
+                )
             else:
-                lines.append(f"MISSING: {short[r['name']]} is in the baseline but did not run "
-                             "(deleted, renamed or skipped? update the baseline if intended)")
+                lines.append(
+                    f"MISSING: {short[r['name']]} is in the baseline but did not run "
+                    "(deleted, renamed or skipped? update the baseline if intended)"
+                )
     broken = [r for r in rows if r["requirement"].startswith("BROKEN")]
     if broken:
         lines.append("")
@@ -381,13 +406,22 @@ def merge_confirmation(current: dict, rerun: dict) -> dict:
     rows = []
     for row in current["rows"]:
         again = by_name.get(row["name"])
-        if row["status"] == "REGRESSED" and not row.get("decided") and again is not None \
-                and again["slowdown"] is not None:
+        if (
+            row["status"] == "REGRESSED"
+            and not row.get("decided")
+            and again is not None
+            and again["slowdown"] is not None
+        ):
             values = row.get("slowdowns", [row["slowdown"]]) + [again["slowdown"]]
             over = sum(value > threshold for value in values)
             within = len(values) - over
-            row = dict(row, slowdowns=values, measurements=len(values), slowdown=statistics.median(values),
-                       decided=over >= 2 or within >= 2)
+            row = dict(
+                row,
+                slowdowns=values,
+                measurements=len(values),
+                slowdown=statistics.median(values),
+                decided=over >= 2 or within >= 2,
+            )
             if within >= 2:
                 row["status"] = _status(row["slowdown"], threshold)
         rows.append(row)
@@ -425,8 +459,14 @@ def undecided_suspects(comparison: dict) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def run_suite(json_path: str | None = None, *, save_storage: str | None = None, plant: str | None = None,
-              node_ids=None, quiet: bool = True) -> tuple[dict, str]:
+def run_suite(
+    json_path: str | None = None,
+    *,
+    save_storage: str | None = None,
+    plant: str | None = None,
+    node_ids=None,
+    quiet: bool = True,
+) -> tuple[dict, str]:
     """Run the dispatcher benchmarks with `python` from PATH; return (the parsed JSON, its path).
 
     json_path: write --benchmark-json there. save_storage: instead save the run with pytest-benchmark's
@@ -469,9 +509,17 @@ def compare_report(baseline_path: str, run_path: str, storage: str) -> None:
         # pytest-benchmark compare cannot load one file twice (its loader consumes each entry's stats).
         print("\n(no pytest-benchmark compare report: the run compared is the baseline file itself)")
         return
-    command = ["python", "-m", "pytest_benchmark", "--storage", f"file://{os.path.relpath(storage, REPO_ROOT)}",
-               "compare", os.path.relpath(baseline_path, REPO_ROOT), os.path.relpath(run_path, REPO_ROOT),
-               *COMPARE_OPTIONS]
+    command = [
+        "python",
+        "-m",
+        "pytest_benchmark",
+        "--storage",
+        f"file://{os.path.relpath(storage, REPO_ROOT)}",
+        "compare",
+        os.path.relpath(baseline_path, REPO_ROOT),
+        os.path.relpath(run_path, REPO_ROOT),
+        *COMPARE_OPTIONS,
+    ]
     print(f"\n$ {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
     output = (result.stdout + result.stderr).strip("\n")
@@ -480,8 +528,9 @@ def compare_report(baseline_path: str, run_path: str, storage: str) -> None:
         raise GateError(f"pytest-benchmark compare failed (exit {result.returncode}); see its output above")
 
 
-def run_and_compare(baseline_doc, workdir: str, *, tag: str, plant: str | None, threshold: float,
-                    confirmations: int) -> tuple[dict, str, dict]:
+def run_and_compare(
+    baseline_doc, workdir: str, *, tag: str, plant: str | None, threshold: float, confirmations: int
+) -> tuple[dict, str, dict]:
     """One run compared with the baseline; suspected regressions are re-measured up to `confirmations` times.
 
     Returns (the run's document, its path, the settled comparison).
@@ -493,10 +542,14 @@ def run_and_compare(baseline_doc, workdir: str, *, tag: str, plant: str | None, 
         suspects = undecided_suspects(comparison)
         if not suspects:
             break
-        print(f"re-measuring {len(suspects)} suspected regression(s) ({attempt + 1}/{confirmations}): "
-              + ", ".join(s.split("::")[-1] for s in suspects), flush=True)
-        rerun_doc, _ = run_suite(os.path.join(workdir, f"{tag}-confirm{attempt + 1}.json"), plant=plant,
-                                 node_ids=[calibration, *suspects])
+        print(
+            f"re-measuring {len(suspects)} suspected regression(s) ({attempt + 1}/{confirmations}): "
+            + ", ".join(s.split("::")[-1] for s in suspects),
+            flush=True,
+        )
+        rerun_doc, _ = run_suite(
+            os.path.join(workdir, f"{tag}-confirm{attempt + 1}.json"), plant=plant, node_ids=[calibration, *suspects]
+        )
         comparison = merge_confirmation(comparison, compare(baseline_doc, rerun_doc, threshold))
     return new_doc, run_path, settle(comparison)
 
@@ -510,8 +563,7 @@ def report(args, run_path: str, comparison: dict, *, title: str) -> None:
 
 def run_gate_logic_tests() -> None:
     """The comparison's own unit tests (no timing) run first: a broken gate must not pass anything."""
-    command = ["python", "-m", "pytest", GATE_LOGIC_TESTS, "-q", "-p", "no:cacheprovider",
-               "--benchmark-disable"]
+    command = ["python", "-m", "pytest", GATE_LOGIC_TESTS, "-q", "-p", "no:cacheprovider", "--benchmark-disable"]
     print(f"$ {' '.join(command)}", flush=True)
     if subprocess.run(command, cwd=REPO_ROOT).returncode != 0:
         raise GateError(f"{GATE_LOGIC_TESTS} failed: the comparison logic itself is broken")
@@ -536,8 +588,9 @@ def aggregate_runs(documents: list[dict]) -> tuple[dict, str]:
     names = set(per_run[0][0])
     for results, _ in per_run[1:]:
         if set(results) != names:
-            raise GateError("runs disagree on the set of benchmarks (a skip that comes and goes?): "
-                            f"{sorted(names ^ set(results))}")
+            raise GateError(
+                f"runs disagree on the set of benchmarks (a skip that comes and goes?): {sorted(names ^ set(results))}"
+            )
     aggregates = {}
     for name in sorted(names):
         medians = [results[name]["median"] for results, _ in per_run]
@@ -561,14 +614,20 @@ def typical_run(documents: list[dict], aggregates: dict, calibration: str) -> in
     Its stats become the baseline's saved stats, the figures the compare report shows: the run least
     touched by a slow spell, rather than whichever came last.
     """
+
     def gated(aggregate):
         return "paired_normalised" if aggregate["paired_normalised"] else "median_normalised"
 
     distances = []
     for doc in documents:
         results, _ = load_results(doc, label="run")
-        distances.append(sum(abs(math.log(results[name][gated(a)] / a[gated(a)]))
-                             for name, a in aggregates.items() if name != calibration))
+        distances.append(
+            sum(
+                abs(math.log(results[name][gated(a)] / a[gated(a)]))
+                for name, a in aggregates.items()
+                if name != calibration
+            )
+        )
     return min(range(len(documents)), key=lambda index: (distances[index], index))
 
 
@@ -581,12 +640,14 @@ def make_baseline(documents: list[dict], command: list[str]) -> tuple[dict, int]
         bench.setdefault("extra_info", {})[GATE_KEY] = aggregates[bench.get("fullname") or bench["name"]]
     baseline[GATE_KEY] = {
         "schema": BASELINE_SCHEMA,
-        "note": ("written by ci/perf_gate --update-baseline: pytest-benchmark's saved run number "
-                 f"{index + 1} of {len(documents)} (the one closest to the medians below; its stats are what "
-                 "pytest-benchmark compare shows), with extra_info['perf_gate'] per benchmark: the median over "
-                 "the runs of the pytest-benchmark median (median_s), of median / calibration median "
-                 "(median_normalised) and of extra_info['paired']['normalised'] (paired_normalised; "
-                 "perf/calibration.py), and the per-run values. The gate decides on the normalised medians."),
+        "note": (
+            "written by ci/perf_gate --update-baseline: pytest-benchmark's saved run number "
+            f"{index + 1} of {len(documents)} (the one closest to the medians below; its stats are what "
+            "pytest-benchmark compare shows), with extra_info['perf_gate'] per benchmark: the median over "
+            "the runs of the pytest-benchmark median (median_s), of median / calibration median "
+            "(median_normalised) and of extra_info['paired']['normalised'] (paired_normalised; "
+            "perf/calibration.py), and the per-run values. The gate decides on the normalised medians."
+        ),
         "suite": SUITE,
         "runs": len(documents),
         "saved_run": index + 1,
@@ -637,8 +698,13 @@ def mode_gate(args, workdir: str) -> int:
     else:
         run_gate_logic_tests()
         _, run_path, comparison = run_and_compare(
-            baseline, workdir, tag="run", plant=os.environ.get(PLANT_ENV) or None, threshold=args.threshold,
-            confirmations=0 if args.no_confirm else CONFIRMATIONS)
+            baseline,
+            workdir,
+            tag="run",
+            plant=os.environ.get(PLANT_ENV) or None,
+            threshold=args.threshold,
+            confirmations=0 if args.no_confirm else CONFIRMATIONS,
+        )
     report(args, run_path, comparison, title="perf gate")
     return 0 if comparison["passed"] else 1
 
@@ -652,16 +718,27 @@ def mode_self_test(args, workdir: str) -> int:
         print("\n== gate run, also self-test 1/2: unplanted run (must PASS) ==", flush=True)
     else:
         print("\n== self-test 1/2: unplanted run (must PASS) ==", flush=True)
-    _, clean_path, clean = run_and_compare(baseline, workdir, tag="clean", plant=None, threshold=args.threshold,
-                                           confirmations=0 if args.no_confirm else CONFIRMATIONS)
+    _, clean_path, clean = run_and_compare(
+        baseline,
+        workdir,
+        tag="clean",
+        plant=None,
+        threshold=args.threshold,
+        confirmations=0 if args.no_confirm else CONFIRMATIONS,
+    )
     report(args, clean_path, clean, title="unplanted run")
     if args.gate_and_self_test and not clean["passed"]:
         print("GATE FAILED: a regression against the baseline (the self-test's planted run is skipped)")
         return 1
     print(f"\n== self-test 2/2: {PLANT_ENV}={args.plant} (must FAIL naming it) ==", flush=True)
     new_doc, planted_path, planted = run_and_compare(
-        baseline, workdir, tag="planted", plant=args.plant, threshold=args.threshold,
-        confirmations=0 if args.no_confirm else CONFIRMATIONS)
+        baseline,
+        workdir,
+        tag="planted",
+        plant=args.plant,
+        threshold=args.threshold,
+        confirmations=0 if args.no_confirm else CONFIRMATIONS,
+    )
     report(args, planted_path, planted, title="planted run")
     planted_names = (new_doc.get("rapid_llm_perf") or {}).get("planted") or []
     caught = [name for name in failing_names(planted) if name in planted_names]
@@ -671,8 +748,10 @@ def mode_self_test(args, workdir: str) -> int:
     if not planted_names:
         problems.append(f"{PLANT_ENV}={args.plant} matched no benchmark: nothing was planted")
     if not clean["passed"]:
-        problems.append("the unplanted run FAILED the gate (flaky gate or a real regression): "
-                        + ", ".join(failing_names(clean) or clean["errors"]))
+        problems.append(
+            "the unplanted run FAILED the gate (flaky gate or a real regression): "
+            + ", ".join(failing_names(clean) or clean["errors"])
+        )
     if planted["passed"] or not caught:
         problems.append(f"the planted 2x slowdown in {planted_names} was NOT caught")
     if bystanders:
@@ -683,8 +762,10 @@ def mode_self_test(args, workdir: str) -> int:
             print(f"SELF-TEST FAILED: {problem}")
         return 1
     row = next(r for r in planted["rows"] if r["name"] == caught[0])
-    print(f"SELF-TEST PASSED: unplanted run passed; planted 2x slowdown caught in {caught[0].split('::')[-1]} "
-          f"({row['slowdown']:.2f}x normalised)")
+    print(
+        f"SELF-TEST PASSED: unplanted run passed; planted 2x slowdown caught in {caught[0].split('::')[-1]} "
+        f"({row['slowdown']:.2f}x normalised)"
+    )
     return 0
 
 
@@ -703,53 +784,84 @@ def mode_update_baseline(args, workdir: str) -> int:
     for doc in documents:
         if (doc.get("rapid_llm_perf") or {}).get("planted"):
             raise GateError("a baseline run contains planted benchmarks; refusing to store it")
-    command = ["python", "-m", "pytest", SUITE, f"--benchmark-save={BASELINE_NAME}",
-               "--benchmark-storage=file://...", *BENCHMARK_OPTIONS]
+    command = [
+        "python",
+        "-m",
+        "pytest",
+        SUITE,
+        f"--benchmark-save={BASELINE_NAME}",
+        "--benchmark-storage=file://...",
+        *BENCHMARK_OPTIONS,
+    ]
     baseline, index = make_baseline(documents, command)
     machine_id = os.path.basename(os.path.dirname(saved[index]))  # pytest-benchmark's, from where it saved
     path, removed = store_baseline(baseline, args.storage, machine_id)
-    print(f"\nwrote {_shown(path)}: pytest-benchmark's saved run {index + 1} of {args.runs} (the closest to the "
-          f"per-benchmark medians), with the medians over the {args.runs} runs in extra_info['{GATE_KEY}']")
+    print(
+        f"\nwrote {_shown(path)}: pytest-benchmark's saved run {index + 1} of {args.runs} (the closest to the "
+        f"per-benchmark medians), with the medians over the {args.runs} runs in extra_info['{GATE_KEY}']"
+    )
     for old in removed:
         print(f"removed the previous baseline {_shown(old)}")
-    print("run-to-run spread (max / min over the runs) of each statistic; the gate decides on the last column "
-          "(paired), raw medians are what pytest-benchmark compare shows:")
-    rows = [(name.split("::")[-1], bench["extra_info"][GATE_KEY]) for name, bench in
-            ((b.get("fullname") or b["name"], b) for b in baseline["benchmarks"])]
+    print(
+        "run-to-run spread (max / min over the runs) of each statistic; the gate decides on the last column "
+        "(paired), raw medians are what pytest-benchmark compare shows:"
+    )
+    rows = [
+        (name.split("::")[-1], bench["extra_info"][GATE_KEY])
+        for name, bench in ((b.get("fullname") or b["name"], b) for b in baseline["benchmarks"])
+    ]
     width = max(len(name) for name, _ in rows)
     for name, aggregate in rows:
+
         def spread(values):
             return f"{max(values) / min(values):.2f}x" if values and min(values) > 0 else "-"
-        print(f"  {name:<{width}}  median {format_seconds(aggregate['median_s']):>10}  "
-              f"raw median {spread(aggregate['per_run_median_s']):>6}  "
-              f"median/cal {spread(aggregate['per_run_median_normalised']):>6}  "
-              f"paired {spread(aggregate['per_run_paired_normalised']):>6}")
+
+        print(
+            f"  {name:<{width}}  median {format_seconds(aggregate['median_s']):>10}  "
+            f"raw median {spread(aggregate['per_run_median_s']):>6}  "
+            f"median/cal {spread(aggregate['per_run_median_normalised']):>6}  "
+            f"paired {spread(aggregate['per_run_paired_normalised']):>6}"
+        )
     print(f"review with `git diff -- {_shown(args.storage)}` and commit the file with the change that needs it")
     return 0
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ci/perf_gate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="ci/perf_gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     modes = parser.add_mutually_exclusive_group()
-    modes.add_argument("--self-test", action="store_true",
-                       help="an unplanted run must pass and a planted 2x slowdown must fail")
-    modes.add_argument("--gate-and-self-test", action="store_true",
-                       help="the gate, then the self-test's planted run (the gate's run is the unplanted one)")
-    modes.add_argument("--update-baseline", action="store_true",
-                       help="store a new baseline from fresh runs (replaces the saved one)")
+    modes.add_argument(
+        "--self-test", action="store_true", help="an unplanted run must pass and a planted 2x slowdown must fail"
+    )
+    modes.add_argument(
+        "--gate-and-self-test",
+        action="store_true",
+        help="the gate, then the self-test's planted run (the gate's run is the unplanted one)",
+    )
+    modes.add_argument(
+        "--update-baseline", action="store_true", help="store a new baseline from fresh runs (replaces the saved one)"
+    )
     modes.add_argument("--compare", metavar="NEW_JSON", help="compare an existing pytest-benchmark JSON only")
-    parser.add_argument("--storage", default=STORAGE,
-                        help=f"pytest-benchmark storage of the baseline (default {STORAGE}); the baseline is "
-                             f"the newest <storage>/*/{BASELINE_PATTERN}")
-    parser.add_argument("--baseline", metavar="FILE",
-                        help="compare against this pytest-benchmark JSON instead of the saved baseline")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help=f"fail when a normalised median exceeds this multiple of the baseline's "
-                             f"(default {DEFAULT_THRESHOLD})")
+    parser.add_argument(
+        "--storage",
+        default=STORAGE,
+        help=f"pytest-benchmark storage of the baseline (default {STORAGE}); the baseline is "
+        f"the newest <storage>/*/{BASELINE_PATTERN}",
+    )
+    parser.add_argument(
+        "--baseline", metavar="FILE", help="compare against this pytest-benchmark JSON instead of the saved baseline"
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"fail when a normalised median exceeds this multiple of the baseline's (default {DEFAULT_THRESHOLD})",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs aggregated by --update-baseline (default 3)")
-    parser.add_argument("--plant", default=SELF_TEST_PLANT,
-                        help=f"benchmark substring the self-test plants (default {SELF_TEST_PLANT})")
+    parser.add_argument(
+        "--plant", default=SELF_TEST_PLANT, help=f"benchmark substring the self-test plants (default {SELF_TEST_PLANT})"
+    )
     parser.add_argument("--no-confirm", action="store_true", help="do not re-measure suspected regressions")
     parser.add_argument("--keep", metavar="DIR", help="keep the raw pytest-benchmark JSON files in DIR")
     args = parser.parse_args(argv)

@@ -42,9 +42,11 @@ CORE_BENCH = "h200.core.bench"
 LIBRARY_BENCH = "h200.libraries.bench"
 ATTENTION_BENCH = "h200.attention.bench"
 #: (op, evidence id): the ops whose cases come from a later run of their own instead of ATTENTION_BENCH.
-ATTENTION_OP_RUNS = (("attention.decode", "h200.attention.bench.decode"),
-                     ("attention.prefill", "h200.attention.bench.prefill"),
-                     ("attention.mla_decode", "h200.attention.bench.mla_decode"))
+ATTENTION_OP_RUNS = (
+    ("attention.decode", "h200.attention.bench.decode"),
+    ("attention.prefill", "h200.attention.bench.prefill"),
+    ("attention.mla_decode", "h200.attention.bench.mla_decode"),
+)
 EXTENSION_BENCHES = ("h200.extension.bench.scale", "h200.extension.bench.kv_write")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the docs name each dispatcher benchmark, and its requirement in short. The table lists
@@ -55,9 +57,11 @@ DISPATCHER_LABELS = {
     "test_cold_dispatch": ("cold `dispatch()` of one op", "≤ 100 µs"),
     "test_planned_call": ("`PlannedOp` call (overhead over the direct call in the last column)", "≤ 0.3 µs overhead"),
     "test_direct_call": ("direct call of the same target", "-"),
-    "test_public_call_overhead": ("public op `rms_norm(x, w, eps)`, fp32 [1, 8] on the CPU (overhead over a "
-                                  "`PlannedOp` call of the same plan in the last column)",
-                                  "overhead < 8.19 µs (before the refactor)"),
+    "test_public_call_overhead": (
+        "public op `rms_norm(x, w, eps)`, fp32 [1, 8] on the CPU (overhead over a "
+        "`PlannedOp` call of the same plan in the last column)",
+        "overhead < 8.19 µs (before the refactor)",
+    ),
     "test_build_tables": ("`build_tables()`", "-"),
     "test_explain_cli": ("`rapid-llm explain` in-process", "-"),
     "test_import_and_build_subprocess": ("new process: import `rapid_llm.kernels` + build all tables", "≤ 100 ms"),
@@ -85,7 +89,8 @@ def dispatcher_rows(benchmarks: dict, calibration: str) -> list[tuple[str, str, 
     for name in ordered:
         info = benchmarks[SUITE_PREFIX + name].get("extra_info", {})
         label, requirement = DISPATCHER_LABELS.get(
-            name, (f"`{name}`", (info.get("requirement") or {}).get("text", "-")))
+            name, (f"`{name}`", (info.get("requirement") or {}).get("text", "-"))
+        )
         rows.append((name, label, requirement))
     return rows
 
@@ -100,20 +105,28 @@ def _cli(*argv) -> str:
 
 
 #: The H200 image with every external library this project tests (../shared/tools/fetch_gpu_wheels.sh all).
-H200_LIBS = ("triton=3.6.0", "flashinfer=0.6.0", "flash_attn=0.0.3", "flash_mla=1.0.0", "deep_gemm=2.5.0",
-             "deep_ep=1.2.1")
+H200_LIBS = (
+    "triton=3.6.0",
+    "flashinfer=0.6.0",
+    "flash_attn=0.0.3",
+    "flash_mla=1.0.0",
+    "deep_gemm=2.5.0",
+    "deep_ep=1.2.1",
+)
 
 
 def support_matrix() -> str:
     lib_args = [arg for lib in H200_LIBS for arg in ("--lib", lib)]
     gpu = _cli("matrix", "--device", "cuda:sm90", "--no-local-libs", *lib_args)
     cpu = _cli("matrix", "--device", "cpu+triton-interpreter", "--no-local-libs", "--lib", "triton=3.6.0")
-    return ("On the H200 with the external libraries installed (`rapid-llm matrix --device cuda:sm90 "
-            f"--no-local-libs {' '.join(lib_args)}`; a library row marked `✗ golden` is not yet verified "
-            "on the GPU and serves only when forced):\n\n"
-            f"```\n{gpu}\n```\n\nOn a CPU machine with `RAPID_LLM_TRITON_INTERPRET=1` "
-            "(`--device cpu+triton-interpreter`):\n\n"
-            f"```\n{cpu}\n```")
+    return (
+        "On the H200 with the external libraries installed (`rapid-llm matrix --device cuda:sm90 "
+        f"--no-local-libs {' '.join(lib_args)}`; a library row marked `✗ golden` is not yet verified "
+        "on the GPU and serves only when forced):\n\n"
+        f"```\n{gpu}\n```\n\nOn a CPU machine with `RAPID_LLM_TRITON_INTERPRET=1` "
+        "(`--device cpu+triton-interpreter`):\n\n"
+        f"```\n{cpu}\n```"
+    )
 
 
 def _cell(case) -> str:
@@ -132,9 +145,11 @@ def _load(evidence_id: str) -> dict:
 
 def _run_line(evidence_id: str, run: dict) -> str:
     """Where a table's numbers come from: the id, its file, and the device, versions and date the file records."""
-    return (f"`{evidence_id}` (`{evidence.resolve(evidence_id)}`): {run['device']} (sm{run['sm']}), torch "
-            f"{run['torch']}, triton {run['triton']}, {run['date'][:10]}; device-to-device copy in the same run "
-            f"{run['copy_bandwidth_GBps'] / 1000:.2f} TB/s")
+    return (
+        f"`{evidence_id}` (`{evidence.resolve(evidence_id)}`): {run['device']} (sm{run['sm']}), torch "
+        f"{run['torch']}, triton {run['triton']}, {run['date'][:10]}; device-to-device copy in the same run "
+        f"{run['copy_bandwidth_GBps'] / 1000:.2f} TB/s"
+    )
 
 
 def perf_table() -> str:
@@ -159,7 +174,9 @@ def perf_table() -> str:
         tokens = native["tokens"] if native and native.get("tokens") is not None else None
         if tokens is not None and 64 < tokens < 16384:
             continue
-        lines.append(f"| {op} | {case_id} | {_cell(native)} | {_cell(reference)} | {_cell(peer)} | {_cell(flashinfer)} |")
+        lines.append(
+            f"| {op} | {case_id} | {_cell(native)} | {_cell(reference)} | {_cell(peer)} | {_cell(flashinfer)} |"
+        )
     return "\n".join(lines)
 
 
@@ -182,7 +199,9 @@ def _run_cases(evidence_id: str) -> tuple[dict, list]:
     run = _load(evidence_id)
     tflops = {}
     if f"{evidence_id}.raw" in evidence.index():
-        tflops = {b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in _load(f"{evidence_id}.raw")["benchmarks"]}
+        tflops = {
+            b["name"]: (b.get("extra_info") or {}).get("TFLOPs") for b in _load(f"{evidence_id}.raw")["benchmarks"]
+        }
     return run, [{**case, "TFLOPs": case.get("TFLOPs") or tflops.get(case["test"])} for case in run["cases"]]
 
 
@@ -206,8 +225,14 @@ def _ranked_table(runs: tuple, intro: str) -> str:
     rows = {}
     for case in cases:
         rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
-    lines = [intro, "", *(f"- {source}" for source in sources), "",
-             "| op | case | rows, fastest first |", "|---|---|---|"]
+    lines = [
+        intro,
+        "",
+        *(f"- {source}" for source in sources),
+        "",
+        "| op | case | rows, fastest first |",
+        "|---|---|---|",
+    ]
     for (op, case_id), by_row in sorted(rows.items(), key=lambda item: order.get(item[0][0], len(order))):
         ranked = sorted(by_row.items(), key=lambda item: item[1]["us"])
         cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
@@ -217,26 +242,34 @@ def _ranked_table(runs: tuple, intro: str) -> str:
 
 def library_table() -> str:
     """Every external row beside our native row (or the peer) at the same case, from the library run."""
-    return _ranked_table(((LIBRARY_BENCH, None),), (
-        "One run (`ci/gpu_library_evidence OUT bench`; every case, timer and correctness check in the file). "
-        "CUDA-event median with L2 flushed; graph-replay time where the row is capturable at decode sizes. "
-        "The priority of each library row comes from this run. The FlashInfer attention rows plan (a host "
-        "sync) inside every call."))
+    return _ranked_table(
+        ((LIBRARY_BENCH, None),),
+        (
+            "One run (`ci/gpu_library_evidence OUT bench`; every case, timer and correctness check in the file). "
+            "CUDA-event median with L2 flushed; graph-replay time where the row is capturable at decode sizes. "
+            "The priority of each library row comes from this run. The FlashInfer attention rows plan (a host "
+            "sync) inside every call."
+        ),
+    )
 
 
 def attention_table() -> str:
     """The attention ops: our native rows, the library rows and the peers; decode, prefill and MLA decode
     from their own later runs."""
-    return _ranked_table(((ATTENTION_BENCH, None), *((run, (op,)) for op, run in ATTENTION_OP_RUNS)), (
-        "Every attention op from `ci/gpu_attention_evidence OUT bench`, except attention.decode, attention.prefill "
-        "and attention.mla_decode, each from a later benchmark run of that op alone (after its sm90 kernel "
-        "changed; the decode run with the CUDA extension's fp8 rows built; the MLA decode run with FlashInfer's "
-        "MLA rows deselected: their JIT build). CUDA-event median with L2 flushed; graph-replay time of "
-        "capturable rows at every decode and MLA decode shape (device time without the host's per-call enqueue, "
-        "which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned "
-        "once per step outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call), at decode "
-        "also in its CUDA-graph mode (`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode "
-        "TB/s: the KV (or latent) bytes read."))
+    return _ranked_table(
+        ((ATTENTION_BENCH, None), *((run, (op,)) for op, run in ATTENTION_OP_RUNS)),
+        (
+            "Every attention op from `ci/gpu_attention_evidence OUT bench`, except attention.decode, attention.prefill "
+            "and attention.mla_decode, each from a later benchmark run of that op alone (after its sm90 kernel "
+            "changed; the decode run with the CUDA extension's fp8 rows built; the MLA decode run with FlashInfer's "
+            "MLA rows deselected: their JIT build). CUDA-event median with L2 flushed; graph-replay time of "
+            "capturable rows at every decode and MLA decode shape (device time without the host's per-call enqueue, "
+            "which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned "
+            "once per step outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call), at decode "
+            "also in its CUDA-graph mode (`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode "
+            "TB/s: the KV (or latent) bytes read."
+        ),
+    )
 
 
 #: The attention kernels as rows of their own (after the one-kernel-per-row restructure), run by run.
@@ -245,22 +278,29 @@ ATTENTION_ROW_RUNS = ("h200.attention.bench.mla_decode_rows",)
 
 def attention_rows_table() -> str:
     """Every native kernel of an op as its own row, timed side by side (the runs after the restructure)."""
-    return _ranked_table(tuple((run, None) for run in ATTENTION_ROW_RUNS[:1]), (
-        "Each native kernel as a row of its own (`ci/gpu_attention_evidence OUT bench`, `BENCH_K=test_mla_decode`, "
-        "FlashInfer hidden), after the restructure that made every kernel a row: `native/mla_decode` is now the "
-        "pointer kernel alone; `native/mla_decode_tma`, `native/mla_decode_gluon` and "
-        "`native/mla_decode_gluon_pingpong` are the kernels it used to choose between inside its target (the "
-        "table above names rows as its runs had them). FlashMLA did not load in this run, so it has no numbers "
-        "here. CUDA-event median with L2 flushed, then graph replay."))
+    return _ranked_table(
+        tuple((run, None) for run in ATTENTION_ROW_RUNS[:1]),
+        (
+            "Each native kernel as a row of its own (`ci/gpu_attention_evidence OUT bench`, `BENCH_K=test_mla_decode`, "
+            "FlashInfer hidden), after the restructure that made every kernel a row: `native/mla_decode` is now the "
+            "pointer kernel alone; `native/mla_decode_tma`, `native/mla_decode_gluon` and "
+            "`native/mla_decode_gluon_pingpong` are the kernels it used to choose between inside its target (the "
+            "table above names rows as its runs had them). FlashMLA did not load in this run, so it has no numbers "
+            "here. CUDA-event median with L2 flushed, then graph replay."
+        ),
+    )
 
 
 def extension_table() -> str:
     """The CUDA extension's rows (aot/, jit/) beside the native and reference rows of the same ops."""
-    return _ranked_table(((EXTENSION_BENCHES[0], None),
-                          *((run, ("kvcache.update_kv_buffer",)) for run in EXTENSION_BENCHES[1:])), (
-        "`ci/gpu_extension_evidence` runs of the elementwise and KV-write benchmarks with the extension built "
-        "(`TORCH_CUDA_ARCH_LIST=9.0`), bf16 unless the case says otherwise. CUDA-event median with L2 flushed; "
-        "graph-replay time at decode sizes."))
+    return _ranked_table(
+        ((EXTENSION_BENCHES[0], None), *((run, ("kvcache.update_kv_buffer",)) for run in EXTENSION_BENCHES[1:])),
+        (
+            "`ci/gpu_extension_evidence` runs of the elementwise and KV-write benchmarks with the extension built "
+            "(`TORCH_CUDA_ARCH_LIST=9.0`), bf16 unless the case says otherwise. CUDA-event median with L2 flushed; "
+            "graph-replay time at decode sizes."
+        ),
+    )
 
 
 def _time(seconds: float) -> str:
@@ -301,24 +341,34 @@ def dispatcher_table() -> str:
             note = f"overhead {_time(info['plan_overhead_s'])}"
         if "public_overhead_s" in info:
             before = " / ".join(_time(value) for value in info.get("before_refactor_overhead_s", []))
-            note = (f"overhead {_signed_time(info['public_overhead_s'])} (public "
-                    f"{_time(info['interleaved_public_s'])} vs PlannedOp {_time(info['interleaved_planned_s'])}, "
-                    f"interleaved); before the refactor: {before}")
+            note = (
+                f"overhead {_signed_time(info['public_overhead_s'])} (public "
+                f"{_time(info['interleaved_public_s'])} vs PlannedOp {_time(info['interleaved_planned_s'])}, "
+                f"interleaved); before the refactor: {before}"
+            )
         if "torch_imported" in info:
-            note = (f"bare interpreter {_time(info['bare_interpreter_median_s'])}, interpreter + attrs "
-                    f"{_time(info['attrs_only_median_s']) if 'attrs_only_median_s' in info else '-'}; "
-                    f"torch imported: {info['torch_imported']}, triton imported: {info['triton_imported']}")
-        lines.append(f"| {label} | {_time(info[gate.GATE_KEY]['median_s'])} | {_time(best) if best else '-'} | "
-                     f"{requirement} | {note} |")
+            note = (
+                f"bare interpreter {_time(info['bare_interpreter_median_s'])}, interpreter + attrs "
+                f"{_time(info['attrs_only_median_s']) if 'attrs_only_median_s' in info else '-'}; "
+                f"torch imported: {info['torch_imported']}, triton imported: {info['triton_imported']}"
+            )
+        lines.append(
+            f"| {label} | {_time(info[gate.GATE_KEY]['median_s'])} | {_time(best) if best else '-'} | "
+            f"{requirement} | {note} |"
+        )
     return "\n".join(lines)
 
 
 #: Each page and the generated sections it holds, in page order.
 PAGES = {
     "docs/support-matrix.md": (("support-matrix", support_matrix),),
-    "docs/performance.md": (("perf-table", perf_table), ("attention-table", attention_table),
-                            ("attention-rows-table", attention_rows_table), ("extension-table", extension_table),
-                            ("dispatcher-table", dispatcher_table)),
+    "docs/performance.md": (
+        ("perf-table", perf_table),
+        ("attention-table", attention_table),
+        ("attention-rows-table", attention_rows_table),
+        ("extension-table", extension_table),
+        ("dispatcher-table", dispatcher_table),
+    ),
     "docs/libraries.md": (("library-table", library_table),),
 }
 
@@ -354,8 +404,9 @@ def main() -> int:
                 handle.write(fresh)
     if args.check:
         if stale:
-            print(f"generated sections are stale in {', '.join(stale)}: run python ci/readme_tables.py",
-                  file=sys.stderr)
+            print(
+                f"generated sections are stale in {', '.join(stale)}: run python ci/readme_tables.py", file=sys.stderr
+            )
             return 1
         print("the docs pages' generated sections are current")
     return 0

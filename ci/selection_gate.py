@@ -40,8 +40,14 @@ sys.path.insert(0, REPO_ROOT)
 SNAPSHOT = os.path.join(REPO_ROOT, "ci", "selection_snapshot.json")
 DEVICES = ("cuda:sm80", "cuda:sm89", "cuda:sm90", "cuda:sm100", "cpu", "cpu+triton-interpreter")
 #: The version a "present" library is described at: the versions the H200 image carries.
-LIBRARY_VERSIONS = {"triton": "3.6.0", "flashinfer": "0.6.0", "flash_attn": "0.0.3", "flash_mla": "1.0.0",
-                    "deep_gemm": "2.5.0", "deep_ep": "1.2.1"}
+LIBRARY_VERSIONS = {
+    "triton": "3.6.0",
+    "flashinfer": "0.6.0",
+    "flash_attn": "0.0.3",
+    "flash_mla": "1.0.0",
+    "deep_gemm": "2.5.0",
+    "deep_ep": "1.2.1",
+}
 MAX_TOKENS = 32768
 SCHEMA = 1
 #: The self-test's planted change: this row's priority raised above the row it ranks below today.
@@ -93,8 +99,9 @@ def shape_buckets(table, op: str) -> list[tuple[str, dict]]:
             cells.append((",".join(parts) or "-", shape))
     for ranking in table.rankings:
         if ranking.op == op:
-            label = ",".join(f"{name}={low}-{high}" if low != high else f"{name}={low}"
-                             for name, low, high in ranking.bucket)
+            label = ",".join(
+                f"{name}={low}-{high}" if low != high else f"{name}={low}" for name, low, high in ranking.bucket
+            )
             if not any(existing == "measured:" + label for existing, _ in cells):
                 cells.append(("measured:" + label, {name: high for name, _, high in ranking.bucket}))
     return cells
@@ -118,8 +125,9 @@ def compute(table, ops=None) -> dict:
                         if entry["status"] == "selected":
                             selected[entry["dtype"]] = entry["row"]
                     for dtype, row in selected.items():
-                        cells.setdefault(op, {}).setdefault(dtype, {}).setdefault(device_text, {}) \
-                            .setdefault(label, {})[shape_label] = row
+                        cells.setdefault(op, {}).setdefault(dtype, {}).setdefault(device_text, {}).setdefault(
+                            label, {}
+                        )[shape_label] = row
     return cells
 
 
@@ -131,14 +139,21 @@ def collapse(cells: dict) -> dict:
             for device, by_libs in by_device.items():
                 for libs, by_shape in by_libs.items():
                     rows = set(by_shape.values())
-                    out.setdefault(op, {}).setdefault(dtype, {}).setdefault(device, {})[libs] = \
+                    out.setdefault(op, {}).setdefault(dtype, {}).setdefault(device, {})[libs] = (
                         {"*": rows.pop()} if len(rows) == 1 else dict(by_shape)
+                    )
     return out
 
 
 def document(cells: dict) -> dict:
-    return {"schema": SCHEMA, "devices": list(DEVICES), "library_sets": library_sets(), "max_tokens": MAX_TOKENS,
-            "command": "ci/selection_gate --update", "cells": collapse(cells)}
+    return {
+        "schema": SCHEMA,
+        "devices": list(DEVICES),
+        "library_sets": library_sets(),
+        "max_tokens": MAX_TOKENS,
+        "command": "ci/selection_gate --update",
+        "cells": collapse(cells),
+    }
 
 
 def differences(old_doc: dict, cells: dict, *, partial: bool = False) -> list[tuple]:
@@ -210,8 +225,11 @@ def planted_table(table):
 
     from rapid_llm.kernels.dispatcher import OpTable
 
-    rows = [attrs.evolve(row, priority=PLANT_PRIORITY) if row.name == PLANT_ROW else row
-            for rows in table.rows_by_op.values() for row in rows]
+    rows = [
+        attrs.evolve(row, priority=PLANT_PRIORITY) if row.name == PLANT_ROW else row
+        for rows in table.rows_by_op.values()
+        for row in rows
+    ]
     return OpTable.from_rows(rows, dict(table.contracts))
 
 
@@ -250,8 +268,10 @@ def main(argv=None) -> int:
     planted_changes = differences(snapshot, compute(planted, ops=[planted.rows_by_name[PLANT_ROW].op]), partial=True)
     named = [c for c in planted_changes if PLANT_ROW in (c[5], c[6])]
     if not planted_changes or len(named) != len(planted_changes):
-        problems.append(f"raising {PLANT_ROW}'s priority to {PLANT_PRIORITY} was not caught "
-                        f"({len(planted_changes)} changed cells, {len(named)} naming it)")
+        problems.append(
+            f"raising {PLANT_ROW}'s priority to {PLANT_PRIORITY} was not caught "
+            f"({len(planted_changes)} changed cells, {len(named)} naming it)"
+        )
     else:
         print(f"self-test: {PLANT_ROW} priority -> {PLANT_PRIORITY} in a copy of the table; the gate reports:")
         print(report(planted, planted_changes, shown=3))
@@ -259,8 +279,10 @@ def main(argv=None) -> int:
         for problem in problems:
             print(f"SELF-TEST FAILED: {problem}")
         return 1
-    print(f"SELF-TEST PASSED: the unchanged table passed; the planted change moved {len(planted_changes)} cells, "
-          f"each reported with {PLANT_ROW}")
+    print(
+        f"SELF-TEST PASSED: the unchanged table passed; the planted change moved {len(planted_changes)} cells, "
+        f"each reported with {PLANT_ROW}"
+    )
     return 0
 
 

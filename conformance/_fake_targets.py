@@ -92,7 +92,11 @@ def spec(name: str, **fields) -> KernelSpec:
     """A verified, condition-free row of test.op; `fields` override anything."""
     backend = name.partition("/")[0]
     values = dict(
-        name=name, op=OP, backend=backend, target=target("fast"), dtypes=OP_DTYPES,
+        name=name,
+        op=OP,
+        backend=backend,
+        target=target("fast"),
+        dtypes=OP_DTYPES,
         golden=VERIFIED if backend != "torch" else GoldenRecord.reference(),
     )
     values.update(fields)

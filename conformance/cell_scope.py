@@ -49,8 +49,9 @@ def reach(row, device: Device, libs: Libraries, hidden) -> frozenset[str]:
         return frozenset()
     if not row.capability:
         return row.dtypes
-    return frozenset(dtype for dtype in row.dtypes
-                     if any(requirement.accepts(device, dtype) for requirement in row.capability))
+    return frozenset(
+        dtype for dtype in row.dtypes if any(requirement.accepts(device, dtype) for requirement in row.capability)
+    )
 
 
 class Scope:
@@ -76,23 +77,37 @@ class Scope:
     def of(cls, environ=None, device: Device | None = None, table=None) -> "Scope":
         """This process's cell (or `environ`'s), on `device` (default: cpu)."""
         environ = os.environ if environ is None else environ
-        return cls(table or build_tables(), device or Device("cpu"), installed_library_versions(),
-                   parse_hidden_libs(environ.get("RAPID_LLM_HIDE_LIBS", "")),
-                   parse_flag("RAPID_LLM_TRITON_INTERPRET", environ.get("RAPID_LLM_TRITON_INTERPRET")))
+        return cls(
+            table or build_tables(),
+            device or Device("cpu"),
+            installed_library_versions(),
+            parse_hidden_libs(environ.get("RAPID_LLM_HIDE_LIBS", "")),
+            parse_flag("RAPID_LLM_TRITON_INTERPRET", environ.get("RAPID_LLM_TRITON_INTERPRET")),
+        )
 
     def summary(self) -> str:
-        cell = (f"hidden {{{', '.join(sorted(self.hidden))}}}, interpreter {'on' if self.interpret else 'off'}, "
-                f"device {self.device}")
+        cell = (
+            f"hidden {{{', '.join(sorted(self.hidden))}}}, interpreter {'on' if self.interpret else 'off'}, "
+            f"device {self.device}"
+        )
         if not self.rows:
             return f"cell scope ({cell}): no row's reach differs from the all-present cell's"
-        return (f"cell scope ({cell}): {len(self.rows)} row(s) of {len(self.ops)} op(s) differ from the "
-                f"all-present cell: {', '.join(sorted(self.rows))}")
+        return (
+            f"cell scope ({cell}): {len(self.rows)} row(s) of {len(self.ops)} op(s) differ from the "
+            f"all-present cell: {', '.join(sorted(self.rows))}"
+        )
 
     def to_dict(self) -> dict:
-        return {"hidden": sorted(self.hidden), "interpreter": self.interpret, "device": str(self.device),
-                "ops": sorted(self.ops),
-                "rows": {name: {"all_present": sorted(before), "cell": sorted(after)}
-                         for name, (before, after) in sorted(self.changes.items())}}
+        return {
+            "hidden": sorted(self.hidden),
+            "interpreter": self.interpret,
+            "device": str(self.device),
+            "ops": sorted(self.ops),
+            "rows": {
+                name: {"all_present": sorted(before), "cell": sorted(after)}
+                for name, (before, after) in sorted(self.changes.items())
+            },
+        }
 
 
 def item_references(params: dict, table) -> tuple[set, set]:
@@ -112,8 +127,11 @@ def item_references(params: dict, table) -> tuple[set, set]:
             rows.add(row.name)
         elif isinstance(name, str) and name in table.rows_by_name and getattr(value, "op", None):
             rows.add(name)  # a KernelSpec
-        elif callable(value) and getattr(value, "__module__", "").startswith("rapid_llm.") \
-                and getattr(value, "__name__", None) in short_names:
+        elif (
+            callable(value)
+            and getattr(value, "__module__", "").startswith("rapid_llm.")
+            and getattr(value, "__name__", None) in short_names
+        ):
             ops.add(short_names[value.__name__])  # a public op function: it runs the row selected here
     return rows, ops
 

@@ -23,10 +23,12 @@ import pytest
 
 from conformance.parity_log import PARITY_MEASUREMENTS
 
-INTERPRETER_ROUNDING_NOTE = ("CPU run: Triton's interpreter truncates fp32 -> bf16 (toward zero) and rounds fp8 "
-                             "differently from the GPU, so native rows' bf16/fp8 parity here is not evidence (and "
-                             "rows whose kernels use tl.dot are not eligible for bf16 here: the interpreter "
-                             "computes bf16 products wrongly); bf16 golden evidence comes from the H200")
+INTERPRETER_ROUNDING_NOTE = (
+    "CPU run: Triton's interpreter truncates fp32 -> bf16 (toward zero) and rounds fp8 "
+    "differently from the GPU, so native rows' bf16/fp8 parity here is not evidence (and "
+    "rows whose kernels use tl.dot are not eligible for bf16 here: the interpreter "
+    "computes bf16 products wrongly); bf16 golden evidence comes from the H200"
+)
 
 
 def pytest_collection_modifyitems(session, config, items):

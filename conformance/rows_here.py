@@ -24,8 +24,9 @@ def planned_row(op: str, row: str, dtype: str = "fp32", layout=None, env=None):
     """The PlannedOp running `row` for `op`, or (None, reason) when the row cannot run here."""
     contract = TABLE.contracts[op]
     try:
-        planned = planner_forcing(op, row, env).plan(op, dtype=dtype, shape={},
-                                                     layout=contract.layouts if layout is None else layout)
+        planned = planner_forcing(op, row, env).plan(
+            op, dtype=dtype, shape={}, layout=contract.layouts if layout is None else layout
+        )
     except NoEligibleKernel as error:
         return None, skip_reason(row, error)
     return planned, None

@@ -63,8 +63,11 @@ def test_row_is_eligible_exactly_when_the_table_predicts(row):
     except NoEligibleKernel as error:
         # Only what an absence cell changes counts: libraries, the device, the load (import + probe). The
         # query here names no shape, so a row's shape conditions fail by design and are not the cell's.
-        refusals = [check.render() for check in error.explanation.verdict(row.name).failures
-                    if check.condition.startswith(("library", "device", "load"))]
+        refusals = [
+            check.render()
+            for check in error.explanation.verdict(row.name).failures
+            if check.condition.startswith(("library", "device", "load"))
+        ]
     cell = f"this cell (hidden: {sorted(env.hidden_libs)})"
     if predicted:
         assert not refusals, f"{row.name}: predicted eligible in {cell}, refused: {refusals}"
@@ -77,8 +80,15 @@ def test_every_op_resolves_in_this_cell(op):
     env = probe_environment()
     contract = TABLE.contracts[op]
     for dtype in sorted(contract.dtypes):
-        selection = dispatch(op, device=env.device, dtype=dtype, layout=frozenset(contract.layouts), libs=env.libs,
-                             table=TABLE, deny=env.deny)
+        selection = dispatch(
+            op,
+            device=env.device,
+            dtype=dtype,
+            layout=frozenset(contract.layouts),
+            libs=env.libs,
+            table=TABLE,
+            deny=env.deny,
+        )
         assert selection.row is not None, f"{op} {dtype}: no row serves in this cell"
 
 
@@ -101,8 +111,7 @@ def test_every_op_computes_correctly_in_this_cell(op):
             continue
         args, shape, layout = case.make(TORCH_DTYPES[dtype], device, torch.Generator().manual_seed(11))
         selected = Planner(env, TABLE).plan(op, dtype=dtype, shape=shape, layout=layout)
-        reference = planner_forcing(op, TABLE.reference(op).name, env).plan(op, dtype=dtype, shape=shape,
-                                                                             layout=layout)
+        reference = planner_forcing(op, TABLE.reference(op).name, env).plan(op, dtype=dtype, shape=shape, layout=layout)
         got = selected(*args)
         want = reference(*case.make(TORCH_DTYPES[dtype], device, torch.Generator().manual_seed(11))[0])
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
@@ -112,8 +121,14 @@ def test_every_op_computes_correctly_in_this_cell(op):
                 mask = masks[index] if isinstance(masks, tuple) else masks
                 out, expected = out[mask], expected[mask]
             atol, rtol = tolerance(op, dtype, index)
-            torch.testing.assert_close(out.float(), expected.float(), atol=atol, rtol=rtol, equal_nan=True,
-                                       msg=lambda m: f"{op} {dtype} via {selected.row.name}: {m}")
+            torch.testing.assert_close(
+                out.float(),
+                expected.float(),
+                atol=atol,
+                rtol=rtol,
+                equal_nan=True,
+                msg=lambda m: f"{op} {dtype} via {selected.row.name}: {m}",
+            )
 
 
 def test_hidden_extension_is_refused_by_both_probes(monkeypatch):
@@ -135,7 +150,8 @@ def test_hidden_libraries_cannot_be_imported():
     for name in env.hidden_libs:
         for module in KNOWN_LIBRARIES[name].modules:
             assert module not in sys.modules or sys.modules[module] is None, (
-                f"{module} ({name}) is hidden in this cell but was imported")
+                f"{module} ({name}) is hidden in this cell but was imported"
+            )
 
 
 def _broken_libraries(env) -> dict[str, str]:
@@ -182,8 +198,10 @@ def test_broken_library_rows_are_rejected_with_the_loaders_message():
     env = probe_environment()
     expected = {name for name in os.environ.get("RAPID_LLM_EXPECT_BROKEN_LIBS", "").split(",") if name}
     broken = _broken_libraries(env)
-    assert expected <= set(broken), (f"expected broken in this cell: {sorted(expected)}; the probes found "
-                                     f"{broken or 'none broken'} (installed: {env.libs.as_dict()})")
+    assert expected <= set(broken), (
+        f"expected broken in this cell: {sorted(expected)}; the probes found "
+        f"{broken or 'none broken'} (installed: {env.libs.as_dict()})"
+    )
     if not broken:
         pytest.skip("no library here is installed in range and broken")
     checked = 0
@@ -194,15 +212,23 @@ def test_broken_library_rows_are_rejected_with_the_loaders_message():
                 continue
             dtype = sorted(row.dtypes)[0]
             shape = {constraint.dim: _satisfying(constraint) for constraint in row.shape}
-            selection = dispatch(op, device=_device_serving(row), dtype=dtype, shape=shape,
-                                 layout=frozenset(TABLE.contracts[op].layouts), libs=env.libs, table=TABLE,
-                                 # the row and the reference alone: whatever else could serve is not the point
-                                 deny=frozenset(r.name for r in TABLE.rows(op) if r is not row and not r.is_reference))
+            selection = dispatch(
+                op,
+                device=_device_serving(row),
+                dtype=dtype,
+                shape=shape,
+                layout=frozenset(TABLE.contracts[op].layouts),
+                libs=env.libs,
+                table=TABLE,
+                # the row and the reference alone: whatever else could serve is not the point
+                deny=frozenset(r.name for r in TABLE.rows(op) if r is not row and not r.is_reference),
+            )
             assert selection.row is row, f"{row.name} is not selected where its conditions hold:\n{selection.explain()}"
             loaded = selection.load()
             assert loaded.row is TABLE.reference(op), loaded.selection.explain()
-            load_failures = [check for check in loaded.selection.explanation.verdict(row.name).failures
-                             if check.condition == "load"]
+            load_failures = [
+                check for check in loaded.selection.explanation.verdict(row.name).failures if check.condition == "load"
+            ]
             assert load_failures and broken[library] in load_failures[0].observed, loaded.selection.explain()
             checked += 1
     assert checked, f"no row needs the broken libraries {sorted(broken)}"
@@ -222,7 +248,9 @@ def _scope(device, hidden=(), interpret=True, installed=None):
     return Scope(TABLE, Device.parse(device), _TRITON_HERE if installed is None else installed, hidden, interpret)
 
 
-@pytest.mark.parametrize("hidden, interpret", [(("triton",), True), ((), False)], ids=["triton-hidden", "interpreter-off"])
+@pytest.mark.parametrize(
+    "hidden, interpret", [(("triton",), True), ((), False)], ids=["triton-hidden", "interpreter-off"]
+)
 def test_scope_of_a_cpu_cell_without_native_rows_is_the_native_rows(hidden, interpret):
     """Catches a cell that loses the tests of the rows it turns off (the native ones, on a CPU), or one that
     runs the reference rows' tests, which no cell changes."""
@@ -267,8 +295,11 @@ def test_items_are_judged_by_the_row_or_op_they_name():
         row = TABLE.rows_by_name["native/rms_norm"]
 
     cases = [
-        ({"op": "norm.rms_norm", "row": TABLE.rows_by_name["torch/rms_norm"], "dtype": "fp16"},
-         {"torch/rms_norm"}, {"norm.rms_norm"}),
+        (
+            {"op": "norm.rms_norm", "row": TABLE.rows_by_name["torch/rms_norm"], "dtype": "fp16"},
+            {"torch/rms_norm"},
+            {"norm.rms_norm"},
+        ),
         ({"name": "native/rms_norm", "fn": Planned()}, {"native/rms_norm"}, set()),
         ({"name": "public", "fn": kernels.rms_norm}, set(), {"norm.rms_norm"}),
         ({"name": "public:attention.decode"}, set(), {"attention.decode"}),

@@ -47,24 +47,27 @@ def _bytes(t) -> set:
 # may_overlap against the enumerated byte sets
 # ---------------------------------------------------------------------------
 
+
 def _base():
     return torch.zeros(8192, dtype=torch.uint8)
 
 
 def _rows(base, rows=64, width=32, dtype=torch.float32):
     """[rows, width] of dtype over base's bytes."""
-    return base.view(dtype)[:rows * width].view(rows, width)
+    return base.view(dtype)[: rows * width].view(rows, width)
 
 
 def _kv_buffer(base):
-    return base.view(torch.float32)[:64 * 4 * 8].view(64, 4, 8)
+    return base.view(torch.float32)[: 64 * 4 * 8].view(64, 4, 8)
 
 
 def _frombuffer_pair():
     """Two tensors with separate storages over one bytearray, the second starting 12 bytes in."""
     memory = bytearray(256)
-    return (torch.frombuffer(memory, dtype=torch.float32, count=16),
-            torch.frombuffer(memory, dtype=torch.float32, offset=12, count=4))
+    return (
+        torch.frombuffer(memory, dtype=torch.float32, count=16),
+        torch.frombuffer(memory, dtype=torch.float32, offset=12, count=4),
+    )
 
 
 # (id, builder -> (a, b), expected): each id names the mistake a span- or stride-based test makes there.
@@ -83,28 +86,49 @@ PAIRS = [
     ("strides_4_and_6_rows_never_meeting", lambda base: (_rows(base)[0:8:4], _rows(base)[2:20:6]), False),
     ("strides_4_and_6_rows_meeting_at_row_8", lambda base: (_rows(base)[0:12:4], _rows(base)[2:20:6]), True),
     ("a_view_and_its_transpose", lambda base: (_rows(base, 16, 16), _rows(base, 16, 16).t()), True),
-    ("transposed_columns_and_the_next_column",
-     lambda base: (_rows(base)[:, :4].t(), _rows(base)[:, 4:5]), False),
-    ("transposed_columns_and_a_column_of_theirs",
-     lambda base: (_rows(base)[:, :4].t(), _rows(base)[:, 3:5]), True),
-    ("fp8_rows_and_an_fp32_scale_in_their_padding",
-     lambda base: (base.view(FP8)[:64 * 48].view(64, 48)[:, :32], base[40:44].view(torch.float32)), False),
-    ("fp8_rows_and_an_fp32_scale_over_a_rows_last_bytes",
-     lambda base: (base.view(FP8)[:64 * 48].view(64, 48)[:, :32], base[76:80].view(torch.float32)), True),
-    ("bf16_rows_over_fp8_columns_of_the_same_bytes",
-     lambda base: (base.view(torch.bfloat16)[:32 * 64].view(32, 64)[:, 16:], base.view(FP8)[:32 * 128]
-                   .view(32, 128)[:, :32]), False),
+    ("transposed_columns_and_the_next_column", lambda base: (_rows(base)[:, :4].t(), _rows(base)[:, 4:5]), False),
+    ("transposed_columns_and_a_column_of_theirs", lambda base: (_rows(base)[:, :4].t(), _rows(base)[:, 3:5]), True),
+    (
+        "fp8_rows_and_an_fp32_scale_in_their_padding",
+        lambda base: (base.view(FP8)[: 64 * 48].view(64, 48)[:, :32], base[40:44].view(torch.float32)),
+        False,
+    ),
+    (
+        "fp8_rows_and_an_fp32_scale_over_a_rows_last_bytes",
+        lambda base: (base.view(FP8)[: 64 * 48].view(64, 48)[:, :32], base[76:80].view(torch.float32)),
+        True,
+    ),
+    (
+        "bf16_rows_over_fp8_columns_of_the_same_bytes",
+        lambda base: (
+            base.view(torch.bfloat16)[: 32 * 64].view(32, 64)[:, 16:],
+            base.view(FP8)[: 32 * 128].view(32, 128)[:, :32],
+        ),
+        False,
+    ),
     ("an_expanded_row_and_that_row", lambda base: (_rows(base)[3:4].expand(5, 32), _rows(base)[3]), True),
     ("an_expanded_row_and_the_next_row", lambda base: (_rows(base)[3:4].expand(5, 32), _rows(base)[4]), False),
-    ("overlapping_windows_and_a_gap_free_block",
-     lambda base: (base.view(torch.float32).as_strided((5, 8), (4, 1)), base.view(torch.float32)[23:31]), True),
-    ("overlapping_windows_and_the_block_after_them",
-     lambda base: (base.view(torch.float32).as_strided((5, 8), (4, 1)), base.view(torch.float32)[24:32]), False),
+    (
+        "overlapping_windows_and_a_gap_free_block",
+        lambda base: (base.view(torch.float32).as_strided((5, 8), (4, 1)), base.view(torch.float32)[23:31]),
+        True,
+    ),
+    (
+        "overlapping_windows_and_the_block_after_them",
+        lambda base: (base.view(torch.float32).as_strided((5, 8), (4, 1)), base.view(torch.float32)[24:32]),
+        False,
+    ),
     ("separate_storages_over_one_memory", lambda base: _frombuffer_pair(), True),
-    ("an_int32_loc_over_the_buffers_last_bytes",
-     lambda base: (_kv_buffer(base), base.view(torch.int32)[64 * 4 * 8 - 2:64 * 4 * 8 + 2]), True),
-    ("an_int32_loc_just_past_the_buffer",
-     lambda base: (_kv_buffer(base), base.view(torch.int32)[64 * 4 * 8:64 * 4 * 8 + 4]), False),
+    (
+        "an_int32_loc_over_the_buffers_last_bytes",
+        lambda base: (_kv_buffer(base), base.view(torch.int32)[64 * 4 * 8 - 2 : 64 * 4 * 8 + 2]),
+        True,
+    ),
+    (
+        "an_int32_loc_just_past_the_buffer",
+        lambda base: (_kv_buffer(base), base.view(torch.int32)[64 * 4 * 8 : 64 * 4 * 8 + 4]),
+        False,
+    ),
 ]
 
 
@@ -147,8 +171,17 @@ def test_may_overlap_matches_the_byte_sets_of_random_strided_views():
     for _ in range(1500):
         a, b = _random_view(memory, generator), _random_view(memory, generator)
         expected = len(_bytes(a) & _bytes(b)) > 0
-        assert may_overlap(a, b) is expected, (a.dtype, a.shape, a.stride(), a.storage_offset(), b.dtype,
-                                               b.shape, b.stride(), b.storage_offset(), expected)
+        assert may_overlap(a, b) is expected, (
+            a.dtype,
+            a.shape,
+            a.stride(),
+            a.storage_offset(),
+            b.dtype,
+            b.shape,
+            b.stride(),
+            b.storage_offset(),
+            expected,
+        )
 
 
 def test_may_overlap_out_of_steps_answers_may_overlap(monkeypatch):
@@ -166,7 +199,7 @@ def test_may_overlap_decides_long_interleaved_views_without_giving_up():
     wide = torch.empty(1 << 20, 48, dtype=torch.float16)
     assert may_overlap(wide[:, :32], wide[:, 32:]) is False
     assert may_overlap(wide[::2], wide[1::2]) is False
-    assert may_overlap(wide[::2, :8], wide[(1 << 20) - 2:, 7:9]) is True
+    assert may_overlap(wide[::2, :8], wide[(1 << 20) - 2 :, 7:9]) is True
 
 
 # ---------------------------------------------------------------------------
@@ -247,7 +280,7 @@ class TestUpdateKvBufferAliasing:
 def _fp8_arena(rows=64, heads=4, dim=16, extra=256):
     """(bytes, buffer): an e4m3 buffer [rows, heads, dim] at the start of a larger byte arena."""
     arena = torch.zeros(rows * heads * dim + extra, dtype=torch.uint8, device=DEVICE)
-    return arena, arena[:rows * heads * dim].view(FP8).view(rows, heads, dim)
+    return arena, arena[: rows * heads * dim].view(FP8).view(rows, heads, dim)
 
 
 def _scale(value=0.05):
@@ -259,7 +292,7 @@ class TestUpdateKvBufferFp8Aliasing:
     def test_kv_over_the_fp8_buffers_bytes_is_rejected(self, fn):
         """Catches a dtype-blind test: fp32 token data whose bytes are buffer rows the call writes."""
         arena, buffer = _fp8_arena()
-        kv = arena[256:256 + 2 * 4 * 16 * 4].view(torch.float32).view(2, 4, 16)
+        kv = arena[256 : 256 + 2 * 4 * 16 * 4].view(torch.float32).view(2, 4, 16)
         _expect_rejected(fn, (kv, _loc([0, 1]), buffer, _scale(), _scale()), "kv", [buffer])
 
     def test_v_scale_inside_the_buffer_is_rejected(self, fn):
@@ -273,9 +306,12 @@ class TestUpdateKvBufferFp8Aliasing:
     def test_kv_and_scales_after_the_buffer_in_one_arena_are_written(self, fn):
         arena, buffer = _fp8_arena(extra=2 * 4 * 16 * 4 + 8)
         start = buffer.numel()
-        kv = arena[start:start + 512].view(torch.float32).view(2, 4, 16)
+        kv = arena[start : start + 512].view(torch.float32).view(2, 4, 16)
         kv.copy_(torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(3)).to(DEVICE))
-        k_scale, v_scale = arena[start + 512:start + 516].view(torch.float32), arena[start + 516:].view(torch.float32)
+        k_scale, v_scale = (
+            arena[start + 512 : start + 516].view(torch.float32),
+            arena[start + 516 :].view(torch.float32),
+        )
         k_scale.fill_(0.05)
         v_scale.fill_(0.02)
         separate = torch.zeros_like(buffer)
@@ -316,8 +352,8 @@ class TestUpdateMlaBufferAliasing:
 class TestUpdateMlaBufferFp8Aliasing:
     def test_latent_over_the_fp8_buffers_bytes_is_rejected(self, fn):
         arena = torch.zeros(64 * 32 + 64, dtype=torch.uint8, device=DEVICE)
-        buffer = arena[:64 * 32].view(FP8).view(64, 32)
-        latent = arena[64 * 32 - 32:64 * 32 + 64].view(torch.float32).view(1, 24)
+        buffer = arena[: 64 * 32].view(FP8).view(64, 32)
+        latent = arena[64 * 32 - 32 : 64 * 32 + 64].view(torch.float32).view(1, 24)
         rope = torch.randn(1, 8, device=DEVICE)
         _expect_rejected(fn, (latent, rope, _loc([5]), buffer, _scale()), "latent", [buffer])
 
@@ -326,8 +362,12 @@ class TestUpdateMlaBufferFp8Aliasing:
         buffer = arena.view(FP8).view(64, 32)
         scale = arena[128:132].view(torch.float32)
         scale.fill_(0.05)
-        _expect_rejected(fn, (torch.randn(1, 24, device=DEVICE), torch.randn(1, 8, device=DEVICE), _loc([0]),
-                              buffer, scale), "scale", [buffer])
+        _expect_rejected(
+            fn,
+            (torch.randn(1, 24, device=DEVICE), torch.randn(1, 8, device=DEVICE), _loc([0]), buffer, scale),
+            "scale",
+            [buffer],
+        )
 
 
 NORM_ROWS = _params("norm.fused_add_rms_norm", kernels.fused_add_rms_norm)
@@ -349,9 +389,14 @@ class TestFusedAddRmsNormAliasing:
         assert torch.equal(got_x, want_x) and torch.equal(got_residual, want_residual)
 
 
-GATED_ROWS = [param for op, public in (("activation.silu_and_mul", kernels.silu_and_mul),
-                                       ("activation.gelu_tanh_and_mul", kernels.gelu_tanh_and_mul))
-              for param in _params(op, public)]
+GATED_ROWS = [
+    param
+    for op, public in (
+        ("activation.silu_and_mul", kernels.silu_and_mul),
+        ("activation.gelu_tanh_and_mul", kernels.gelu_tanh_and_mul),
+    )
+    for param in _params(op, public)
+]
 
 
 @pytest.mark.parametrize("fn", GATED_ROWS)
@@ -379,14 +424,29 @@ class TestRotaryAliasing:
         """Catches positions read from q's bytes after q's rotation overwrote them."""
         q = torch.zeros(3, 16, device=DEVICE)
         positions = q.view(torch.int32)[:, 0]
-        _expect_rejected(fn, (positions, q, torch.randn(3, 8, device=DEVICE), 8, torch.randn(16, 8, device=DEVICE),
-                              True), "positions", [q])
+        _expect_rejected(
+            fn,
+            (positions, q, torch.randn(3, 8, device=DEVICE), 8, torch.randn(16, 8, device=DEVICE), True),
+            "positions",
+            [q],
+        )
 
     def test_k_on_even_rows_shifted_into_q_is_rejected(self, fn):
         """Catches strided q (rows 0, 2, 4) and k (rows 2, 4, 6) of one tensor taken for disjoint."""
         storage = torch.randn(8, 16, device=DEVICE)
-        _expect_rejected(fn, (torch.arange(3, device=DEVICE), storage[0:6:2], storage[2:8:2, :8], 8,
-                              torch.randn(16, 8, device=DEVICE), True), "k", [storage])
+        _expect_rejected(
+            fn,
+            (
+                torch.arange(3, device=DEVICE),
+                storage[0:6:2],
+                storage[2:8:2, :8],
+                8,
+                torch.randn(16, 8, device=DEVICE),
+                True,
+            ),
+            "k",
+            [storage],
+        )
 
 
 BLOCK_MM_ROWS = _params("gemm.fp8_block_mm", kernels.fp8_block_mm, "fp8_e4m3")
@@ -406,9 +466,9 @@ class TestFp8BlockMmAliasing:
         """Catches a dtype-blind test: bf16 out whose bytes straddle the end of the fp8 weight."""
         a, a_scale, b, b_scale = _block_mm_inputs()
         arena = torch.zeros(b.numel() + 4 * 128 * 2, dtype=torch.uint8, device=DEVICE)
-        weight = arena[:b.numel()].view(FP8).view(b.shape)
+        weight = arena[: b.numel()].view(FP8).view(b.shape)
         weight.copy_(b)
-        out = arena[b.numel() - 2:b.numel() - 2 + 4 * 128 * 2].view(torch.bfloat16).view(4, 128)
+        out = arena[b.numel() - 2 : b.numel() - 2 + 4 * 128 * 2].view(torch.bfloat16).view(4, 128)
         _expect_rejected(fn, (a, a_scale, weight, b_scale, out), "out", [weight])
 
     def test_out_in_the_padding_columns_of_a_is_written(self, fn):
@@ -437,9 +497,9 @@ def test_grouped_contiguous_out_over_the_tail_of_a_is_rejected(fn):
     the output overwrote them."""
     generator = torch.Generator().manual_seed(8)
     arena = torch.zeros(128 * 256 + 128 * 128 * 2, dtype=torch.uint8, device=DEVICE)
-    a = arena[:128 * 256].view(FP8).view(128, 256)
+    a = arena[: 128 * 256].view(FP8).view(128, 256)
     a.copy_((torch.randn(128, 256, generator=generator) * 8).to(FP8))
-    out = arena[128 * 256 - 64:128 * 256 - 64 + 128 * 128 * 2].view(torch.bfloat16).view(128, 128)
+    out = arena[128 * 256 - 64 : 128 * 256 - 64 + 128 * 128 * 2].view(torch.bfloat16).view(128, 128)
     a_scale = (torch.rand(128, 2, generator=generator) + 0.5).div(448).to(DEVICE)
     b, b_scale = _grouped_weights(generator)
     ids = torch.zeros(128, dtype=torch.int32, device=DEVICE)

@@ -22,14 +22,14 @@ def _decode_args(batch=2, heads=4, kv_heads=2, dim=16, page=4, lens=(5, 9), page
     buffer = torch.randn(pages * page, 2 * kv_heads, dim)
     table = torch.arange(batch * 3, dtype=torch.int32).view(batch, 3)
     seq_lens = torch.tensor(lens, dtype=torch.int32)
-    return [q, buffer, table, seq_lens, page, dim ** -0.5]
+    return [q, buffer, table, seq_lens, page, dim**-0.5]
 
 
 def _prefill_args(lengths=(3, 5), heads=4, kv_heads=2, dim=16):
     tokens = sum(lengths)
     q, k, v = torch.randn(tokens, heads, dim), torch.randn(tokens, kv_heads, dim), torch.randn(tokens, kv_heads, dim)
     cu = torch.tensor([0, lengths[0], tokens], dtype=torch.int32)
-    return [q, k, v, cu, max(lengths), dim ** -0.5, True, False]
+    return [q, k, v, cu, max(lengths), dim**-0.5, True, False]
 
 
 def _expect(fn, args, op, argument, fragment=""):

@@ -48,10 +48,13 @@ def _native_rows(op, *, prefix=""):
     return [row.name for row in TABLE.rows(op) if row.backend == "native" and row.name.startswith(prefix)]
 
 
-_SPLIT_ROWS = [("native/decode", DECODE, "ragged_page16"), ("native/decode", DECODE, "page_size_1"),
-               ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
-               *((row, MLA_DECODE, "ragged_page64") for row in _native_rows(MLA_DECODE)),
-               ("native/mla_decode", MLA_DECODE, "page_size_16")]
+_SPLIT_ROWS = [
+    ("native/decode", DECODE, "ragged_page16"),
+    ("native/decode", DECODE, "page_size_1"),
+    ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
+    *((row, MLA_DECODE, "ragged_page64") for row in _native_rows(MLA_DECODE)),
+    ("native/mla_decode", MLA_DECODE, "page_size_16"),
+]
 
 
 def _case(op, case_id, dtype="fp32", seed=3):
@@ -94,7 +97,11 @@ def test_launch_override_rejects_a_knob_the_policy_lacks():
 
 
 def _bad_index_calls():
-    for op, case_id in ((DECODE, "ragged_page16"), (MLA_DECODE, "ragged_page64"), (PREFILL_PAGED, "chunk_after_history")):
+    for op, case_id in (
+        (DECODE, "ragged_page16"),
+        (MLA_DECODE, "ragged_page64"),
+        (PREFILL_PAGED, "chunk_after_history"),
+    ):
         for name, _ in loadable_rows(op, "fp32"):
             yield pytest.param(op, case_id, name, id=f"{name}-{case_id}")
 
@@ -106,8 +113,8 @@ def test_unchecked_bad_page_ids_and_lengths_give_a_result_not_a_crash(op, case_i
     table_index, lens_index = 2, (4 if op == PREFILL_PAGED else 3)
     page_size = args[5 if op == PREFILL_PAGED else 4]
     reach = args[table_index].shape[1] * page_size
-    args[table_index] = torch.full_like(args[table_index], 1 << 20)   # page ids far past the buffer
-    args[lens_index] = torch.full_like(args[lens_index], reach + 7)    # lengths past the page table's reach
+    args[table_index] = torch.full_like(args[table_index], 1 << 20)  # page ids far past the buffer
+    args[lens_index] = torch.full_like(args[lens_index], reach + 7)  # lengths past the page table's reach
     planned = _plan(op, row, "fp32", dims, layout)
     with value_checks(False):
         out = planned(*args)
@@ -115,6 +122,7 @@ def test_unchecked_bad_page_ids_and_lengths_give_a_result_not_a_crash(op, case_i
     if out.is_cuda:
         torch.cuda.synchronize()  # an illegal address would surface here
     assert out.shape[0] == args[0].shape[0]
+
 
 def _graph_safe_rows():
     for op in (DECODE, MLA_DECODE, PREFILL_PAGED, "attention.prefill", "attention.mla_prefill"):
@@ -196,11 +204,11 @@ def test_prefill_rows_read_no_row_of_the_next_sequence(row, causal):
     sequence's partial last tile copied whole (a TMA box reads the second sequence's rows into its products:
     0 * NaN in P . V)."""
     q, k, v, cu = _two_sequences_second_nan()
-    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 100, 128 ** -0.5, causal)
+    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 100, 128**-0.5, causal)
     planned = _plan(PREFILL, row, "fp16", dict(checked[2]), checked[1])
-    got = planned(q, k, v, cu, 100, 128 ** -0.5, causal)
+    got = planned(q, k, v, cu, 100, 128**-0.5, causal)
     assert torch.isfinite(got[:100]).all(), "the second sequence's NaN rows reached the first sequence's output"
-    want = ORACLES[PREFILL](q[:100], k[:100], v[:100], cu[:2], 100, 128 ** -0.5, causal)
+    want = ORACLES[PREFILL](q[:100], k[:100], v[:100], cu[:2], 100, 128**-0.5, causal)
     atol, rtol = TOLERANCES[(PREFILL, "fp16")][0]
     torch.testing.assert_close(got[:100].double(), want.double(), atol=atol, rtol=rtol)
 
@@ -209,11 +217,15 @@ def test_prefill_rows_read_no_row_of_the_next_sequence(row, causal):
 #: consumers (64-key tiles, 4 slots), two consumers with 64-key tiles in 4 slots, PINGPONG's turns, 128-key tiles
 #: in 3 slots with one Q slot, and 3 programs for all of a call's items with two and three consumers (each program
 #: walks many items: the Q slots, which also carry the output rows out, and the ring carry over between items).
-_GLUON_PREFILL_KNOBS = {"default": {}, "3_consumers": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4},
-                        "64_key_tiles_s4": {"BLOCK_N": 64, "STAGES": 4}, "pingpong": {"PINGPONG": True},
-                        "128_key_tiles_s3_q1": {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
-                        "3_programs": {"PROGRAMS": 3},
-                        "3_consumers_3_programs": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4, "PROGRAMS": 3}}
+_GLUON_PREFILL_KNOBS = {
+    "default": {},
+    "3_consumers": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4},
+    "64_key_tiles_s4": {"BLOCK_N": 64, "STAGES": 4},
+    "pingpong": {"PINGPONG": True},
+    "128_key_tiles_s3_q1": {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
+    "3_programs": {"PROGRAMS": 3},
+    "3_consumers_3_programs": {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4, "PROGRAMS": 3},
+}
 
 
 @pytest.mark.parametrize("case_id", [case.id for case in CASES[PREFILL]])
@@ -237,9 +249,11 @@ def test_gluon_prefill_knob_sets_match_the_oracle(case_id, dtype, knobs):
         torch.testing.assert_close(mine.double(), theirs.double(), atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("knobs", [{"CONSUMERS": 3, "BLOCK_N": 128}, {"CONSUMERS": 3, "PINGPONG": True, "BLOCK_N": 64},
-                                   {"CONSUMERS": 4}], ids=["3_consumers_128_key_tiles", "3_consumers_pingpong",
-                                                           "4_consumers"])
+@pytest.mark.parametrize(
+    "knobs",
+    [{"CONSUMERS": 3, "BLOCK_N": 128}, {"CONSUMERS": 3, "PINGPONG": True, "BLOCK_N": 64}, {"CONSUMERS": 4}],
+    ids=["3_consumers_128_key_tiles", "3_consumers_pingpong", "4_consumers"],
+)
 def test_gluon_prefill_refuses_knobs_it_cannot_run(knobs):
     """Catches a knob set outside the kernel's register and turn budgets (three consumers with 128-key tiles;
     turns between three consumers; four) compiling anyway, spilling or hanging, instead of a ValueError that
@@ -247,10 +261,10 @@ def test_gluon_prefill_refuses_knobs_it_cannot_run(knobs):
     g = torch.Generator().manual_seed(6)
     q, k, v = (torch.randn((64, heads, 128), generator=g).half().to(DEVICE) for heads in (8, 2, 2))
     cu = torch.tensor([0, 64], dtype=torch.int32, device=DEVICE)
-    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 64, 128 ** -0.5, True)
+    checked = resolve_target(TABLE.contracts[PREFILL].check, None)[0](q, k, v, cu, 64, 128**-0.5, True)
     planned = _plan(PREFILL, "native/prefill_gluon", "fp16", dict(checked[2]), checked[1])
     with launch_override("native/prefill_gluon", **knobs), pytest.raises(ValueError, match="native/prefill_gluon"):
-        planned(q, k, v, cu, 64, 128 ** -0.5, True)
+        planned(q, k, v, cu, 64, 128**-0.5, True)
 
 
 @pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e3, 1e5])
@@ -290,8 +304,15 @@ def _assert_matches_the_clean_oracle(got, args):
     torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
 
 
-_MLA_POISON_CASES = ["ragged_page64", "page_size_16", "heads_128", "large_logits", "strided_q_and_index",
-                     "padded_cache_rows", "long_context_32k"]
+_MLA_POISON_CASES = [
+    "ragged_page64",
+    "page_size_16",
+    "heads_128",
+    "large_logits",
+    "strided_q_and_index",
+    "padded_cache_rows",
+    "long_context_32k",
+]
 
 
 @pytest.mark.parametrize("row", _native_rows(MLA_DECODE))
@@ -331,8 +352,17 @@ def test_one_wave_split_count_fills_one_wave_without_starting_a_second(monkeypat
     monkeypatch.setattr(module, "multiprocessor_count", lambda device: 132)
     cuda = torch.device("cuda")
     assert module.one_wave_splits(8, 8, 8192, torch.device("cpu"), 2) == 1
-    for batch, programs, capacity in [(8, 8, 8192), (1, 8, 32768), (64, 8, 4096), (16, 8, 4096), (33, 8, 4096),
-                                      (1, 8, 1024), (1, 1, 1 << 20), (3, 16, 1000), (0, 8, 4096)]:
+    for batch, programs, capacity in [
+        (8, 8, 8192),
+        (1, 8, 32768),
+        (64, 8, 4096),
+        (16, 8, 4096),
+        (33, 8, 4096),
+        (1, 8, 1024),
+        (1, 1, 1 << 20),
+        (3, 16, 1000),
+        (0, 8, 4096),
+    ]:
         splits = module.one_wave_splits(batch, programs, capacity, cuda, 2)
         blocks = batch * programs
         reach = max(1, capacity // module.MIN_SPLIT_POSITIONS)
@@ -374,9 +404,18 @@ def test_mla_split_count_leaves_no_split_empty_for_a_full_length_sequence(block_
 
     monkeypatch.setattr(module, "multiprocessor_count", lambda device: 132)
     cuda = torch.device("cuda")
-    for batch, head_blocks, capacity, resident in [(1, 1, 32768, 1), (1, 2, 32768, 1), (64, 1, 4096, 1),
-                                                   (8, 1, 32768, 1), (64, 2, 4096, 1), (1, 1, 32768, 2),
-                                                   (3, 1, 1000, 1), (5, 1, 4160, 2), (1, 1, 64, 1), (2, 1, 0, 1)]:
+    for batch, head_blocks, capacity, resident in [
+        (1, 1, 32768, 1),
+        (1, 2, 32768, 1),
+        (64, 1, 4096, 1),
+        (8, 1, 32768, 1),
+        (64, 2, 4096, 1),
+        (1, 1, 32768, 2),
+        (3, 1, 1000, 1),
+        (5, 1, 4160, 2),
+        (1, 1, 64, 1),
+        (2, 1, 0, 1),
+    ]:
         splits = module.mla_num_splits(batch, head_blocks, capacity, resident, cuda)
         assert 1 <= splits <= module.MAX_SPLITS
         chunk = -(-(-(-capacity // splits)) // block_n) * block_n

@@ -160,7 +160,8 @@ def test_public_ops_route_unsupported_layouts_to_the_reference(env):
 
 
 FUSED_ROWS = _loadable_rows("norm.fused_add_rms_norm", _env()) + [
-    pytest.param("public", kernels.fused_add_rms_norm, id="public")]
+    pytest.param("public", kernels.fused_add_rms_norm, id="public")
+]
 
 
 @pytest.mark.parametrize("name, fn", FUSED_ROWS)
@@ -217,8 +218,10 @@ class TestFusedAddRmsNormBadInput:
 
 GATED_ROWS = [
     param
-    for op, public in (("activation.silu_and_mul", kernels.silu_and_mul),
-                       ("activation.gelu_tanh_and_mul", kernels.gelu_tanh_and_mul))
+    for op, public in (
+        ("activation.silu_and_mul", kernels.silu_and_mul),
+        ("activation.gelu_tanh_and_mul", kernels.gelu_tanh_and_mul),
+    )
     for param in _loadable_rows(op, _env()) + [pytest.param(f"public:{op}", public, id=f"public-{op}")]
 ]
 
@@ -255,7 +258,8 @@ class TestGatedActivationBadInput:
 
 
 EMBEDDING_ROWS = _loadable_rows("embedding.vocab_embedding", _env()) + [
-    pytest.param("public", kernels.vocab_embedding, id="public")]
+    pytest.param("public", kernels.vocab_embedding, id="public")
+]
 
 
 @pytest.mark.parametrize("name, fn", EMBEDDING_ROWS)
@@ -283,15 +287,19 @@ class TestVocabEmbeddingBadInput:
 
 
 KV_ROWS = _loadable_rows("kvcache.update_kv_buffer", _env()) + [
-    pytest.param("public", kernels.update_kv_buffer, id="public")]
+    pytest.param("public", kernels.update_kv_buffer, id="public")
+]
 
 
 @pytest.mark.parametrize("name, fn", KV_ROWS)
 class TestUpdateKvBufferBadInput:
     def _args(self, env, tokens=4, rows=10):
         device = _device(env)
-        return (torch.randn(tokens, 4, 8, device=device), torch.arange(tokens, dtype=torch.int32, device=device),
-                torch.randn(rows, 4, 8, device=device))
+        return (
+            torch.randn(tokens, 4, 8, device=device),
+            torch.arange(tokens, dtype=torch.int32, device=device),
+            torch.randn(rows, 4, 8, device=device),
+        )
 
     def test_odd_head_count_is_rejected(self, name, fn, env):
         kv, loc, buffer = self._args(env)
@@ -325,16 +333,20 @@ class TestUpdateKvBufferBadInput:
 
 
 MLA_ROWS = _loadable_rows("kvcache.update_mla_buffer", _env()) + [
-    pytest.param("public", kernels.update_mla_buffer, id="public")]
+    pytest.param("public", kernels.update_mla_buffer, id="public")
+]
 
 
 @pytest.mark.parametrize("name, fn", MLA_ROWS)
 class TestUpdateMlaBufferBadInput:
     def _args(self, env, tokens=4, rows=10, rank=24, rope_dim=8):
         device = _device(env)
-        return (torch.randn(tokens, rank, device=device), torch.randn(tokens, rope_dim, device=device),
-                torch.arange(tokens, dtype=torch.int32, device=device),
-                torch.randn(rows, rank + rope_dim, device=device))
+        return (
+            torch.randn(tokens, rank, device=device),
+            torch.randn(tokens, rope_dim, device=device),
+            torch.arange(tokens, dtype=torch.int32, device=device),
+            torch.randn(rows, rank + rope_dim, device=device),
+        )
 
     def test_buffer_narrower_than_latent_and_rope_is_rejected(self, name, fn, env):
         """Catches a buffer of the attention's head width (no rope columns) taking a write past its rows' end."""
@@ -403,8 +415,14 @@ class TestRotaryBadInput:
     def _args(self, env, tokens=3):
         device = _device(env)
         cache = torch.randn(16, 8, device=device)
-        return (torch.arange(tokens, device=device), torch.randn(tokens, 2 * 8, device=device),
-                torch.randn(tokens, 8, device=device), 8, cache, True)
+        return (
+            torch.arange(tokens, device=device),
+            torch.randn(tokens, 2 * 8, device=device),
+            torch.randn(tokens, 8, device=device),
+            8,
+            cache,
+            True,
+        )
 
     def test_q_not_a_multiple_of_head_dim_is_rejected(self, name, fn, env):
         positions, q, k, head_dim, cache, neox = self._args(env)

@@ -54,16 +54,25 @@ def test_matrix_for_a_described_sm90_machine_selects_the_best_eligible_row(capsy
     entries = doc["entries"]
     for op in TABLE.ops:
         for dtype in TABLE.contracts[op].dtypes:
-            selected = [e["row"] for e in entries if e["op"] == op and e["dtype"] == dtype
-                        and e["status"] == "selected"]
+            selected = [
+                e["row"] for e in entries if e["op"] == op and e["dtype"] == dtype and e["status"] == "selected"
+            ]
             assert len(selected) == 1, f"{op}/{dtype}: exactly one selected row expected, got {selected}"
             # Rows this machine runs whatever the shape: verified, the dtype served, no shape condition (the
             # matrix is shape-blind: those show "if shape fits"), every library they need described (triton).
-            runnable = [r for r in TABLE.rows(op) if r.golden.verified and not r.is_reference and not r.shape
-                        and dtype in r.dtypes and {lib.name for lib in r.libraries} <= {"triton"}]
+            runnable = [
+                r
+                for r in TABLE.rows(op)
+                if r.golden.verified
+                and not r.is_reference
+                and not r.shape
+                and dtype in r.dtypes
+                and {lib.name for lib in r.libraries} <= {"triton"}
+            ]
             if runnable:
                 assert selected[0] != TABLE.reference(op).name, (
-                    f"{op}/{dtype}: a verified non-reference row runs on sm90 with triton, yet the reference won")
+                    f"{op}/{dtype}: a verified non-reference row runs on sm90 with triton, yet the reference won"
+                )
 
 
 def test_matrix_without_triton_rejects_native_rows_with_the_library_reason(capsys):
@@ -75,21 +84,44 @@ def test_matrix_without_triton_rejects_native_rows_with_the_library_reason(capsy
 
 
 def test_explain_prints_the_tree_and_json_names_every_row(capsys):
-    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=64,hidden=4096",
-                     "--device", "cuda:sm80", "--lib", "triton=3.6.0")
+    code, text = run(
+        capsys,
+        "explain",
+        "norm.rms_norm",
+        "--dtype",
+        "bf16",
+        "--shape",
+        "num_tokens=64,hidden=4096",
+        "--device",
+        "cuda:sm80",
+        "--lib",
+        "triton=3.6.0",
+    )
     assert code == 0
     assert text.splitlines()[0].startswith("norm.rms_norm  dtype=bf16 device=cuda:sm80")
     assert "✓" in text
-    code, doc = run_json(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--shape",
-                         "num_tokens=64,hidden=4096", "--device", "cuda:sm80", "--lib", "triton=3.6.0")
+    code, doc = run_json(
+        capsys,
+        "explain",
+        "norm.rms_norm",
+        "--dtype",
+        "bf16",
+        "--shape",
+        "num_tokens=64,hidden=4096",
+        "--device",
+        "cuda:sm80",
+        "--lib",
+        "triton=3.6.0",
+    )
     assert {row["row"] for row in doc["rows"]} == {row.name for row in TABLE.rows("norm.rms_norm")}
     assert doc["selected"] in {row.name for row in TABLE.rows("norm.rms_norm")}
     assert doc["query"]["shape"] == {"num_tokens": 64, "hidden": 4096}
 
 
 def test_explain_on_an_old_gpu_rejects_native_rows_for_the_device(capsys):
-    code, doc = run_json(capsys, "explain", "norm.rms_norm", "--dtype", "fp16", "--device", "cuda:sm75",
-                         "--lib", "triton=3.6.0")
+    code, doc = run_json(
+        capsys, "explain", "norm.rms_norm", "--dtype", "fp16", "--device", "cuda:sm75", "--lib", "triton=3.6.0"
+    )
     native = next(row for row in doc["rows"] if row["row"] == "native/rms_norm")
     assert native["status"] == "rejected"
     assert any(c["condition"] == "device" and not c["ok"] and c["observed"] == "cuda:sm75" for c in native["checks"])
@@ -100,8 +132,22 @@ def test_explain_with_no_eligible_row_exits_1_with_every_reason(capsys):
 
     Exit 1 (not 2): no eligible row is an answer about the machine, not a usage error.
     """
-    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=64,hidden=4096",
-                     "--device", "cuda:sm75", "--no-local-libs", "--lib", "triton=3.6.0", "--deny", "torch/rms_norm")
+    code, text = run(
+        capsys,
+        "explain",
+        "norm.rms_norm",
+        "--dtype",
+        "bf16",
+        "--shape",
+        "num_tokens=64,hidden=4096",
+        "--device",
+        "cuda:sm75",
+        "--no-local-libs",
+        "--lib",
+        "triton=3.6.0",
+        "--deny",
+        "torch/rms_norm",
+    )
     assert code == 1
     assert text.splitlines()[-1] == "norm.rms_norm: no eligible kernel"
     assert "deny: requires not denied" in text and "device: requires cuda sm>=80" in text
@@ -109,13 +155,15 @@ def test_explain_with_no_eligible_row_exits_1_with_every_reason(capsys):
 
 def test_explain_with_an_ineligible_forced_row_ends_with_one_clean_line(capsys):
     """Catches: a forced row that cannot run surfacing as a traceback or a multi-line dump after the tree."""
-    code, text = run(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75",
-                     "--force", "native/rms_norm")
+    code, text = run(
+        capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75", "--force", "native/rms_norm"
+    )
     assert code == 1
     assert text.splitlines()[-1] == "norm.rms_norm: forced row 'native/rms_norm' is not eligible"
     assert "Traceback" not in text
-    code, doc = run_json(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75",
-                         "--force", "native/rms_norm")
+    code, doc = run_json(
+        capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cuda:sm75", "--force", "native/rms_norm"
+    )
     assert code == 1 and doc["error"] == "norm.rms_norm: forced row 'native/rms_norm' is not eligible"
     assert doc["selected"] is None
 
@@ -134,53 +182,80 @@ def usage_error(capsys, *argv) -> str:
 def test_explain_rejects_unknown_ops_and_bad_shapes_with_a_message(capsys):
     """Catches: unknown ops, malformed shapes, bad devices and unknown forced rows surfacing as tracebacks."""
     assert "unknown op 'norm.nope'; ops: " in usage_error(capsys, "explain", "norm.nope", "--dtype", "bf16")
-    assert "--shape expects" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
-                                            "--shape", "hidden:4096")
-    assert "cannot parse device 'tpu'" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
-                                                      "--device", "tpu")
-    assert "not a row" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16",
-                                      "--force", "native/nope")
+    assert "--shape expects" in usage_error(
+        capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden:4096"
+    )
+    assert "cannot parse device 'tpu'" in usage_error(
+        capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--device", "tpu"
+    )
+    assert "not a row" in usage_error(capsys, "explain", "norm.rms_norm", "--dtype", "bf16", "--force", "native/nope")
 
 
 _DIMS = "dims: num_tokens, hidden"
 _FLOATS = "dtypes: bf16, fp16, fp32"
 
 
-@pytest.mark.parametrize("argv, expected", [
-    # Each was accepted with exit 0 (or reported as something else) before it was checked.
-    (["plan", "--dtype", "bfloat16"], f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS}, fp8_e4m3 "
-                                      "(did you mean bf16?)"),
-    (["plan", "--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
-    (["plan", "--model", "gpt-5"], "unknown model preset 'gpt-5'; presets: ['deepseek-v3', 'llama-3-8b'"),
-    (["matrix", "--op", "nosuch.op"], "--op 'nosuch.op': no such op; ops: elementwise.scale, norm.rms_norm"),
-    (["matrix", "--dtype", "bf32"], f"--dtype 'bf32' is not a dtype of the selected ops; {_FLOATS}"),
-    (["matrix", "--op", "norm.rms_norm", "--shape", "intermediate=8"],
-     f"--shape: 'intermediate' is not a dim of any selected op; {_DIMS}"),
-    (["explain", "norm.rms_norm", "--dtype", "int8"], f"--dtype 'int8' is not a dtype of norm.rms_norm; {_FLOATS}"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "foo=3"],
-     f"--shape: 'foo' is not a dim of norm.rms_norm; {_DIMS}"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "=5"], "--shape expects name=int"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=-5"],
-     "--shape num_tokens=-5: every dim must be >= 1"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=0"],
-     "--shape hidden=0: every dim must be >= 1"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=8,hidden=16"], "--shape gives 'hidden' twice"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--layout", "x:cols"],
-     "--layout: norm.rms_norm has no layout tag 'x:cols'; tags: weight:vector, x:rows, x:rows_vector, or 'none'"),
-    (["explain", "norm.rms_norm", "--dtype", "bf16", "--deny", "flashinfr"],
-     "--deny 'flashinfr' is neither a backend nor a row; backends: aot, deep_ep"),
-    (["matrix", "--lib", "triton=abc"], "--lib triton=abc: the version must start with a number"),
-    (["matrix", "--lib", "tritonn=3.6.0"], "--lib: unknown library 'tritonn'; known: "),
-    (["matrix", "--lib", "triton"], "--lib expects NAME=VERSION, got 'triton'"),
-    (["matrix", "--device", "cuda:sm900"], "--device 'cuda:sm900': sm900 is not a CUDA compute capability; "
-                                           "expected cpu, cpu+triton-interpreter or cuda:smNN with NN in 30..129"),
-    (["matrix", "--device", "cuda"], "--device 'cuda': give the GPU's SM version"),
-    (["matrix", "--device", "cuda:0"], "--device: cannot parse device 'cuda:0'"),
-    # argparse's own errors, one line instead of usage text plus a line.
-    (["explain", "norm.rms_norm"], "the following arguments are required: --dtype (see `rapid-llm explain --help`)"),
-    (["plan", "--max-tokens", "many"], "argument --max-tokens: invalid int value: 'many'"),
-    (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        # Each was accepted with exit 0 (or reported as something else) before it was checked.
+        (
+            ["plan", "--dtype", "bfloat16"],
+            f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS}, fp8_e4m3 (did you mean bf16?)",
+        ),
+        (["plan", "--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
+        (["plan", "--model", "gpt-5"], "unknown model preset 'gpt-5'; presets: ['deepseek-v3', 'llama-3-8b'"),
+        (["matrix", "--op", "nosuch.op"], "--op 'nosuch.op': no such op; ops: elementwise.scale, norm.rms_norm"),
+        (["matrix", "--dtype", "bf32"], f"--dtype 'bf32' is not a dtype of the selected ops; {_FLOATS}"),
+        (
+            ["matrix", "--op", "norm.rms_norm", "--shape", "intermediate=8"],
+            f"--shape: 'intermediate' is not a dim of any selected op; {_DIMS}",
+        ),
+        (["explain", "norm.rms_norm", "--dtype", "int8"], f"--dtype 'int8' is not a dtype of norm.rms_norm; {_FLOATS}"),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "foo=3"],
+            f"--shape: 'foo' is not a dim of norm.rms_norm; {_DIMS}",
+        ),
+        (["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "=5"], "--shape expects name=int"),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=-5"],
+            "--shape num_tokens=-5: every dim must be >= 1",
+        ),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=0"],
+            "--shape hidden=0: every dim must be >= 1",
+        ),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "hidden=8,hidden=16"],
+            "--shape gives 'hidden' twice",
+        ),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--layout", "x:cols"],
+            "--layout: norm.rms_norm has no layout tag 'x:cols'; tags: weight:vector, x:rows, x:rows_vector, or 'none'",
+        ),
+        (
+            ["explain", "norm.rms_norm", "--dtype", "bf16", "--deny", "flashinfr"],
+            "--deny 'flashinfr' is neither a backend nor a row; backends: aot, deep_ep",
+        ),
+        (["matrix", "--lib", "triton=abc"], "--lib triton=abc: the version must start with a number"),
+        (["matrix", "--lib", "tritonn=3.6.0"], "--lib: unknown library 'tritonn'; known: "),
+        (["matrix", "--lib", "triton"], "--lib expects NAME=VERSION, got 'triton'"),
+        (
+            ["matrix", "--device", "cuda:sm900"],
+            "--device 'cuda:sm900': sm900 is not a CUDA compute capability; "
+            "expected cpu, cpu+triton-interpreter or cuda:smNN with NN in 30..129",
+        ),
+        (["matrix", "--device", "cuda"], "--device 'cuda': give the GPU's SM version"),
+        (["matrix", "--device", "cuda:0"], "--device: cannot parse device 'cuda:0'"),
+        # argparse's own errors, one line instead of usage text plus a line.
+        (
+            ["explain", "norm.rms_norm"],
+            "the following arguments are required: --dtype (see `rapid-llm explain --help`)",
+        ),
+        (["plan", "--max-tokens", "many"], "argument --max-tokens: invalid int value: 'many'"),
+        (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+    ],
+)
 def test_nonsense_arguments_are_one_line_usage_errors_naming_the_valid_choices(capsys, argv, expected):
     """Catches: a nonsense argument accepted with exit 0 (a typo matches no row, so the report looks plausible),
     or rejected with a traceback or argparse's multi-line usage text, or without naming what is valid."""
@@ -231,7 +306,7 @@ def test_plan_text_lists_every_bucket_and_never_cuts_the_where_column(capsys):
     for use in served:
         rows = [line for line in lines if line.startswith(use.op + " ") and f" {use.where} " in line]
         assert len(rows) == 3, f"{use.op} ({use.where}): {rows}"
-        tokens = [line[line.index(use.where) + len(use.where):].split()[0] for line in rows]
+        tokens = [line[line.index(use.where) + len(use.where) :].split()[0] for line in rows]
         assert tokens == ["1", "2-16", "17-128"]
 
 
@@ -243,9 +318,13 @@ def test_plan_text_lists_unserved_ops(capsys):
 
 def test_plan_with_an_ineligible_forced_row_says_so_in_why():
     """Catches: plan showing "-" with no reason, or a traceback, when a forced row cannot run on the device."""
-    result = subprocess.run([sys.executable, "-m", "rapid_llm.cli", "plan", "--device", "cuda:sm75",
-                             "--max-tokens", "1"], env=_cli_env(RAPID_LLM_FORCE="norm.rms_norm=native/rms_norm"),
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "rapid_llm.cli", "plan", "--device", "cuda:sm75", "--max-tokens", "1"],
+        env=_cli_env(RAPID_LLM_FORCE="norm.rms_norm=native/rms_norm"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stderr == ""
     rms = [line for line in result.stdout.splitlines() if line.startswith("norm.rms_norm ")]
     assert rms and all("✗ forced row 'native/rms_norm' is not eligible" in line for line in rms)
@@ -265,9 +344,16 @@ def _cli_env(**variables) -> dict:
 
 def _run_cli_processes(cases):
     """Run `python -m rapid_llm.cli` once per (argv, variables) case, concurrently; [(returncode, out, err)]."""
-    processes = [subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", *argv], env=_cli_env(**variables),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for argv, variables in cases]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rapid_llm.cli", *argv],
+            env=_cli_env(**variables),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv, variables in cases
+    ]
     results = []
     for process in processes:
         out, err = process.communicate(timeout=300)
@@ -277,8 +363,12 @@ def _run_cli_processes(cases):
 
 # --device cpu spares each process the torch import (~2 s); the probe reads the variables either way.
 # doctor takes no --device.
-_COMMANDS = [["doctor"], ["plan", "--device", "cpu"], ["matrix", "--device", "cpu"],
-             ["explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cpu"]]
+_COMMANDS = [
+    ["doctor"],
+    ["plan", "--device", "cpu"],
+    ["matrix", "--device", "cpu"],
+    ["explain", "norm.rms_norm", "--dtype", "bf16", "--device", "cpu"],
+]
 
 
 def test_bad_environment_variables_stop_every_command_with_one_line(monkeypatch, capsys):
@@ -298,10 +388,14 @@ def test_bad_environment_variables_stop_every_command_with_one_line(monkeypatch,
         ({"RAPID_LLM_CHECK_BOUNDS": "2"}, "RAPID_LLM_CHECK_BOUNDS: expected 1/0"),
     ]
     unknown_names = [
-        ({"RAPID_LLM_DENY": "flashinfr"}, "RAPID_LLM_DENY: unknown name(s) 'flashinfr' (neither a backend nor a "
-                                          "row); backends: aot, deep_ep"),
-        ({"RAPID_LLM_FORCE": "norm.rms_norm=native/rms"}, "RAPID_LLM_FORCE: 'native/rms' is not a row of "
-                                                          "norm.rms_norm; rows: torch/rms_norm, native/rms_norm"),
+        (
+            {"RAPID_LLM_DENY": "flashinfr"},
+            "RAPID_LLM_DENY: unknown name(s) 'flashinfr' (neither a backend nor a row); backends: aot, deep_ep",
+        ),
+        (
+            {"RAPID_LLM_FORCE": "norm.rms_norm=native/rms"},
+            "RAPID_LLM_FORCE: 'native/rms' is not a row of norm.rms_norm; rows: torch/rms_norm, native/rms_norm",
+        ),
         ({"RAPID_LLM_FORCE": "norm.rms=native/rms_norm"}, "RAPID_LLM_FORCE: unknown op 'norm.rms'; ops: "),
     ]
     # Every malformed value with every command; unknown names with every command but doctor (it reports them).
@@ -347,7 +441,7 @@ def test_doctor_flags_unknown_deny_and_force_names_and_still_reports(monkeypatch
     assert "embedding.rotary=native/rotary; norm.rms_norm=native/rms ✗ unknown" in text
     for op in TABLE.ops:  # the rows a deny or force may name, by name
         assert any(line.split()[:1] == [op] and TABLE.rows(op)[0].name in line for line in text.splitlines())
-    problems = text[text.index("\nproblems\n"):].splitlines()[2:]
+    problems = text[text.index("\nproblems\n") :].splitlines()[2:]
     assert len(problems) == 2
     assert problems[0].startswith("  ✗ RAPID_LLM_DENY: unknown name(s) 'flashinfr'")
     assert problems[1].startswith("  ✗ RAPID_LLM_FORCE: 'native/rms' is not a row of norm.rms_norm")
@@ -373,8 +467,13 @@ def test_a_closed_stdout_ends_the_command_quietly(argv):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        process = subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", *argv], env=_cli_env(),
-                                   stdout=write_end, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rapid_llm.cli", *argv],
+            env=_cli_env(),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         os.close(write_end)
     _, err = process.communicate(timeout=300)
@@ -384,9 +483,13 @@ def test_a_closed_stdout_ends_the_command_quietly(argv):
 
 def test_reading_one_line_of_a_long_output_then_closing_is_quiet():
     """Catches: the BrokenPipeError traceback in the way users meet it: read the first line, close the pipe."""
-    process = subprocess.Popen([sys.executable, "-m", "rapid_llm.cli", "plan", "--json", "--device", "cpu"],
-                               env=_cli_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rapid_llm.cli", "plan", "--json", "--device", "cpu"],
+        env=_cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout.readline() == "{\n"
     process.stdout.close()
     err = process.stderr.read()

@@ -45,8 +45,9 @@ def table(*rows, with_reference=True) -> OpTable:
     return OpTable.from_rows(rows, fake.CONTRACTS)
 
 
-BASE_QUERY = dict(device=Device("cpu"), dtype="bf16", shape={"num_tokens": 8, "hidden": 128},
-                  layout=frozenset(), libs=Libraries())
+BASE_QUERY = dict(
+    device=Device("cpu"), dtype="bf16", shape={"num_tokens": 8, "hidden": 128}, layout=frozenset(), libs=Libraries()
+)
 
 
 def query(table_, **overrides):
@@ -73,73 +74,127 @@ def failed(selection_or_explanation, row) -> dict:
 CONDITION_MISSES = {
     "library-absent": (
         dict(libraries=(LibraryRequirement("flashinfer", min_version="0.2"),)),
-        dict(libs={"flashinfer": "0.2.5"}), dict(libs={}),
-        "library flashinfer", "0.2", "not installed"),
+        dict(libs={"flashinfer": "0.2.5"}),
+        dict(libs={}),
+        "library flashinfer",
+        "0.2",
+        "not installed",
+    ),
     "library-too-old": (
         dict(libraries=(LibraryRequirement("flashinfer", min_version="0.2"),)),
-        dict(libs={"flashinfer": "0.2.0"}), dict(libs={"flashinfer": "0.1.9"}),
-        "library flashinfer", "0.2", "0.1.9"),
+        dict(libs={"flashinfer": "0.2.0"}),
+        dict(libs={"flashinfer": "0.1.9"}),
+        "library flashinfer",
+        "0.2",
+        "0.1.9",
+    ),
     "library-too-new": (
         dict(libraries=(LibraryRequirement("flashinfer", below_version="0.3"),)),
-        dict(libs={"flashinfer": "0.2.9"}), dict(libs={"flashinfer": "0.3.1"}),
-        "library flashinfer", "0.3", "0.3.1"),
+        dict(libs={"flashinfer": "0.2.9"}),
+        dict(libs={"flashinfer": "0.3.1"}),
+        "library flashinfer",
+        "0.3",
+        "0.3.1",
+    ),
     "device-kind": (
         dict(capability=(CapabilityRequirement("cuda"),)),
-        dict(device=Device("cuda", 90)), dict(device=Device("cpu")),
-        "device", "cuda", "cpu"),
+        dict(device=Device("cuda", 90)),
+        dict(device=Device("cpu")),
+        "device",
+        "cuda",
+        "cpu",
+    ),
     "min-sm": (
         dict(capability=(CapabilityRequirement("cuda", min_sm=80),)),
-        dict(device=Device("cuda", 80)), dict(device=Device("cuda", 75)),
-        "device", "80", "75"),
+        dict(device=Device("cuda", 80)),
+        dict(device=Device("cuda", 75)),
+        "device",
+        "80",
+        "75",
+    ),
     "max-sm": (
         dict(capability=(CapabilityRequirement("cuda", max_sm=89),)),
-        dict(device=Device("cuda", 89)), dict(device=Device("cuda", 90)),
-        "device", "89", "90"),
+        dict(device=Device("cuda", 89)),
+        dict(device=Device("cuda", 90)),
+        "device",
+        "89",
+        "90",
+    ),
     "cpu-triton-interpreter": (
         dict(capability=(CapabilityRequirement("cpu", triton_interpreter=True),)),
-        dict(device=Device("cpu", triton_interpreter=True)), dict(device=Device("cpu")),
-        "device", "interpreter", "cpu"),
+        dict(device=Device("cpu", triton_interpreter=True)),
+        dict(device=Device("cpu")),
+        "device",
+        "interpreter",
+        "cpu",
+    ),
     # A capability narrowed to the dtypes whose results are right there (the interpreter's bf16 tl.dot):
     # the query's dtype decides, and explain() shows the reason and the dtype it observed.
     "interpreter-dtype": (
-        dict(capability=(CapabilityRequirement("cuda", min_sm=80),
-                         CapabilityRequirement("cpu", triton_interpreter=True, dtypes={"fp32", "fp16"},
-                                               reason="tl.dot on bf16 is wrong there"))),
+        dict(
+            capability=(
+                CapabilityRequirement("cuda", min_sm=80),
+                CapabilityRequirement(
+                    "cpu", triton_interpreter=True, dtypes={"fp32", "fp16"}, reason="tl.dot on bf16 is wrong there"
+                ),
+            )
+        ),
         dict(device=Device("cpu", triton_interpreter=True), dtype="fp16"),
         dict(device=Device("cpu", triton_interpreter=True), dtype="bf16"),
-        "device", "fp32, fp16 only: tl.dot on bf16 is wrong there", "cpu+triton-interpreter with bf16"),
-    "dtype": (
-        dict(dtypes={"bf16"}),
-        dict(dtype="bf16"), dict(dtype="fp16"),
-        "dtype", "bf16", "fp16"),
+        "device",
+        "fp32, fp16 only: tl.dot on bf16 is wrong there",
+        "cpu+triton-interpreter with bf16",
+    ),
+    "dtype": (dict(dtypes={"bf16"}), dict(dtype="bf16"), dict(dtype="fp16"), "dtype", "bf16", "fp16"),
     "shape-min": (
         dict(shape=(ShapeConstraint("hidden", min=64),)),
-        dict(shape={"hidden": 64}), dict(shape={"hidden": 63}),
-        "shape hidden", "64", "63"),
+        dict(shape={"hidden": 64}),
+        dict(shape={"hidden": 63}),
+        "shape hidden",
+        "64",
+        "63",
+    ),
     "shape-max": (
         dict(shape=(ShapeConstraint("hidden", max=4096),)),
-        dict(shape={"hidden": 4096}), dict(shape={"hidden": 8192}),
-        "shape hidden", "4096", "8192"),
+        dict(shape={"hidden": 4096}),
+        dict(shape={"hidden": 8192}),
+        "shape hidden",
+        "4096",
+        "8192",
+    ),
     "shape-multiple-of": (
         dict(shape=(ShapeConstraint("hidden", multiple_of=16),)),
-        dict(shape={"hidden": 4096}), dict(shape={"hidden": 4100}),
-        "shape hidden", "16", "4100"),
+        dict(shape={"hidden": 4096}),
+        dict(shape={"hidden": 4100}),
+        "shape hidden",
+        "16",
+        "4100",
+    ),
     "shape-one-of": (
         dict(shape=(ShapeConstraint("hidden", one_of=(64, 128)),)),
-        dict(shape={"hidden": 128}), dict(shape={"hidden": 96}),
-        "shape hidden", "128", "96"),
+        dict(shape={"hidden": 128}),
+        dict(shape={"hidden": 96}),
+        "shape hidden",
+        "128",
+        "96",
+    ),
     "shape-dim-not-given": (
         dict(shape=(ShapeConstraint("hidden", min=1),)),
-        dict(shape={"num_tokens": 8, "hidden": 8}), dict(shape={"num_tokens": 8}),
-        "shape hidden", "1", "not given"),
-    "layout": (
-        dict(layout={"x:rows"}),
-        dict(layout={"x:rows"}), dict(layout=()),
-        "layout x:rows", "", "{}"),
+        dict(shape={"num_tokens": 8, "hidden": 8}),
+        dict(shape={"num_tokens": 8}),
+        "shape hidden",
+        "1",
+        "not given",
+    ),
+    "layout": (dict(layout={"x:rows"}), dict(layout={"x:rows"}), dict(layout=()), "layout x:rows", "", "{}"),
     "golden-unverified": (
         dict(golden=GoldenRecord.unverified()),
-        dict(force=CANDIDATE), dict(),
-        "golden", "verified", "unverified"),
+        dict(force=CANDIDATE),
+        dict(),
+        "golden",
+        "verified",
+        "unverified",
+    ),
 }
 
 
@@ -167,10 +222,15 @@ def test_every_condition_of_every_row_is_evaluated():
     """Catches short-circuit evaluation: a row failing three conditions must list all three (and the
     conditions it passes), and so must the other rejected rows of the same query."""
     rows_table = table(
-        fake.spec(CANDIDATE, priority=10, dtypes={"fp32"}, layout={"x:rows"},
-                  libraries=(LibraryRequirement("flash_attn"),)),
-        fake.spec(NEXT, priority=5, capability=(CapabilityRequirement("cuda"),),
-                  shape=(ShapeConstraint("hidden", one_of=(64,)),)),
+        fake.spec(
+            CANDIDATE, priority=10, dtypes={"fp32"}, layout={"x:rows"}, libraries=(LibraryRequirement("flash_attn"),)
+        ),
+        fake.spec(
+            NEXT,
+            priority=5,
+            capability=(CapabilityRequirement("cuda"),),
+            shape=(ShapeConstraint("hidden", one_of=(64,)),),
+        ),
     )
     selection = query(rows_table, dtype="bf16", layout=(), libs={})
     assert selection.row.name == REFERENCE
@@ -198,24 +258,33 @@ def test_higher_priority_wins_regardless_of_table_order():
 
 def test_priority_ties_break_native_then_external_then_reference_then_name():
     """Catches a tie-break that ignores the implementation class (aot/jit count as native) or the name."""
-    rows_table = OpTable.from_rows([
-        fake.reference_row(priority=3),
-        fake.spec("flashinfer/a_external", priority=3),
-        fake.spec("native/b", priority=3),
-        fake.spec("aot/z", priority=3),
-        fake.spec("native/a", priority=3),
-        fake.spec("jit/m", priority=3),
-    ], fake.CONTRACTS)
-    expected = ["aot/z", "jit/m", "native/a", "native/b",  # native class, by name
-                "flashinfer/a_external",                      # external
-                REFERENCE]                                    # reference
+    rows_table = OpTable.from_rows(
+        [
+            fake.reference_row(priority=3),
+            fake.spec("flashinfer/a_external", priority=3),
+            fake.spec("native/b", priority=3),
+            fake.spec("aot/z", priority=3),
+            fake.spec("native/a", priority=3),
+            fake.spec("jit/m", priority=3),
+        ],
+        fake.CONTRACTS,
+    )
+    expected = [
+        "aot/z",
+        "jit/m",
+        "native/a",
+        "native/b",  # native class, by name
+        "flashinfer/a_external",  # external
+        REFERENCE,
+    ]  # reference
     assert [row.name for row in query(rows_table).candidates] == expected
 
 
 def test_unmeasured_ranks_below_measured_even_negative_priorities():
     """Catches UNMEASURED being treated as priority 0 (it would beat a measured negative priority)."""
-    rows_table = table(fake.spec("native/unmeasured", priority=UNMEASURED),
-                       fake.spec("flashinfer/negative", priority=-100))
+    rows_table = table(
+        fake.spec("native/unmeasured", priority=UNMEASURED), fake.spec("flashinfer/negative", priority=-100)
+    )
     selection = query(rows_table)
     assert [row.name for row in selection.candidates] == ["flashinfer/negative", "native/unmeasured", REFERENCE]
     assert "UNMEASURED" in verdict(selection, "native/unmeasured").note
@@ -238,8 +307,7 @@ def test_all_rows_missing_raises_no_eligible_kernel_naming_every_reason():
     """Catches dispatch returning None / a wrong row when nothing fits, and an error message that does
     not name the op, every row and every failed condition."""
     rows_table = table(
-        fake.spec(CANDIDATE, priority=10, capability=(CapabilityRequirement("cuda", min_sm=90),),
-                  layout={"x:rows"}),
+        fake.spec(CANDIDATE, priority=10, capability=(CapabilityRequirement("cuda", min_sm=90),), layout={"x:rows"}),
         fake.spec(NEXT, priority=5, libraries=(LibraryRequirement("deep_gemm"),)),
     )
     # fp8 is outside the contract, so even the reference row misses (on dtype).
@@ -314,16 +382,18 @@ def test_force_of_unknown_row_raises_value_error_naming_valid_rows():
 
 def test_force_of_a_row_of_another_op_raises():
     """Catches force= accepting a row that exists in the table but serves a different op."""
-    rows_table = OpTable.from_rows([fake.reference_row(),
-                                    fake.reference_row(op=fake.OTHER_OP, name="torch/other")], fake.CONTRACTS)
+    rows_table = OpTable.from_rows(
+        [fake.reference_row(), fake.reference_row(op=fake.OTHER_OP, name="torch/other")], fake.CONTRACTS
+    )
     with pytest.raises(ValueError, match="torch/other"):
         query(rows_table, force="torch/other")
 
 
 def test_deny_by_backend_skips_all_rows_of_that_backend():
     """Catches deny= by backend name being ignored or also hitting other backends of the same class."""
-    rows_table = table(fake.spec("native/high", priority=9), fake.spec("native/mid", priority=8),
-                       fake.spec("aot/low", priority=1))
+    rows_table = table(
+        fake.spec("native/high", priority=9), fake.spec("native/mid", priority=8), fake.spec("aot/low", priority=1)
+    )
     selection = query(rows_table, deny={"native"})
     assert selection.row.name == "aot/low"
     for row in ("native/high", "native/mid"):
@@ -341,14 +411,19 @@ def test_deny_by_row_name_skips_only_that_row():
 
 def test_deny_may_name_rows_of_other_ops_in_the_table():
     """Catches the deny check being per-op: RAPID_LLM_DENY is one list for every op of the table."""
-    rows_table = OpTable.from_rows([fake.reference_row(), fake.spec("native/high", priority=9),
-                                    fake.reference_row(op=fake.OTHER_OP, name="torch/other"),
-                                    fake.spec("native/other", op=fake.OTHER_OP, priority=9)], fake.CONTRACTS)
+    rows_table = OpTable.from_rows(
+        [
+            fake.reference_row(),
+            fake.spec("native/high", priority=9),
+            fake.reference_row(op=fake.OTHER_OP, name="torch/other"),
+            fake.spec("native/other", op=fake.OTHER_OP, priority=9),
+        ],
+        fake.CONTRACTS,
+    )
     assert query(rows_table, deny={"native/other"}).row.name == "native/high"
 
 
-@pytest.mark.parametrize("deny", [{"nativ"}, {"native/nope"}],
-                         ids=["misspelled-backend", "unknown-row"])
+@pytest.mark.parametrize("deny", [{"nativ"}, {"native/nope"}], ids=["misspelled-backend", "unknown-row"])
 def test_unknown_deny_names_raise(deny):
     """Catches a typo in deny= silently denying nothing."""
     rows_table = table(fake.spec("native/high", priority=9))
@@ -416,8 +491,9 @@ LOAD_FAILURES = {
 def test_load_failure_rejects_the_row_and_loads_the_next(fields, reason):
     """Catches a broken optional library crashing the engine at load() (DESIGN §3) instead of becoming
     that row's rejection reason while the next candidate loads."""
-    rows_table = table(fake.spec(CANDIDATE, priority=10, **fields),
-                       fake.spec(NEXT, priority=5, target=fake.target("slow")))
+    rows_table = table(
+        fake.spec(CANDIDATE, priority=10, **fields), fake.spec(NEXT, priority=5, target=fake.target("slow"))
+    )
     selection = query(rows_table)
     assert selection.row.name == CANDIDATE, "dispatch itself imports nothing"
 
@@ -438,8 +514,7 @@ def test_load_failure_rejects_the_row_and_loads_the_next(fields, reason):
 
 def test_load_of_a_good_row_keeps_the_selection():
     """Catches load() picking another row (or a new selection) when the best candidate imports fine."""
-    rows_table = table(fake.spec(CANDIDATE, priority=10, target=fake.target("fast"),
-                                 available=fake.target("probe_ok")))
+    rows_table = table(fake.spec(CANDIDATE, priority=10, target=fake.target("fast"), available=fake.target("probe_ok")))
     selection = query(rows_table)
     loaded = selection.load()
     assert loaded.fn is fake.fast and loaded.row.name == CANDIDATE
@@ -449,10 +524,13 @@ def test_load_of_a_good_row_keeps_the_selection():
 def test_every_candidate_failing_to_load_raises_no_eligible_kernel():
     """Catches load() returning None or crashing when no candidate imports; the error must carry
     every row's load reason."""
-    rows_table = OpTable.from_rows([
-        fake.spec(CANDIDATE, priority=10, target=f"{fake.MISSING_MODULE}:fn"),
-        fake.reference_row(available=fake.target("probe_says_no")),
-    ], fake.CONTRACTS)
+    rows_table = OpTable.from_rows(
+        [
+            fake.spec(CANDIDATE, priority=10, target=f"{fake.MISSING_MODULE}:fn"),
+            fake.reference_row(available=fake.target("probe_says_no")),
+        ],
+        fake.CONTRACTS,
+    )
     selection = query(rows_table)
     with pytest.raises(NoEligibleKernel) as error:
         selection.load()
@@ -465,8 +543,9 @@ def test_every_candidate_failing_to_load_raises_no_eligible_kernel():
 
 def test_forced_row_that_fails_to_load_raises():
     """Catches a forced row silently replaced by another row when its target does not import."""
-    rows_table = table(fake.spec(CANDIDATE, priority=1, target=f"{fake.MISSING_MODULE}:fn"),
-                       fake.spec(NEXT, priority=5))
+    rows_table = table(
+        fake.spec(CANDIDATE, priority=1, target=f"{fake.MISSING_MODULE}:fn"), fake.spec(NEXT, priority=5)
+    )
     selection = query(rows_table, force=CANDIDATE)
     with pytest.raises(NoEligibleKernel) as error:
         selection.load()
@@ -482,8 +561,10 @@ def test_forced_row_that_fails_to_load_raises():
 def test_to_dict_is_json_with_the_stable_keys():
     """Catches a to_dict() that is not JSON-serialisable or drops the schema/query/selected/rows keys
     tools rely on."""
-    rows_table = table(fake.spec(CANDIDATE, priority=10, dtypes={"fp32"}),
-                       fake.spec(NEXT, priority=5, target=f"{fake.MISSING_MODULE}:fn"))
+    rows_table = table(
+        fake.spec(CANDIDATE, priority=10, dtypes={"fp32"}),
+        fake.spec(NEXT, priority=5, target=f"{fake.MISSING_MODULE}:fn"),
+    )
     selection = query(rows_table, libs={"triton": "3.1.0"})
     for current in (selection, selection.load().selection):
         data = json.loads(json.dumps(current.to_dict()))
@@ -495,9 +576,11 @@ def test_to_dict_is_json_with_the_stable_keys():
 
 def test_render_text_marks_selected_and_rejected_rows():
     """Catches a tree that does not show which row won (✓) and which were rejected (✗)."""
-    rows_table = table(fake.spec(CANDIDATE, priority=10, dtypes={"fp32"}),
-                       fake.spec("native/runner_up", priority=1),
-                       fake.spec(NEXT, priority=5))
+    rows_table = table(
+        fake.spec(CANDIDATE, priority=10, dtypes={"fp32"}),
+        fake.spec("native/runner_up", priority=1),
+        fake.spec(NEXT, priority=5),
+    )
     lines = query(rows_table).explain().splitlines()
     assert OP in lines[0]
 
@@ -515,7 +598,9 @@ def test_clear_memo_clears_every_cache_on_the_dispatch_path():
     from rapid_llm.kernels.dispatcher import environment, plan
 
     select = dispatch_module
-    select.dispatch(fake.OP, device="cpu", dtype="fp32", table=OpTable.from_rows([fake.reference_row()], fake.CONTRACTS))
+    select.dispatch(
+        fake.OP, device="cpu", dtype="fp32", table=OpTable.from_rows([fake.reference_row()], fake.CONTRACTS)
+    )
     select.resolve_target(fake.target("fast"), None)
     plan.default_planner()
     environment._DTYPE_LABELS["probe"] = "x"

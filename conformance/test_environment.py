@@ -39,8 +39,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def clean_environ(**variables) -> dict:
     """os.environ without any RAPID_LLM_* / TRITON_INTERPRET setting of the calling cell, plus `variables`."""
-    environ = {key: value for key, value in os.environ.items()
-               if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"}
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"
+    }
     environ.update(variables)
     return environ
 
@@ -59,8 +62,7 @@ def test_deny_is_parsed_into_names():
 
 def test_force_is_parsed_per_op():
     """Catches RAPID_LLM_FORCE items being dropped, mixed up between ops, or applied to every op."""
-    env = probe_environment(environ={
-        "RAPID_LLM_FORCE": "norm.rms_norm=native/rms_norm;elementwise.scale=torch/scale"})
+    env = probe_environment(environ={"RAPID_LLM_FORCE": "norm.rms_norm=native/rms_norm;elementwise.scale=torch/scale"})
     assert env.forced_row("norm.rms_norm") == "native/rms_norm"
     assert env.forced_row("elementwise.scale") == "torch/scale"
     assert env.forced_row("attention.decode") is None
@@ -96,15 +98,25 @@ def test_triton_interpret_off(value):
     assert env.device.triton_interpreter is False
 
 
-@pytest.mark.parametrize("variable, value", [
-    ("RAPID_LLM_FORCE", "norm.rms_norm"),
-    ("RAPID_LLM_FORCE", "norm.rms_norm=rms_norm"),
-    ("RAPID_LLM_FORCE", "rms_norm=native/rms_norm"),
-    ("RAPID_LLM_HIDE_LIBS", "tritonn"),
-    ("RAPID_LLM_HIDE_LIBS", "triton,torch"),
-    ("RAPID_LLM_FORCE", "norm.rms_norm=native/rms_norm;norm.rms_norm=torch/rms_norm"),
-], ids=["force-no-equals", "force-row-without-backend", "force-op-without-family",
-        "hide-misspelled", "hide-not-an-optional-library", "force-same-op-twice"])
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("RAPID_LLM_FORCE", "norm.rms_norm"),
+        ("RAPID_LLM_FORCE", "norm.rms_norm=rms_norm"),
+        ("RAPID_LLM_FORCE", "rms_norm=native/rms_norm"),
+        ("RAPID_LLM_HIDE_LIBS", "tritonn"),
+        ("RAPID_LLM_HIDE_LIBS", "triton,torch"),
+        ("RAPID_LLM_FORCE", "norm.rms_norm=native/rms_norm;norm.rms_norm=torch/rms_norm"),
+    ],
+    ids=[
+        "force-no-equals",
+        "force-row-without-backend",
+        "force-op-without-family",
+        "hide-misspelled",
+        "hide-not-an-optional-library",
+        "force-same-op-twice",
+    ],
+)
 def test_malformed_variable_raises_naming_it(variable, value):
     """Catches a malformed variable being ignored (the operator believes a row is forced or a library
     hidden when it is not)."""
@@ -129,14 +141,17 @@ def test_malformed_triton_interpret_raises(value):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, kind, sm, interpreter", [
-    ("cpu", "cpu", None, False),
-    ("cpu+triton-interpreter", "cpu", None, True),
-    ("cuda", "cuda", None, False),
-    ("cuda:sm90", "cuda", 90, False),
-    ("cuda:90", "cuda", 90, False),
-    ("  CUDA:SM100 ", "cuda", 100, False),
-])
+@pytest.mark.parametrize(
+    "text, kind, sm, interpreter",
+    [
+        ("cpu", "cpu", None, False),
+        ("cpu+triton-interpreter", "cpu", None, True),
+        ("cuda", "cuda", None, False),
+        ("cuda:sm90", "cuda", 90, False),
+        ("cuda:90", "cuda", 90, False),
+        ("  CUDA:SM100 ", "cuda", 100, False),
+    ],
+)
 def test_device_parse_round_trips(text, kind, sm, interpreter):
     """Catches device strings (CLI --device, explain headers) parsed to the wrong device or not
     re-parseable from their own rendering."""
@@ -145,17 +160,20 @@ def test_device_parse_round_trips(text, kind, sm, interpreter):
     assert Device.parse(str(device)) == device
 
 
-@pytest.mark.parametrize("text", ["gpu", "cuda:smX", "cuda:sm", "cpu:0", "", "cuda:9.0", "rocm:sm90",
-                                  "cuda:0", "cuda:1"])
+@pytest.mark.parametrize(
+    "text", ["gpu", "cuda:smX", "cuda:sm", "cpu:0", "", "cuda:9.0", "rocm:sm90", "cuda:0", "cuda:1"]
+)
 def test_device_parse_rejects_bad_strings(text):
     """Catches an unparseable device string becoming some default device."""
     with pytest.raises(ValueError):
         Device.parse(text)
 
 
-@pytest.mark.parametrize("fields", [dict(kind="tpu"), dict(kind="cpu", sm=90),
-                                    dict(kind="cuda", sm=90, triton_interpreter=True)],
-                         ids=["unknown-kind", "cpu-with-sm", "cuda-with-interpreter"])
+@pytest.mark.parametrize(
+    "fields",
+    [dict(kind="tpu"), dict(kind="cpu", sm=90), dict(kind="cuda", sm=90, triton_interpreter=True)],
+    ids=["unknown-kind", "cpu-with-sm", "cuda-with-interpreter"],
+)
 def test_device_rejects_impossible_values(fields):
     """Catches Device values that no capability can reason about."""
     with pytest.raises(ValueError):
@@ -169,19 +187,43 @@ def test_device_rejects_impossible_values(fields):
 
 def _purity_table() -> OpTable:
     verified = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/ref", evidence="x.json")
-    return OpTable.from_rows([
-        fake.reference_row(),
-        KernelSpec(name="native/first", op=fake.OP, backend="native", target=fake.target("fast"),
-                   dtypes=fake.OP_DTYPES, golden=verified, priority=10,
-                   capability=[CapabilityRequirement("cpu", triton_interpreter=True), CapabilityRequirement("cuda")]),
-        KernelSpec(name="native/plain", op=fake.OP, backend="native", target=fake.target("slow"),
-                   dtypes=fake.OP_DTYPES, golden=verified, priority=5),
-    ], fake.CONTRACTS)
+    return OpTable.from_rows(
+        [
+            fake.reference_row(),
+            KernelSpec(
+                name="native/first",
+                op=fake.OP,
+                backend="native",
+                target=fake.target("fast"),
+                dtypes=fake.OP_DTYPES,
+                golden=verified,
+                priority=10,
+                capability=[CapabilityRequirement("cpu", triton_interpreter=True), CapabilityRequirement("cuda")],
+            ),
+            KernelSpec(
+                name="native/plain",
+                op=fake.OP,
+                backend="native",
+                target=fake.target("slow"),
+                dtypes=fake.OP_DTYPES,
+                golden=verified,
+                priority=5,
+            ),
+        ],
+        fake.CONTRACTS,
+    )
 
 
 def _select(env: Environment, table: OpTable) -> str:
-    return dispatch(fake.OP, device=env.device, dtype="bf16", libs=env.libs, deny=env.deny,
-                    force=env.forced_row(fake.OP), table=table).row.name
+    return dispatch(
+        fake.OP,
+        device=env.device,
+        dtype="bf16",
+        libs=env.libs,
+        deny=env.deny,
+        force=env.forced_row(fake.OP),
+        table=table,
+    ).row.name
 
 
 def test_dispatch_from_a_probed_env_ignores_later_os_environ_changes(monkeypatch):
@@ -240,7 +282,10 @@ def hidden_triton_run() -> dict:
     result = subprocess.run(
         [sys.executable, "-c", HIDDEN_TRITON_SCRIPT],
         env=clean_environ(RAPID_LLM_HIDE_LIBS="triton", RAPID_LLM_TRITON_INTERPRET="1"),
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

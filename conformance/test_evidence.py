@@ -70,8 +70,12 @@ CITED_ID = re.compile(r"`((?:%s)\.[a-z0-9_.]*[a-z0-9_])`" % _DEVICES)
 SOURCE_ID = re.compile(r"(?<![\w./-])((?:%s)(?:\.[a-z0-9_]+)+)" % _DEVICES)
 #: What product source must not carry (DESIGN §8): result paths, device-call numbers, the variants folder.
 LAB_NOTEBOOK = re.compile(r"perf/results/|\bcall\d+\b|variants/")
-PRODUCT_SOURCES = sorted(path for folder in ("rapid_llm", "csrc") for path in (ROOT / folder).rglob("*")
-                         if path.is_file() and path.suffix in {".py", ".cu", ".cuh", ".cc", ".cpp", ".h"})
+PRODUCT_SOURCES = sorted(
+    path
+    for folder in ("rapid_llm", "csrc")
+    for path in (ROOT / folder).rglob("*")
+    if path.is_file() and path.suffix in {".py", ".cu", ".cuh", ".cc", ".cpp", ".h"}
+)
 
 
 def _relative(path: pathlib.Path) -> str:
@@ -84,8 +88,7 @@ def _evidence_file(evidence: str) -> pathlib.Path:
     A citation without a '/' is an id: one the index lacks fails here, naming it."""
     if evidence in INDEX:
         return ROOT / INDEX[evidence]["path"]
-    assert "/" in evidence, (f"evidence {evidence!r} is neither an id in perf/results/index.json nor a "
-                             "repository path")
+    assert "/" in evidence, f"evidence {evidence!r} is neither an id in perf/results/index.json nor a repository path"
     return ROOT / evidence
 
 
@@ -123,11 +126,15 @@ def test_index_ids_are_unique_and_well_formed():
 
 
 def test_every_indexed_file_exists_under_results():
-    missing = {evidence_id: entry["path"] for evidence_id, entry in INDEX.items()
-               if not (ROOT / entry["path"]).is_file()}
+    missing = {
+        evidence_id: entry["path"] for evidence_id, entry in INDEX.items() if not (ROOT / entry["path"]).is_file()
+    }
     assert not missing, f"index entries whose file does not exist: {missing}"
-    outside = {evidence_id: entry["path"] for evidence_id, entry in INDEX.items()
-               if not entry["path"].startswith("perf/results/")}
+    outside = {
+        evidence_id: entry["path"]
+        for evidence_id, entry in INDEX.items()
+        if not entry["path"].startswith("perf/results/")
+    }
     assert not outside, f"index entries outside perf/results/ (lab material is never cited): {outside}"
     paths = [entry["path"] for entry in INDEX.values()]
     repeated = sorted({path for path in paths if paths.count(path) > 1})
@@ -137,10 +144,15 @@ def test_every_indexed_file_exists_under_results():
 def test_every_result_file_is_indexed():
     """perf/results/ holds curated evidence only: a file no id names is lab material or history."""
     indexed = {entry["path"] for entry in INDEX.values()}
-    stray = sorted(_relative(path) for path in RESULTS.rglob("*")
-                   if path.is_file() and path != evidence_index.INDEX and _relative(path) not in indexed)
-    assert not stray, ("files under perf/results/ that perf/results/index.json does not index (index them if "
-                       f"something cites them; otherwise git rm them, git keeps them): {stray}")
+    stray = sorted(
+        _relative(path)
+        for path in RESULTS.rglob("*")
+        if path.is_file() and path != evidence_index.INDEX and _relative(path) not in indexed
+    )
+    assert not stray, (
+        "files under perf/results/ that perf/results/index.json does not index (index them if "
+        f"something cites them; otherwise git rm them, git keeps them): {stray}"
+    )
 
 
 def test_resolve_names_an_unknown_id():
@@ -167,35 +179,42 @@ def test_golden_record_is_backed_by_a_gpu_parity_run(row):
 
     report = _load_json(path)
     missing = [key for key in PARITY_KEYS if key not in report] if isinstance(report, dict) else list(PARITY_KEYS)
-    assert not missing, (f"{row.name}: {golden.evidence} is not a parity report (conformance/conftest.py's "
-                         f"format): it lacks {missing}")
+    assert not missing, (
+        f"{row.name}: {golden.evidence} is not a parity report (conformance/conftest.py's format): it lacks {missing}"
+    )
     assert report["exit_status"] == 0, (
         f"{row.name}: {golden.evidence} comes from a conformance run that exited {report['exit_status']}; a "
-        "failed parity case is absent from the file, so only a clean run is evidence")
+        "failed parity case is absent from the file, so only a clean run is evidence"
+    )
     by_row = report["max_abs_diff_by_row"]
-    assert row.name in by_row, (f"{row.name}: {golden.evidence} holds no parity measurement of this row "
-                                f"(it has {sorted(by_row)})")
+    assert row.name in by_row, (
+        f"{row.name}: {golden.evidence} holds no parity measurement of this row (it has {sorted(by_row)})"
+    )
 
     measurements = [m for m in report["measurements"] if m["row"] == row.name]
     assert measurements, f"{row.name}: {golden.evidence} lists it in max_abs_diff_by_row but has no measurements"
     off_gpu = sorted({m["device"] for m in measurements if not str(m["device"]).startswith("cuda")})
     assert not off_gpu and str(report["device"]).startswith("cuda"), (
         f"{row.name}: {golden.evidence} measured it on {off_gpu or report['device']}, not a CUDA device; a golden "
-        "record covers bf16, and Triton's CPU interpreter truncates fp32 -> bf16 (no evidence for it)")
+        "record covers bf16, and Triton's CPU interpreter truncates fp32 -> bf16 (no evidence for it)"
+    )
     unmeasured = sorted(set(row.dtypes) - {m["dtype"] for m in measurements})
     assert not unmeasured, f"{row.name}: {golden.evidence} has no measurement of it in {unmeasured}"
     if "bf16" in row.dtypes:
         assert any(m["dtype"] == "bf16" for m in measurements)
     baselines = sorted({m["baseline"] for m in measurements})
     assert baselines == [golden.baseline], (
-        f"{row.name}: {golden.evidence} compared it with {baselines}, the record names {golden.baseline!r}")
+        f"{row.name}: {golden.evidence} compared it with {baselines}, the record names {golden.baseline!r}"
+    )
     worst = max(m["max_abs_diff"] for m in measurements)
     assert by_row[row.name] == worst, (
-        f"{row.name}: {golden.evidence} max_abs_diff_by_row says {by_row[row.name]}, its measurements {worst}")
+        f"{row.name}: {golden.evidence} max_abs_diff_by_row says {by_row[row.name]}, its measurements {worst}"
+    )
 
     assert by_row[row.name] <= golden.max_abs_diff, (
         f"{row.name}: {golden.evidence} measured max |diff| {by_row[row.name]} vs {golden.baseline}, above the "
-        f"golden record's {golden.max_abs_diff}: the record claims more than its evidence shows")
+        f"golden record's {golden.max_abs_diff}: the record claims more than its evidence shows"
+    )
 
 
 def test_every_gpu_parity_run_is_cited():
@@ -203,8 +222,10 @@ def test_every_gpu_parity_run_is_cited():
     cited = {_evidence_file(row.golden.evidence).resolve() for row in EVIDENCED_ROWS if row.golden.evidence}
     runs = sorted(GPU_RESULTS.rglob("parity_*.json"))
     uncited = [_relative(path) for path in runs if path.resolve() not in cited]
-    assert not uncited, (f"parity runs no golden record cites (superseded: delete them): {uncited}; cited: "
-                         f"{sorted(_relative(path) for path in cited)}")
+    assert not uncited, (
+        f"parity runs no golden record cites (superseded: delete them): {uncited}; cited: "
+        f"{sorted(_relative(path) for path in cited)}"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -217,7 +238,8 @@ def test_cited_results_paths_exist(sources):
     cited = _cited_results_paths(CITING_SOURCES[sources])
     missing = {path: where for path, where in sorted(cited.items()) if not (ROOT / path).exists()}
     assert not missing, "cited perf/results paths that do not exist:\n" + "\n".join(
-        f"  {path}  (cited at {', '.join(where)})" for path, where in missing.items())
+        f"  {path}  (cited at {', '.join(where)})" for path, where in missing.items()
+    )
 
 
 def test_evidence_ids_cited_by_docs_exist():
@@ -228,7 +250,8 @@ def test_evidence_ids_cited_by_docs_exist():
                 if evidence_id not in INDEX:
                     unknown.setdefault(evidence_id, []).append(f"{_relative(path)}:{number}")
     assert not unknown, "cited evidence ids not in perf/results/index.json:\n" + "\n".join(
-        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items()))
+        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items())
+    )
 
 
 def test_evidence_ids_cited_by_product_source_exist():
@@ -239,16 +262,21 @@ def test_evidence_ids_cited_by_product_source_exist():
                 if evidence_id not in INDEX:
                     unknown.setdefault(evidence_id, []).append(f"{_relative(path)}:{number}")
     assert not unknown, "evidence ids rapid_llm/ or csrc/ cite that perf/results/index.json lacks:\n" + "\n".join(
-        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items()))
+        f"  {evidence_id}  (cited at {', '.join(where)})" for evidence_id, where in sorted(unknown.items())
+    )
 
 
 def test_product_source_cites_evidence_by_id_only():
-    found = [f"{_relative(path)}:{number}: {match.group(0)}"
-             for path in PRODUCT_SOURCES
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             for match in LAB_NOTEBOOK.finditer(line)]
-    assert not found, ("rapid_llm/ and csrc/ cite evidence by id (perf/results/index.json), never a results "
-                       "path or a device-call number:\n" + "\n".join(f"  {hit}" for hit in found))
+    found = [
+        f"{_relative(path)}:{number}: {match.group(0)}"
+        for path in PRODUCT_SOURCES
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for match in LAB_NOTEBOOK.finditer(line)
+    ]
+    assert not found, (
+        "rapid_llm/ and csrc/ cite evidence by id (perf/results/index.json), never a results "
+        "path or a device-call number:\n" + "\n".join(f"  {hit}" for hit in found)
+    )
 
 
 def _result_commands():
@@ -269,8 +297,10 @@ def test_scripts_named_by_results_exist():
         for script in re.findall(r"(?<![\w/.-])((?:ci|perf)/[\w./-]+\.py)\b", command):
             if not (ROOT / script).is_file() and script not in FORMERLY:
                 missing.append(f"{result}: {script}")
-    assert missing == [], ("result files name scripts that neither exist nor are listed as moved in "
-                           f"perf/sweeps/__init__.py FORMERLY: {missing}")
+    assert missing == [], (
+        "result files name scripts that neither exist nor are listed as moved in "
+        f"perf/sweeps/__init__.py FORMERLY: {missing}"
+    )
 
 
 def test_sweep_scripts_are_python_modules():

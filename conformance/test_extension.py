@@ -49,8 +49,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels import aot, jit
-from rapid_llm.kernels.dispatcher import (GoldenRecord, NoEligibleKernel, OpTable, build_tables, dispatch,
-                                          resolve_target)
+from rapid_llm.kernels.dispatcher import GoldenRecord, NoEligibleKernel, OpTable, build_tables, dispatch, resolve_target
 from rapid_llm.kernels.ops.checks import OpInputError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,8 +63,11 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 #: absence cell that hides the extension (RAPID_LLM_HIDE_LIBS=cuda_extension) both probes report that instead,
 #: which conformance/test_absence_cell.py checks.
 EXTENSION_HIDDEN = bool(aot.extension_hidden())
-extension_visible = pytest.mark.skipif(EXTENSION_HIDDEN, reason="the CUDA extension is hidden in this absence cell "
-                                       "(RAPID_LLM_HIDE_LIBS=cuda_extension): its probes report that")
+extension_visible = pytest.mark.skipif(
+    EXTENSION_HIDDEN,
+    reason="the CUDA extension is hidden in this absence cell "
+    "(RAPID_LLM_HIDE_LIBS=cuda_extension): its probes report that",
+)
 
 
 def _verified(row, priority):
@@ -95,8 +97,9 @@ def test_unbuilt_aot_row_is_passed_over_with_the_probe_reason_in_explain():
     measured) on a GPU query, it must fail to load with the probe's reason and hand over to the reference."""
     aot_row, reference = TABLE.rows_by_name["aot/scale"], TABLE.reference(OP)
     table = OpTable.from_rows([reference, _verified(aot_row, priority=50)])
-    selection = dispatch(OP, device="cuda:sm90", dtype="bf16", shape={"num_elements": 4096},
-                         layout={"x:contiguous"}, table=table)
+    selection = dispatch(
+        OP, device="cuda:sm90", dtype="bf16", shape={"num_elements": 4096}, layout={"x:contiguous"}, table=table
+    )
     assert selection.row.name == "aot/scale"
     loaded = selection.load()
     assert loaded.row.name == reference.name
@@ -108,8 +111,15 @@ def test_unbuilt_aot_row_is_passed_over_with_the_probe_reason_in_explain():
 @extension_visible
 def test_forcing_the_unbuilt_aot_row_is_an_error_naming_the_reason():
     """Catches a forced aot row silently falling back (DESIGN §3: a forced row that cannot run is an error)."""
-    selection = dispatch(OP, device="cuda:sm90", dtype="fp16", shape={"num_elements": 4096},
-                         layout={"x:contiguous"}, table=TABLE, force="aot/scale")
+    selection = dispatch(
+        OP,
+        device="cuda:sm90",
+        dtype="fp16",
+        shape={"num_elements": 4096},
+        layout={"x:contiguous"},
+        table=TABLE,
+        force="aot/scale",
+    )
     with pytest.raises(NoEligibleKernel) as info:
         selection.load()
     assert "rapid_llm._C is not built" in str(info.value)
@@ -155,7 +165,7 @@ def test_jit_and_aot_build_the_same_sources():
     """Catches the JIT build drifting from setup.py's source rule (a kernel that only one build has)."""
     with open(os.path.join(REPO_ROOT, "setup.py")) as handle:
         setup_text = handle.read()
-    assert 'SOURCE_SUFFIXES = (".cu", ".cc", ".cpp")' in setup_text and 'os.walk(CSRC)' in setup_text
+    assert 'SOURCE_SUFFIXES = (".cu", ".cc", ".cpp")' in setup_text and "os.walk(CSRC)" in setup_text
     assert jit.SOURCE_SUFFIXES == (".cu", ".cc", ".cpp") and jit.source_root() == CSRC
     names = {os.path.relpath(path, REPO_ROOT) for path in jit.sources()}
     assert {"csrc/common_extension.cc", "csrc/elementwise/scale.cu", "csrc/kvcache/update_kv_buffer.cu"} <= names
@@ -205,8 +215,14 @@ def test_import_table_and_dispatch_never_load_the_extension():
     its wrapper."""
     environ = {key: value for key, value in os.environ.items() if not key.startswith("RAPID_LLM_")}
     environ["RAPID_LLM_JIT"] = "1"  # even opted in, importing must not build
-    result = subprocess.run([sys.executable, "-c", NO_EXTENSION_SCRIPT], env=environ, cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", NO_EXTENSION_SCRIPT],
+        env=environ,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, f"subprocess failed:\n{result.stderr}"
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome == {"extension_loaded": False, "jit_library_loaded": False}, outcome
@@ -227,7 +243,7 @@ def _registration_text() -> str:
 def _schemas() -> dict[str, object]:
     """{op name: torch FunctionSchema} of every m.def in csrc/common_extension.cc (one per name)."""
     texts = _DEF.findall(_registration_text())
-    assert texts, "no m.def(\"...\") found in csrc/common_extension.cc"
+    assert texts, 'no m.def("...") found in csrc/common_extension.cc'
     schemas = [torch._C.parse_schema(text) for text in texts]
     names = [schema.name for schema in schemas]
     assert len(names) == len(set(names)), f"an op is defined twice: {names}"
@@ -255,11 +271,14 @@ def test_every_schema_lists_its_outputs_first():
     for name, schema in _schemas().items():
         writes = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         assert writes, f"{schema}: no Tensor! output (these ops write in place and return nothing)"
-        assert [a.name for a in schema.arguments[:len(writes)]] == writes, f"{schema}: outputs not first"
+        assert [a.name for a in schema.arguments[: len(writes)]] == writes, f"{schema}: outputs not first"
         assert aot.outputs_first(schema), schema
         assert list(schema.returns) == [], f"{schema}: returns something (the caller owns the outputs)"
-    assert _schema_parameters(_schemas()["update_kv_buffer"]) == [("buffer", "Tensor!"), ("kv", "Tensor"),
-                                                                  ("loc", "Tensor")]
+    assert _schema_parameters(_schemas()["update_kv_buffer"]) == [
+        ("buffer", "Tensor!"),
+        ("kv", "Tensor"),
+        ("loc", "Tensor"),
+    ]
 
 
 # C++ parameter types of the launchers, by the schema type they must bind to.
@@ -301,8 +320,10 @@ def test_launchers_take_the_schema_arguments_in_the_schema_order():
     schema (Tensor! buffer, Tensor kv, Tensor loc) compiles, registers, and swaps the tensors."""
     schemas = _schemas()
     header = (CSRC / "include" / "rapid_llm_ext.h").read_text()
-    declared = {name: _cpp_parameters(params)
-                for name, params in re.findall(r"^void (\w+)\(([^)]*)\);", header, flags=re.MULTILINE)}
+    declared = {
+        name: _cpp_parameters(params)
+        for name, params in re.findall(r"^void (\w+)\(([^)]*)\);", header, flags=re.MULTILINE)
+    }
     defined = {}
     for path in CSRC.rglob("*.cu"):
         for name, params in re.findall(r"^void (\w+)\(([^)]*)\)\s*\{", path.read_text(), flags=re.MULTILINE):
@@ -324,7 +345,8 @@ def test_shared_launcher_helpers_are_defined_once_in_the_header():
         assert re.search(rf"^inline \w[\w:<>]* {helper}\(", header, flags=re.MULTILINE), helper
         for path in [*CSRC.rglob("*.cu"), *CSRC.rglob("*.cc"), *CSRC.rglob("*.cpp")]:
             assert not re.search(rf"\b{helper}\([^;{{}}()]*\)\s*\{{", path.read_text()), (
-                f"{helper} defined again in {path}")
+                f"{helper} defined again in {path}"
+            )
 
 
 class _RecordingOp:
@@ -344,6 +366,7 @@ def _expected_calls(name):
             out, source, factor = args
             assert source is x and factor == 0.5 and type(factor) is float
             assert out is result and out is not x and out.shape == x.shape and out.dtype == x.dtype
+
         return (x, 0.5), check
     if name == "update_kv_buffer":
         kv, loc, buffer = torch.randn(3, 4, 8), torch.arange(3), torch.zeros(10, 4, 8)
@@ -351,6 +374,7 @@ def _expected_calls(name):
         def check(args, result):
             assert args[0] is buffer and args[1] is kv and args[2] is loc, "not (buffer, kv, loc)"
             assert result is buffer
+
         return (kv, loc, buffer), check
     if name == "decode":
         q = torch.randn(2, 8, 128).half()
@@ -361,10 +385,12 @@ def _expected_calls(name):
         def check(args, result):
             out, partial, partial_lse, *inputs, page_size, sm_scale, splits = args
             assert all(a is b for a, b in zip(inputs, (q, kv_buffer, page_table, seq_lens, k_scale, v_scale))), (
-                "not (out, partial, partial_lse, q, kv_buffer, page_table, seq_lens, k_scale, v_scale, ...)")
+                "not (out, partial, partial_lse, q, kv_buffer, page_table, seq_lens, k_scale, v_scale, ...)"
+            )
             assert result is out and out.shape == q.shape and out.dtype == q.dtype
             assert partial.dtype == partial_lse.dtype == torch.float32
             assert (page_size, sm_scale, splits) == (8, 0.125, 1) and type(sm_scale) is float
+
         return (q, kv_buffer, page_table, seq_lens, 8, 0.125, k_scale, v_scale), check
     raise AssertionError(f"op {name!r}: add its expected call (outputs first) to this test")
 
@@ -416,15 +442,28 @@ def test_probe_refuses_a_stale_library_whose_schema_is_not_outputs_first():
 # JIT cache: the key (content, flags, versions; not mtimes)
 # ---------------------------------------------------------------------------
 
-ENVIRONMENT = {"rapid_llm": "0.1.0", "torch": "2.11.0+cu130", "cuda": "13.0", "cuda_toolkit": "13.0.88 at /cuda",
-               "archs": "9.0", "python": "py312", "python_abi": "cpython-312"}
-FLAGS = {"cxx": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit"),
-         "nvcc": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit")}
+ENVIRONMENT = {
+    "rapid_llm": "0.1.0",
+    "torch": "2.11.0+cu130",
+    "cuda": "13.0",
+    "cuda_toolkit": "13.0.88 at /cuda",
+    "archs": "9.0",
+    "python": "py312",
+    "python_abi": "cpython-312",
+}
+FLAGS = {
+    "cxx": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit"),
+    "nvcc": ("-O3", "-DRAPID_LLM_OP_NAMESPACE=rapid_llm_jit"),
+}
 
 
 def _source_tree(root: Path) -> Path:
-    files = {"common_extension.cc": "// registration\n", "include/rapid_llm_ext.h": "#pragma once\n",
-             "elementwise/scale.cu": "// scale\n", "README.md": "docs\n"}
+    files = {
+        "common_extension.cc": "// registration\n",
+        "include/rapid_llm_ext.h": "#pragma once\n",
+        "elementwise/scale.cu": "// scale\n",
+        "README.md": "docs\n",
+    }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -477,7 +516,8 @@ def test_jit_cache_key_changes_with_flags_and_every_version(tmp_path):
         changed = dict(FLAGS, **{compiler: (*FLAGS[compiler], "-DNDEBUG")})
         assert jit.build_key(root, changed, ENVIRONMENT) != key, f"a change of the {compiler} flags kept the key"
     assert jit.build_key(root, dict(FLAGS, cxx=("-O3 -DX",)), ENVIRONMENT) != jit.build_key(
-        root, dict(FLAGS, cxx=("-O3", "-DX")), ENVIRONMENT), "flag boundaries are not part of the key"
+        root, dict(FLAGS, cxx=("-O3", "-DX")), ENVIRONMENT
+    ), "flag boundaries are not part of the key"
 
 
 def test_jit_cache_key_covers_every_compiled_file_and_the_real_environment(monkeypatch):
@@ -596,8 +636,15 @@ def test_jit_probe_refuses_an_untrusted_cache_and_explain_shows_why(tmp_path, mo
     assert not ok and "group/other-writable" in reason and "\n" not in reason, reason
     resolve_target.cache_clear()
     try:
-        selection = dispatch(OP, device="cuda:sm90", dtype="bf16", shape={"num_elements": 4096},
-                             layout={"x:contiguous"}, table=TABLE, force="jit/scale")
+        selection = dispatch(
+            OP,
+            device="cuda:sm90",
+            dtype="bf16",
+            shape={"num_elements": 4096},
+            layout={"x:contiguous"},
+            table=TABLE,
+            force="jit/scale",
+        )
         with pytest.raises(NoEligibleKernel) as info:
             selection.load()
         assert "group/other-writable" in str(info.value), str(info.value)
@@ -684,12 +731,15 @@ def _assert_direct_calls_raise(row_name, op_name, cases_source):
     torch op with each args and expects a RuntimeError containing words. A child, because a crash in
     a launcher's error path (as seen on the H200: SIGSEGV while formatting a message) would otherwise
     take the whole test run down; here it fails this test with the last case reached."""
-    program = textwrap.dedent("""
+    program = (
+        textwrap.dedent("""
         import torch
         from rapid_llm.kernels import aot, jit
         assert (aot.available() if {aot!r} else jit.available())[0]
         operator = aot.op({op!r}) if {aot!r} else jit.op({op!r})
-    """).format(aot=row_name.startswith("aot/"), op=op_name) + textwrap.dedent(cases_source) + textwrap.dedent("""
+    """).format(aot=row_name.startswith("aot/"), op=op_name)
+        + textwrap.dedent(cases_source)
+        + textwrap.dedent("""
         for index, (args, words) in enumerate(cases):
             print("case", index, flush=True)
             try:
@@ -700,11 +750,14 @@ def _assert_direct_calls_raise(row_name, op_name, cases_source):
                 raise AssertionError(f"case {index}: no error for bad input")
         print("all cases raised", flush=True)
     """)
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
-                            env=os.environ.copy())
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=300, env=os.environ.copy()
+    )
     output = (result.stdout + result.stderr)[-3000:]
     assert result.returncode == 0 and "all cases raised" in result.stdout, (
-        f"{row_name}: direct torch.ops calls with bad input (exit status {result.returncode}):\n{output}")
+        f"{row_name}: direct torch.ops calls with bad input (exit status {result.returncode}):\n{output}"
+    )
 
 
 def _forced_planner(op, row_name):
@@ -730,8 +783,12 @@ class TestExtensionOnGpu:
 
         monkeypatch.setattr(aot, "op", reached)
         monkeypatch.setattr(jit, "op", reached)
-        for bad in (torch.ones(8), torch.ones(8, 6, device="cuda").t(),
-                    torch.ones(8, dtype=torch.int32, device="cuda"), "not a tensor"):
+        for bad in (
+            torch.ones(8),
+            torch.ones(8, 6, device="cuda").t(),
+            torch.ones(8, dtype=torch.int32, device="cuda"),
+            "not a tensor",
+        ):
             with pytest.raises((OpInputError, NoEligibleKernel)):
                 planner.call(OP, (bad, 2.0))
 
@@ -740,7 +797,10 @@ class TestExtensionOnGpu:
         instead of an illegal memory access (CPU memory, wrong shape, dtype, layout, aliasing), and a
         launcher whose error path crashes the process (run in a child process: a crash fails this test)."""
         _torch_op_or_skip(row_name, "scale")
-        _assert_direct_calls_raise(row_name, "scale", """
+        _assert_direct_calls_raise(
+            row_name,
+            "scale",
+            """
             x = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
             cases = [
                 ((torch.empty(64, 32, dtype=torch.bfloat16), x.cpu(), 2.0), "must be a CUDA tensor"),
@@ -754,7 +814,8 @@ class TestExtensionOnGpu:
                  "input must be contiguous"),
                 ((x, x, 2.0), "single memory location"),
             ]
-        """)
+        """,
+        )
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
     def test_unaligned_views_match_torch_bitwise(self, row_name, dtype):
@@ -785,8 +846,9 @@ def test_second_process_reuses_the_jit_cache():
         print("LOAD_SECONDS", time.perf_counter() - started)
     """)
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", script], env=dict(os.environ), cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=dict(os.environ), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     wall = time.perf_counter() - started
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -811,7 +873,10 @@ class TestKvWriteExtensionOnGpu:
         call in the old (kv, loc, buffer) order accepted, a buffer whose rows alias (stride 0) written,
         and a launcher whose error path crashes the process (a child process: a crash fails this test)."""
         _torch_op_or_skip(row_name, "update_kv_buffer")
-        _assert_direct_calls_raise(row_name, "update_kv_buffer", """
+        _assert_direct_calls_raise(
+            row_name,
+            "update_kv_buffer",
+            """
             kv = torch.randn(4, 8, 64, device="cuda", dtype=torch.bfloat16)
             loc = torch.arange(4, device="cuda", dtype=torch.int32)
             buffer = torch.zeros(16, 8, 64, device="cuda", dtype=torch.bfloat16)
@@ -825,7 +890,8 @@ class TestKvWriteExtensionOnGpu:
                 ((kv, loc, buffer), "kv dtype must be float32, float16 or bfloat16"),
                 ((buffer[:1].expand(16, 8, 64), kv, loc), "single memory location"),
             ]
-        """)
+        """,
+        )
 
     def test_unaligned_rows_and_out_of_range_ids(self, row_name):
         """Catches the 16-byte path taken on rows that are not 16-byte aligned (odd head_dim 7: 14-byte
@@ -878,29 +944,33 @@ def _fp8_decode_inputs(batch, q_heads, kv_heads, lengths, page_size, dtype, seed
     g = torch.Generator().manual_seed(seed)
     pages_per = max(-(-length // page_size) for length in lengths) + 1
     pages = batch * pages_per + 3
-    table = torch.randperm(pages, generator=g)[:batch * pages_per].view(batch, pages_per).to(torch.int32)
+    table = torch.randperm(pages, generator=g)[: batch * pages_per].view(batch, pages_per).to(torch.int32)
     values = torch.randn((pages * page_size, 2 * kv_heads, 128), generator=g) * 3
     scale = (values.abs().amax() / 448).reshape(1)
     buffer = (values / scale).to(torch.float8_e4m3fn)
     q = (torch.randn((batch, q_heads, 128), generator=g) * magnitude).to(dtype)
     lens = torch.tensor(lengths, dtype=torch.int32)
-    return [x.cuda() for x in (q, buffer, table, lens)] + [page_size, 128 ** -0.5, scale.cuda(), (scale * 0.5).cuda()]
+    return [x.cuda() for x in (q, buffer, table, lens)] + [page_size, 128**-0.5, scale.cuda(), (scale * 0.5).cuda()]
 
 
 @needs_cuda
 @pytest.mark.parametrize("row_name", DECODE_ROWS)
 class TestFp8DecodeExtensionOnGpu:
-    @pytest.mark.parametrize("case", [
-        # (batch, Hq, Hk, lengths, page size): GQA 4 / 8 / 1 (MHA) / 32 (two blocks of 16 heads per KV head),
-        # pages of 1 (a lookup per position), 16, 64 (one page a 32-position chunk); lengths that end mid chunk,
-        # one position, a long context (split-K) and a batch large enough for one split
-        (3, 32, 8, [1, 100, 1000], 16),
-        (2, 16, 2, [33, 4097], 64),
-        (2, 8, 8, [31, 257], 1),
-        (1, 32, 1, [2000], 16),
-        (1, 32, 8, [32768], 64),
-        (64, 32, 8, [1024] * 64, 16),
-    ], ids=["gqa4_page16", "gqa8_page64", "mha_page1", "gqa32_two_head_blocks", "long_32k", "b64_one_split"])
+    @pytest.mark.parametrize(
+        "case",
+        [
+            # (batch, Hq, Hk, lengths, page size): GQA 4 / 8 / 1 (MHA) / 32 (two blocks of 16 heads per KV head),
+            # pages of 1 (a lookup per position), 16, 64 (one page a 32-position chunk); lengths that end mid chunk,
+            # one position, a long context (split-K) and a batch large enough for one split
+            (3, 32, 8, [1, 100, 1000], 16),
+            (2, 16, 2, [33, 4097], 64),
+            (2, 8, 8, [31, 257], 1),
+            (1, 32, 1, [2000], 16),
+            (1, 32, 8, [32768], 64),
+            (64, 32, 8, [1024] * 64, 16),
+        ],
+        ids=["gqa4_page16", "gqa8_page64", "mha_page1", "gqa32_two_head_blocks", "long_32k", "b64_one_split"],
+    )
     @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
     def test_equals_the_native_fp8_row(self, row_name, case, dtype):
         """Catches a wrong operand permutation (the logits' dims or the value product's position pairs: a
@@ -927,7 +997,7 @@ class TestFp8DecodeExtensionOnGpu:
         from rapid_llm.kernels.ops.attention import decode
 
         args = _fp8_decode_inputs(2, 32, 8, [300, 77], 16, torch.bfloat16, seed=7, magnitude=magnitude)
-        args[5] = 128 ** -0.5 / magnitude  # logits of order one whatever q's magnitude
+        args[5] = 128**-0.5 / magnitude  # logits of order one whatever q's magnitude
         got, want = fn(*args), decode.decode(*args)
         torch.cuda.synchronize()
         assert torch.isfinite(got).all()
@@ -1010,14 +1080,22 @@ class TestFp8DecodeExtensionOnGpu:
                 lens.copy_(new_lens[step])
                 want = decode.decode(*args)
                 assert torch.isfinite(copies[step]).all(), f"step {step}: an output element unwritten"
-                torch.testing.assert_close(copies[step].float(), want.float(), atol=2e-2, rtol=2e-2,
-                                           msg=lambda m: f"step {step}, B={q.shape[0]}: {m}")
+                torch.testing.assert_close(
+                    copies[step].float(),
+                    want.float(),
+                    atol=2e-2,
+                    rtol=2e-2,
+                    msg=lambda m: f"step {step}, B={q.shape[0]}: {m}",
+                )
 
     def test_direct_op_calls_fail_the_torch_checks(self, row_name):
         """Catches a launcher that decodes unchecked inputs (another head dim, an unaligned buffer, a page
         size that is no power of two, an fp16 buffer), and an error path that crashes the process."""
         _torch_op_or_skip(row_name, "decode")
-        _assert_direct_calls_raise(row_name, "decode", """
+        _assert_direct_calls_raise(
+            row_name,
+            "decode",
+            """
             q = torch.randn(2, 8, 128, device="cuda", dtype=torch.bfloat16)
             buffer = torch.zeros(64, 4, 128, device="cuda", dtype=torch.float8_e4m3fn)
             table = torch.zeros(2, 4, device="cuda", dtype=torch.int32)
@@ -1041,4 +1119,5 @@ class TestFp8DecodeExtensionOnGpu:
                 (call(page_table=table.long()), "page_table must be int32"),
                 (call(num_splits=2), "partial must be contiguous float32"),
             ]
-        """)
+        """,
+        )

@@ -25,8 +25,12 @@ from rapid_llm.kernels.ops.activation.checks import check_silu_and_mul
 from rapid_llm.kernels.ops.embedding.checks import check_rotary
 from rapid_llm.kernels.ops.norm.checks import check_fused_add_rms_norm, check_rms_norm
 
-FLASHINFER_ROWS = [row for op in TABLE.ops for row in TABLE.rows(op) if row.backend == "flashinfer"
-                   and op.partition(".")[0] in ("norm", "activation", "embedding")]
+FLASHINFER_ROWS = [
+    row
+    for op in TABLE.ops
+    for row in TABLE.rows(op)
+    if row.backend == "flashinfer" and op.partition(".")[0] in ("norm", "activation", "embedding")
+]
 
 
 def _offset(values: torch.Tensor, elements: int) -> torch.Tensor:
@@ -54,9 +58,11 @@ def test_fp32_weight_under_half_x_withholds_weight_vector():
     assert "weight:vector" not in tags and "x:rows_vector" in tags
 
 
-@pytest.mark.parametrize("weight", [torch.randn(512, dtype=torch.float16)[::2],
-                                    _offset(torch.randn(256, dtype=torch.float16), 1)],
-                         ids=["stride_2", "start_one_element_off"])
+@pytest.mark.parametrize(
+    "weight",
+    [torch.randn(512, dtype=torch.float16)[::2], _offset(torch.randn(256, dtype=torch.float16), 1)],
+    ids=["stride_2", "start_one_element_off"],
+)
 def test_strided_or_misaligned_weight_withholds_weight_vector(weight):
     assert "weight:vector" not in check_rms_norm(torch.randn(3, 256, dtype=torch.float16), weight)[1]
 
@@ -71,8 +77,10 @@ def test_row_stride_or_start_off_the_vector_withholds_x_rows_vector_but_keeps_x_
 
 def test_narrow_rows_need_only_their_own_vector_width():
     """hidden 5 in fp16: FlashInfer's vector is gcd(8, 5) = 1 element, so odd row strides are fine."""
-    assert "x:rows_vector" in check_rms_norm(torch.randn(3, 5, dtype=torch.float16),
-                                             torch.randn(5, dtype=torch.float16))[1]
+    assert (
+        "x:rows_vector"
+        in check_rms_norm(torch.randn(3, 5, dtype=torch.float16), torch.randn(5, dtype=torch.float16))[1]
+    )
 
 
 def test_size_one_dims_with_odd_strides_do_not_hide_a_misaligned_row_step():
@@ -83,11 +91,15 @@ def test_size_one_dims_with_odd_strides_do_not_hide_a_misaligned_row_step():
     assert "x:rows" in tags and "x:rows_vector" not in tags
 
 
-@pytest.mark.parametrize("rows, row_stride, provided", [
-    (2, 1 << 31, True),             # last element at 2**31 + 4095: fits FlashInfer's uint32 offsets
-    (3, 1 << 31, False),            # row 2 starts at 2**32: wraps
-    ((1 << 20) + 1, 4096, False),   # output rows * hidden > 2**32 elements
-], ids=["last_offset_below_2pow32", "row_offset_wraps", "output_past_2pow32"])
+@pytest.mark.parametrize(
+    "rows, row_stride, provided",
+    [
+        (2, 1 << 31, True),  # last element at 2**31 + 4095: fits FlashInfer's uint32 offsets
+        (3, 1 << 31, False),  # row 2 starts at 2**32: wraps
+        ((1 << 20) + 1, 4096, False),  # output rows * hidden > 2**32 elements
+    ],
+    ids=["last_offset_below_2pow32", "row_offset_wraps", "output_past_2pow32"],
+)
 def test_offsets_past_32_bits_withhold_x_rows_vector(rows, row_stride, provided):
     x = torch.empty_strided((rows, 4096), (row_stride, 1), dtype=torch.bfloat16, device="meta")
     weight = torch.empty(4096, dtype=torch.bfloat16, device="meta")
@@ -149,9 +161,16 @@ def test_q_token_stride_off_16_bytes_withholds_qk_rows16():
     assert "qk:rows" in tags and "qk:rows16" not in tags
 
 
-@pytest.mark.parametrize("cache", [torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(32, 80)[:, :64],
-                                   torch.randn(32, 24), _offset(torch.randn(32, 64), 1)],
-                         ids=["cache_in_q_dtype", "cache_rows_strided", "rotary_dim_24", "cache_start_off_16_bytes"])
+@pytest.mark.parametrize(
+    "cache",
+    [
+        torch.randn(32, 64, dtype=torch.bfloat16),
+        torch.randn(32, 80)[:, :64],
+        torch.randn(32, 24),
+        _offset(torch.randn(32, 64), 1),
+    ],
+    ids=["cache_in_q_dtype", "cache_rows_strided", "rotary_dim_24", "cache_start_off_16_bytes"],
+)
 def test_cache_flashinfer_cannot_read_withholds_cos_sin_cache_vector16(cache):
     assert "cos_sin_cache:vector16" not in check_rotary(*_rotary_args(cache=cache))[1]
 
@@ -174,8 +193,10 @@ def test_gptj_needs_storage_past_the_last_cache_row():
 def test_flashinfer_row_names_its_library_when_rejected(row):
     env = probe_environment()
     if "flashinfer" in dict(env.libs):
-        pytest.skip("FlashInfer is installed here: the row is judged by its device and layout conditions, "
-                    "not by the library (test_absence_cell.py covers both)")
+        pytest.skip(
+            "FlashInfer is installed here: the row is judged by its device and layout conditions, "
+            "not by the library (test_absence_cell.py covers both)"
+        )
     contract = TABLE.contracts[row.op]
     shape = {name: 128 for name in contract.dim_names}
     with pytest.raises(NoEligibleKernel) as info:

@@ -33,22 +33,26 @@ def _under_interpreter() -> bool:
 
 
 pytestmark = [
-    pytest.mark.skipif(not _under_interpreter(),
-                       reason="runs the fp8 kernels under Triton's CPU interpreter only "
-                              "(RAPID_LLM_TRITON_INTERPRET=1, no GPU); on a GPU the parity suite covers them"),
+    pytest.mark.skipif(
+        not _under_interpreter(),
+        reason="runs the fp8 kernels under Triton's CPU interpreter only "
+        "(RAPID_LLM_TRITON_INTERPRET=1, no GPU); on a GPU the parity suite covers them",
+    ),
     pytest.mark.skipif(not _triton_importable(), reason="triton does not import here (not installed or hidden)"),
 ]
 
 
 def _assert_close_under_interpreter(q, q_reference):
     got, want = q.float(), q_reference.float()
-    beyond_one_step = want.abs() > 2.0 ** -9  # the interpreter may round the smallest subnormal to zero
+    beyond_one_step = want.abs() > 2.0**-9  # the interpreter may round the smallest subnormal to zero
     assert torch.equal(got[beyond_one_step].sign(), want[beyond_one_step].sign()), "a q value has the wrong sign"
-    assert ((got - want).abs() <= want.abs() / 2 + 2.0 ** -9).all(), "q differs beyond the interpreter's cast error"
+    assert ((got - want).abs() <= want.abs() / 2 + 2.0**-9).all(), "q differs beyond the interpreter's cast error"
 
 
-@pytest.mark.parametrize("tokens, hidden, group_size, column_major", [
-    (5, 256, 128, False), (7, 384, 128, True), (9, 512, 64, True), (3, 1000, None, False), (2, 20000, None, False)])
+@pytest.mark.parametrize(
+    "tokens, hidden, group_size, column_major",
+    [(5, 256, 128, False), (7, 384, 128, True), (9, 512, 64, True), (3, 1000, None, False), (2, 20000, None, False)],
+)
 def test_fp8_quantization_kernels_index_like_the_reference(tokens, hidden, group_size, column_major):
     from rapid_llm.kernels.ops.quantization import fp8_quant, reference
 
@@ -88,8 +92,9 @@ def _copy_keeping_strides(t):
     return copy
 
 
-@pytest.mark.parametrize("write, inputs", [("update_kv_buffer_fp8", _kv_write_inputs),
-                                           ("update_mla_buffer_fp8", _mla_write_inputs)])
+@pytest.mark.parametrize(
+    "write, inputs", [("update_kv_buffer_fp8", _kv_write_inputs), ("update_mla_buffer_fp8", _mla_write_inputs)]
+)
 def test_fp8_kv_write_kernels_index_like_the_reference(write, inputs):
     import importlib
 

@@ -23,26 +23,37 @@ MLA_OP = "kvcache.update_mla_buffer_fp8"
 
 def _kv_args(tokens=4, rows=10, heads=4, head_dim=8, k_scale=0.05, v_scale=0.02):
     device = torch_device()
-    return (torch.randn(tokens, heads, head_dim, device=device),
-            torch.randperm(rows, device=device)[:tokens].to(torch.int32),
-            torch.zeros(rows, heads, head_dim, device=device).to(torch.float8_e4m3fn),
-            torch.tensor([k_scale], device=device), torch.tensor([v_scale], device=device))
+    return (
+        torch.randn(tokens, heads, head_dim, device=device),
+        torch.randperm(rows, device=device)[:tokens].to(torch.int32),
+        torch.zeros(rows, heads, head_dim, device=device).to(torch.float8_e4m3fn),
+        torch.tensor([k_scale], device=device),
+        torch.tensor([v_scale], device=device),
+    )
 
 
 def _mla_args(tokens=4, rows=10, rank=24, rope_dim=8, scale=0.05):
     device = torch_device()
     projection = torch.randn(tokens, rank + rope_dim + 8, device=device)  # latent and rope: slices of one output
-    return (projection[:, :rank], projection[:, rank:rank + rope_dim],
-            torch.randperm(rows, device=device)[:tokens].to(torch.int32),
-            torch.zeros(rows, rank + rope_dim, device=device).to(torch.float8_e4m3fn),
-            torch.tensor([scale], device=device))
+    return (
+        projection[:, :rank],
+        projection[:, rank : rank + rope_dim],
+        torch.randperm(rows, device=device)[:tokens].to(torch.int32),
+        torch.zeros(rows, rank + rope_dim, device=device).to(torch.float8_e4m3fn),
+        torch.tensor([scale], device=device),
+    )
 
 
 #: op -> (argument names in contract order, a builder of valid arguments, the public function)
-WRITES = {OP: (("kv", "loc", "buffer", "k_scale", "v_scale"), _kv_args, kernels.update_kv_buffer_fp8),
-          MLA_OP: (("latent", "rope", "loc", "buffer", "scale"), _mla_args, kernels.update_mla_buffer_fp8)}
-ROWS = [pytest.param(op, fn, id=name) for op, (_, _, public) in WRITES.items()
-        for name, fn in loadable_rows(op) + [(f"public-{op}", public)]]
+WRITES = {
+    OP: (("kv", "loc", "buffer", "k_scale", "v_scale"), _kv_args, kernels.update_kv_buffer_fp8),
+    MLA_OP: (("latent", "rope", "loc", "buffer", "scale"), _mla_args, kernels.update_mla_buffer_fp8),
+}
+ROWS = [
+    pytest.param(op, fn, id=name)
+    for op, (_, _, public) in WRITES.items()
+    for name, fn in loadable_rows(op) + [(f"public-{op}", public)]
+]
 
 
 def _call_with(op, fn, **replaced):
@@ -105,7 +116,7 @@ def test_mla_rope_wider_than_the_buffer_leaves_is_rejected(op, fn):
 def _assert_written_within_half_a_step(buffer, loc, source, scales):
     """buffer's rows loc dequantize (times scales) to source within half an e4m3 step; other rows stay zero."""
     back = buffer[loc.long()].float() * scales
-    bound = torch.maximum(source.abs() * 2.0 ** -4, scales * 2.0 ** -10)
+    bound = torch.maximum(source.abs() * 2.0**-4, scales * 2.0**-10)
     assert ((back - source).abs() <= bound * (1 + 1e-6)).all(), "a written value is off by more than half an e4m3 step"
     untouched = torch.ones(buffer.shape[0], dtype=torch.bool, device=buffer.device)
     untouched[loc.long()] = False

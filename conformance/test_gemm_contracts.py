@@ -35,7 +35,8 @@ SM90_WITH_DEEP_GEMM = {"device": Device.parse("cuda:sm90"), "libs": Libraries({"
 
 def _rows(op, public):
     return [pytest.param(fn, id=name) for name, fn in loadable_rows(op, "fp8_e4m3")] + [
-        pytest.param(public, id="public")]
+        pytest.param(public, id="public")
+    ]
 
 
 def _fp8(*shape, generator=None):
@@ -54,8 +55,13 @@ def _block_mm_args(m=4, n=256, k=256):
 def _contiguous_args(ids, groups=2, n=128, k=256):
     ids = torch.tensor(ids, dtype=torch.int32)
     m = ids.shape[0]
-    return (_fp8(m, k), _scales(m, k // 128), _fp8(groups, n, k), _scales(groups, math.ceil(n / 128), k // 128),
-            ids.to(DEVICE))
+    return (
+        _fp8(m, k),
+        _scales(m, k // 128),
+        _fp8(groups, n, k),
+        _scales(groups, math.ceil(n / 128), k // 128),
+        ids.to(DEVICE),
+    )
 
 
 def _blocks(*blocks):
@@ -68,8 +74,14 @@ def _blocks(*blocks):
 
 def _masked_args(masked_m=(3, 0), max_m=128, n=128, k=256):
     groups = len(masked_m)
-    return (_fp8(groups, max_m, k), _scales(groups, max_m, k // 128), _fp8(groups, n, k),
-            _scales(groups, math.ceil(n / 128), k // 128), torch.tensor(masked_m, dtype=torch.int32).to(DEVICE), 64)
+    return (
+        _fp8(groups, max_m, k),
+        _scales(groups, max_m, k // 128),
+        _fp8(groups, n, k),
+        _scales(groups, math.ceil(n / 128), k // 128),
+        torch.tensor(masked_m, dtype=torch.int32).to(DEVICE),
+        64,
+    )
 
 
 def _expect(info, op, argument, words):
@@ -161,8 +173,9 @@ def test_public_fp8_block_mm_is_the_dequantized_product():
     a, a_scale, b, b_scale = _block_mm_args(m=3, n=200)
     a64 = a.double() * a_scale.double().repeat_interleave(128, 1)
     b64 = b.double() * b_scale.double().repeat_interleave(128, 0)[:200].repeat_interleave(128, 1)
-    torch.testing.assert_close(kernels.fp8_block_mm(a, a_scale, b, b_scale).double(), a64 @ b64.T,
-                               atol=2 ** -7, rtol=2 ** -7)
+    torch.testing.assert_close(
+        kernels.fp8_block_mm(a, a_scale, b, b_scale).double(), a64 @ b64.T, atol=2**-7, rtol=2**-7
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -321,8 +334,14 @@ class TestMaskedBadInput:
 def _deep_gemm_verdict(op, row, args, check, shape=None):
     """dispatch forcing a DeepGEMM row on a described sm90 machine with the tags the check reports."""
     _, layout, dims = check(*args)
-    return dispatch(op, dtype="fp8_e4m3", shape=dict(dims) if shape is None else shape, layout=layout,
-                    force=row, **SM90_WITH_DEEP_GEMM)
+    return dispatch(
+        op,
+        dtype="fp8_e4m3",
+        shape=dict(dims) if shape is None else shape,
+        layout=layout,
+        force=row,
+        **SM90_WITH_DEEP_GEMM,
+    )
 
 
 def test_quantizer_scales_and_contiguous_weights_reach_deep_gemm():
@@ -341,8 +360,9 @@ def test_rows_not_16_byte_aligned_never_reach_deep_gemm():
     wide = torch.zeros(4, 264, dtype=torch.uint8, device=DEVICE).view(FP8)
     wide[:, :256] = a
     with pytest.raises(NoEligibleKernel) as info:
-        _deep_gemm_verdict(FP8_BLOCK_MM, "deep_gemm/fp8_gemm_nt", (wide[:, :256], a_scale, b, b_scale),
-                           check_fp8_block_mm)
+        _deep_gemm_verdict(
+            FP8_BLOCK_MM, "deep_gemm/fp8_gemm_nt", (wide[:, :256], a_scale, b, b_scale), check_fp8_block_mm
+        )
     assert "a:tma" in str(info.value)
 
 
@@ -364,8 +384,12 @@ def test_strided_group_ids_never_reach_deep_gemm():
     strided = torch.full((256,), -1, dtype=torch.int32, device=DEVICE)
     strided[::2] = ids
     with pytest.raises(NoEligibleKernel) as info:
-        _deep_gemm_verdict(FP8_GROUPED_MM_CONTIGUOUS, "deep_gemm/m_grouped_contiguous",
-                           (a, a_scale, b, b_scale, strided[::2]), check_fp8_grouped_mm_contiguous)
+        _deep_gemm_verdict(
+            FP8_GROUPED_MM_CONTIGUOUS,
+            "deep_gemm/m_grouped_contiguous",
+            (a, a_scale, b, b_scale, strided[::2]),
+            check_fp8_grouped_mm_contiguous,
+        )
     assert "m_indices:contiguous" in str(info.value)
 
 
@@ -426,7 +450,7 @@ def test_accuracy_bound_admits_fp8_tensor_core_truncation():
     emulated = _emulated_fp8_mma(*args, fraction_bits=13)
     assert_within_tolerance(FP8_BLOCK_MM, "fp8_e4m3", 0, emulated, exact, args=args, describe="13-bit MMA")
     with pytest.raises(AssertionError):
-        torch.testing.assert_close(emulated.float(), exact.float(), atol=2.0 ** -7, rtol=2.0 ** -7)
+        torch.testing.assert_close(emulated.float(), exact.float(), atol=2.0**-7, rtol=2.0**-7)
 
 
 @pytest.mark.parametrize("fault", ["one_group_scale_doubled", "one_weight_block_scale_halved", "last_k_group_dropped"])

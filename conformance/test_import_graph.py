@@ -91,7 +91,8 @@ def _cycles():
 def test_the_package_has_no_import_cycle():
     cycles = _cycles()
     assert not cycles, "modules that import each other (directly or through others):\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in cycles)
+        " <-> ".join(cycle) for cycle in cycles
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("rapid_llm.kernels.backends.")))
@@ -101,9 +102,17 @@ def test_library_adapters_do_not_import_the_ops(module):
 
 
 def test_the_walk_finds_a_planted_cycle(monkeypatch):
-    monkeypatch.setitem(GRAPH, "rapid_llm.kernels.dispatcher.plan", GRAPH["rapid_llm.kernels.dispatcher.plan"]
-                        | {"rapid_llm.kernels.dispatcher.select"})
-    monkeypatch.setitem(GRAPH, "rapid_llm.kernels.dispatcher.select", GRAPH["rapid_llm.kernels.dispatcher.select"]
-                        | {"rapid_llm.kernels.dispatcher.plan"})
-    assert any({"rapid_llm.kernels.dispatcher.plan", "rapid_llm.kernels.dispatcher.select"} <= set(cycle)
-               for cycle in _cycles())
+    monkeypatch.setitem(
+        GRAPH,
+        "rapid_llm.kernels.dispatcher.plan",
+        GRAPH["rapid_llm.kernels.dispatcher.plan"] | {"rapid_llm.kernels.dispatcher.select"},
+    )
+    monkeypatch.setitem(
+        GRAPH,
+        "rapid_llm.kernels.dispatcher.select",
+        GRAPH["rapid_llm.kernels.dispatcher.select"] | {"rapid_llm.kernels.dispatcher.plan"},
+    )
+    assert any(
+        {"rapid_llm.kernels.dispatcher.plan", "rapid_llm.kernels.dispatcher.select"} <= set(cycle)
+        for cycle in _cycles()
+    )

@@ -48,10 +48,11 @@ def _sdpa(q, k, v, causal: bool) -> torch.Tensor:
 def _prefill_inputs(dtype):
     generator = torch.Generator().manual_seed(7)
     total = sum(PREFILL_LENGTHS)
-    q, k, v = (torch.randn(total, heads, HEAD_DIM, generator=generator).to(dtype)
-               for heads in (HEADS, KV_HEADS, KV_HEADS))
+    q, k, v = (
+        torch.randn(total, heads, HEAD_DIM, generator=generator).to(dtype) for heads in (HEADS, KV_HEADS, KV_HEADS)
+    )
     cu_seqlens = torch.tensor([0, *torch.tensor(PREFILL_LENGTHS).cumsum(0).tolist()], dtype=torch.int32)
-    return (q, k, v, cu_seqlens, max(PREFILL_LENGTHS), HEAD_DIM ** -0.5, True)
+    return (q, k, v, cu_seqlens, max(PREFILL_LENGTHS), HEAD_DIM**-0.5, True)
 
 
 def _decode_inputs(dtype):
@@ -63,7 +64,7 @@ def _decode_inputs(dtype):
     kv_buffer = torch.randn(pages.numel() * PAGE_SIZE, 2 * KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
     q = torch.randn(len(DECODE_LENGTHS), HEADS, HEAD_DIM, generator=generator).to(dtype)
     seq_lens = torch.tensor(DECODE_LENGTHS, dtype=torch.int32)
-    return (q, kv_buffer, page_table, seq_lens, PAGE_SIZE, HEAD_DIM ** -0.5)
+    return (q, kv_buffer, page_table, seq_lens, PAGE_SIZE, HEAD_DIM**-0.5)
 
 
 def _decode_fp8_inputs(dtype):
@@ -89,7 +90,7 @@ def _decode_expected(q, kv_buffer, page_table, seq_lens, page_size, sm_scale):
         positions = torch.arange(length)
         rows = page_table[sequence].long()[positions // page_size] * page_size + positions % page_size
         kv = kv_buffer[rows]
-        outs.append(_sdpa(q[sequence:sequence + 1], kv[:, :KV_HEADS], kv[:, KV_HEADS:], causal=False))
+        outs.append(_sdpa(q[sequence : sequence + 1], kv[:, :KV_HEADS], kv[:, KV_HEADS:], causal=False))
     return torch.cat(outs)
 
 
@@ -122,8 +123,9 @@ def test_public_attention_matches_sdpa(case, dtype, env):
     served = _planned(op, args, dtype).row.name
     assert out.dtype == DTYPES[dtype] and out.shape == expected.shape
     diff = (out.float() - expected).abs().max().item()
-    assert diff <= ATOL[dtype], (f"{op} in {dtype} on {env.device} (row {served}): max |out - SDPA| = {diff:g}, "
-                                 f"tolerance {ATOL[dtype]}")
+    assert diff <= ATOL[dtype], (
+        f"{op} in {dtype} on {env.device} (row {served}): max |out - SDPA| = {diff:g}, tolerance {ATOL[dtype]}"
+    )
 
 
 @pytest.mark.parametrize("op", sorted(CALLS))

@@ -40,8 +40,14 @@ DEVICE = torch_device()
 NAN = float("nan")
 #: fp16 reaches the native rows that serve half precision only (TMA and Gluon kernels, on the GPU)
 DTYPES = [torch.float32, torch.float16]
-_CHECKS = {PREFILL: checks.check_prefill, MLA_PREFILL: checks.check_mla_prefill, DECODE: checks.check_decode,
-           MLA_DECODE: checks.check_mla_decode, PREFILL_PAGED: checks.check_prefill_paged}
+_CHECKS = {
+    PREFILL: checks.check_prefill,
+    MLA_PREFILL: checks.check_mla_prefill,
+    DECODE: checks.check_decode,
+    MLA_DECODE: checks.check_mla_decode,
+    PREFILL_PAGED: checks.check_prefill_paged,
+}
+
 
 def _rows(op):
     return [row.name for row in TABLE.rows(op)]
@@ -85,7 +91,7 @@ def _ragged(op, dtype):
     k = _randn(tokens, kv_heads, dim, generator=generator, dtype=dtype)
     v = _randn(tokens, kv_heads, value_dim, generator=generator, dtype=dtype)
     cu_seqlens = torch.tensor([0, *torch.tensor(_LENGTHS).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
-    return [q, k, v, cu_seqlens, max(_LENGTHS), dim ** -0.5, True, True]
+    return [q, k, v, cu_seqlens, max(_LENGTHS), dim**-0.5, True, True]
 
 
 def _tokens_of(sequence):
@@ -109,7 +115,8 @@ class TestRaggedIsolation:
         out, lse = _call(op, row, args)
         for other in (0, 2):
             assert _same(out, clean[0], _tokens_of(other)) and _same(lse, clean[1], _tokens_of(other)), (
-                f"sequence {other} changed by a poisoned V of sequence 1")
+                f"sequence {other} changed by a poisoned V of sequence 1"
+            )
         group = args[0].shape[1] // args[1].shape[1]
         if math.isnan(poison):  # every query of sequence 1 attends its first token
             assert torch.isnan(out[_tokens_of(1), :group, 3]).all(), "an attended NaN V did not reach the output"
@@ -125,7 +132,8 @@ class TestRaggedIsolation:
         group = args[0].shape[1] // args[1].shape[1]
         assert torch.isnan(out[_tokens_of(1), :group]).all(), "out of a query attending a NaN key is not NaN"
         assert torch.isnan(lse[_tokens_of(1), :group]).all(), (
-            f"lse of a query attending a NaN key: {lse[_tokens_of(1), :group].flatten().tolist()}")
+            f"lse of a query attending a NaN key: {lse[_tokens_of(1), :group].flatten().tolist()}"
+        )
         for other in (0, 2):
             assert _same(out, clean[0], _tokens_of(other)) and _same(lse, clean[1], _tokens_of(other))
 
@@ -155,7 +163,8 @@ class TestRaggedIsolation:
         out, lse = _call(op, row, args)
         for other in (0, 2):
             assert _same(out, clean[0], _tokens_of(other)) and _same(lse, clean[1], _tokens_of(other)), (
-                f"a poisoned K/V of sequence 1 changed sequence {other}")
+                f"a poisoned K/V of sequence 1 changed sequence {other}"
+            )
         if math.isnan(poison):
             assert torch.isnan(out[last]).all() and torch.isnan(lse[last]).all()
 
@@ -176,7 +185,7 @@ def _page_table(generator, page):
     table = torch.zeros((len(_SEQ_LENS), 7), dtype=torch.int32)
     cursor = 0
     for b, count in enumerate(needed):
-        table[b, :count] = torch.tensor(order[cursor:cursor + count], dtype=torch.int32)
+        table[b, :count] = torch.tensor(order[cursor : cursor + count], dtype=torch.int32)
         cursor += count
     return table.to(DEVICE)
 
@@ -202,10 +211,24 @@ def _decode_args(op, generator, dtype, mla_heads):
     seq_lens = torch.tensor(_SEQ_LENS, dtype=torch.int32, device=DEVICE)
     rows = 15 * page
     if op == MLA_DECODE:
-        return [_randn(3, mla_heads, 576, generator=generator, dtype=dtype),
-                _randn(rows, 576, generator=generator, dtype=dtype), table, seq_lens, page, 192 ** -0.5]
-    return [_randn(3, 4, 128, generator=generator, dtype=dtype), _randn(rows, 4, 128, generator=generator, dtype=dtype),
-            table, seq_lens, _PAGE, 128 ** -0.5, None, None]
+        return [
+            _randn(3, mla_heads, 576, generator=generator, dtype=dtype),
+            _randn(rows, 576, generator=generator, dtype=dtype),
+            table,
+            seq_lens,
+            page,
+            192**-0.5,
+        ]
+    return [
+        _randn(3, 4, 128, generator=generator, dtype=dtype),
+        _randn(rows, 4, 128, generator=generator, dtype=dtype),
+        table,
+        seq_lens,
+        _PAGE,
+        128**-0.5,
+        None,
+        None,
+    ]
 
 
 def _prefill_paged_args(generator, dtype):
@@ -214,14 +237,27 @@ def _prefill_paged_args(generator, dtype):
     q = _randn(sum(new_tokens), 4, 128, generator=generator, dtype=dtype)
     cu = torch.tensor([0, 2, 8, 11], dtype=torch.int32, device=DEVICE)
     seq_lens = torch.tensor(_SEQ_LENS, dtype=torch.int32, device=DEVICE)
-    return [q, _randn(15 * _PAGE, 4, 128, generator=generator, dtype=dtype), table, cu, seq_lens, 6, _PAGE,
-            128 ** -0.5, True, True]
+    return [
+        q,
+        _randn(15 * _PAGE, 4, 128, generator=generator, dtype=dtype),
+        table,
+        cu,
+        seq_lens,
+        6,
+        _PAGE,
+        128**-0.5,
+        True,
+        True,
+    ]
 
 
 #: (op, row, MLA query heads): MLA decode with 16 heads (its few-heads kernels) and 64 (the ping-pong kernel)
-PAGED = [pytest.param(op, row, heads, id=row if op != MLA_DECODE else f"{row}-{heads}_heads")
-         for op in (DECODE, MLA_DECODE, PREFILL_PAGED) for row in _rows(op) for heads in ((16, 64) if op == MLA_DECODE
-                                                                                          else (16,))]
+PAGED = [
+    pytest.param(op, row, heads, id=row if op != MLA_DECODE else f"{row}-{heads}_heads")
+    for op in (DECODE, MLA_DECODE, PREFILL_PAGED)
+    for row in _rows(op)
+    for heads in ((16, 64) if op == MLA_DECODE else (16,))
+]
 
 
 def _paged_args(op, dtype, mla_heads):
@@ -307,13 +343,13 @@ class TestPagedIsolation:
         others = torch.ones(out.shape[0], dtype=torch.bool, device=DEVICE)
         others[_query_sequences(op)[1]] = False  # sequence 1's queries: its last one (position 18) attends the token
         assert _same(out, clean[0], others) and _same(lse, clean[1], others), (
-            "a poisoned K/V of sequence 1 changed another sequence's query")
+            "a poisoned K/V of sequence 1 changed another sequence's query"
+        )
         if math.isnan(poison):
             assert torch.isnan(out[7]).all() and torch.isnan(lse[7]).all()
 
 
-@pytest.mark.parametrize("op, row", [pytest.param(op, row, id=row) for op in (DECODE, MLA_DECODE)
-                                     for row in _rows(op)])
+@pytest.mark.parametrize("op, row", [pytest.param(op, row, id=row) for op in (DECODE, MLA_DECODE) for row in _rows(op)])
 def test_unchecked_empty_sequence_gives_zeros_and_leaves_the_others(op, row, request):
     """seq_lens[b] = 0 is outside the contract (rejected when values are checked); unchecked, every row gives
     the same: zeros for that query (no key: out 0, as the kernels' l = 0 -> 1 guard), the others unchanged.
@@ -336,8 +372,7 @@ def test_fp8_unused_rows_holding_nan_bytes_never_reach_any_sequence(row, request
     q = _randn(3, 4, 128, generator=generator).half()
     buffer = (_randn(15 * _PAGE, 4, 128, generator=generator) * 8).to(torch.float8_e4m3fn)
     scale = torch.tensor([0.125], device=DEVICE)
-    args = [q, buffer, table, torch.tensor(_SEQ_LENS, dtype=torch.int32, device=DEVICE), _PAGE, 128 ** -0.5, scale,
-            scale]
+    args = [q, buffer, table, torch.tensor(_SEQ_LENS, dtype=torch.int32, device=DEVICE), _PAGE, 128**-0.5, scale, scale]
     clean = _call(DECODE, row, args)
     args[1] = buffer.clone()
     args[1].view(torch.uint8)[_unused_rows(table.cpu(), buffer.shape[0], _PAGE)] = 0x7F
@@ -368,8 +403,16 @@ def _big_logit_case(op):
         k[:, :, :64] = keys[:, None]
         v = torch.zeros(4, 2, value_dim)
         v[:, :, :64] = values[:, None]
-        return [q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), torch.tensor([0, 4], dtype=torch.int32, device=DEVICE),
-                4, 1.0, False, True]
+        return [
+            q.to(DEVICE),
+            k.to(DEVICE),
+            v.to(DEVICE),
+            torch.tensor([0, 4], dtype=torch.int32, device=DEVICE),
+            4,
+            1.0,
+            False,
+            True,
+        ]
     table = torch.tensor([[1]], dtype=torch.int32, device=DEVICE)
     lens = torch.tensor([4], dtype=torch.int32, device=DEVICE)
     if op == MLA_DECODE:
@@ -384,12 +427,25 @@ def _big_logit_case(op):
     q[..., 0] = _BIG
     if op == DECODE:
         return [q.to(DEVICE), buffer.to(DEVICE), table, lens, 4, 1.0, None, None]
-    return [q.to(DEVICE), buffer.to(DEVICE), table, torch.tensor([0, 1], dtype=torch.int32, device=DEVICE), lens, 1,
-            4, 1.0, False, True]
+    return [
+        q.to(DEVICE),
+        buffer.to(DEVICE),
+        table,
+        torch.tensor([0, 1], dtype=torch.int32, device=DEVICE),
+        lens,
+        1,
+        4,
+        1.0,
+        False,
+        True,
+    ]
 
 
-EXACT = [pytest.param(op, row, id=row) for op in (PREFILL, MLA_PREFILL, DECODE, MLA_DECODE, PREFILL_PAGED)
-         for row in _rows(op)]
+EXACT = [
+    pytest.param(op, row, id=row)
+    for op in (PREFILL, MLA_PREFILL, DECODE, MLA_DECODE, PREFILL_PAGED)
+    for row in _rows(op)
+]
 
 
 @pytest.mark.parametrize("op, row", EXACT)
@@ -399,7 +455,7 @@ def test_weights_are_exact_at_logits_near_5e4(op, row, request):
     out, lse = _call(op, row, _big_logit_case(op))
     assert (out[..., 0] - 1.0).abs().max().item() <= 1e-6, f"out should be 1: {out[..., 0].flatten().tolist()}"
     if lse is not None:
-        assert (lse - (_BIG + math.log(3.0))).abs().max().item() <= 2 ** -7
+        assert (lse - (_BIG + math.log(3.0))).abs().max().item() <= 2**-7
 
 
 # ---------------------------------------------------------------------------
@@ -465,14 +521,21 @@ def test_reference_memory_is_a_small_multiple_of_inputs_and_output(op):
     one call stays within 3 x max(64 MiB, inputs + output) on shapes where that was exceeded 2-100x."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    completed = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, op], capture_output=True, text=True,
-                               env=environment, timeout=600, check=True)
+    completed = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, op],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+        check=True,
+    )
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert "error" not in report, f"torch/{op} ran out of its 3 GiB allowance: {report['error']}"
     bound = 3 * max(64 << 20, report["inputs"] + report["output"])
     assert report["extra"] <= bound, (
-        f"torch/{op} took {report['extra'] / 2 ** 20:.0f} MiB beyond its inputs ({report['inputs'] / 2 ** 20:.0f} "
-        f"MiB) and output ({report['output'] / 2 ** 20:.0f} MiB); bound {bound / 2 ** 20:.0f} MiB")
+        f"torch/{op} took {report['extra'] / 2**20:.0f} MiB beyond its inputs ({report['inputs'] / 2**20:.0f} "
+        f"MiB) and output ({report['output'] / 2**20:.0f} MiB); bound {bound / 2**20:.0f} MiB"
+    )
 
 
 @pytest.mark.parametrize("op", [PREFILL, MLA_PREFILL, PREFILL_PAGED, DECODE, MLA_DECODE])

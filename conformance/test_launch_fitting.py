@@ -33,6 +33,7 @@ class _StageLimitedKernel:
             if config["num_stages"] > self.limit:
                 raise _error(self.resource)
             self.launched.append(config["num_stages"])
+
         return run
 
 
@@ -67,7 +68,9 @@ def test_other_resource_errors_are_not_retried():
         fitting.launch_fitting(kernel, (1,), torch.device("cpu"), BLOCK=32, num_stages=2)
 
 
-@pytest.mark.skipif(torch.device(torch_device()).type != "cuda", reason="shared-memory limits exist on a CUDA device only")
+@pytest.mark.skipif(
+    torch.device(torch_device()).type != "cuda", reason="shared-memory limits exist on a CUDA device only"
+)
 def test_mla_decode_pointer_kernel_falls_back_to_fewer_stages_on_the_gpu():
     case = next(c for c in CASES[MLA_DECODE] if c.id == "ragged_page64")
     args, dims, layout = case.make(TORCH_DTYPES["bf16"], torch.device(torch_device()), torch.Generator().manual_seed(5))

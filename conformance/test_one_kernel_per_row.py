@@ -109,14 +109,24 @@ def _launches(module: str, function: str, seen=None) -> set[str]:
             if kernel:
                 found.add(kernel)
             continue
-        if isinstance(callee, ast.Name) and callee.id == "launch_fitting" and call.args \
-                and isinstance(call.args[0], ast.Name):
+        if (
+            isinstance(callee, ast.Name)
+            and callee.id == "launch_fitting"
+            and call.args
+            and isinstance(call.args[0], ast.Name)
+        ):
             kernel = kernel_named(call.args[0].id)
             if kernel:
                 found.add(kernel)
             continue
-        if isinstance(callee, ast.Attribute) and callee.attr == "op" and isinstance(callee.value, ast.Name) \
-                and callee.value.id in ("aot", "jit") and call.args and isinstance(call.args[0], ast.Constant):
+        if (
+            isinstance(callee, ast.Attribute)
+            and callee.attr == "op"
+            and isinstance(callee.value, ast.Name)
+            and callee.value.id in ("aot", "jit")
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+        ):
             found.add(f"extension:{call.args[0].value}")
             continue
         if isinstance(callee, ast.Name):
@@ -140,15 +150,18 @@ _OWN_ROWS = [row for op in TABLE.ops for row in TABLE.rows(op) if row.backend in
 @pytest.mark.parametrize("row", _OWN_ROWS, ids=[row.name for row in _OWN_ROWS])
 def test_a_row_target_reaches_exactly_one_kernel_entry(row):
     module, _, function = row.target.partition(":")
-    entries = sorted(entry for entry in _launches(module, function)
-                     if entry.rpartition(":")[2] not in SPLIT_MERGE_KERNELS)
-    assert len(entries) == 1, (f"{row.name}: its target {row.target} reaches {len(entries)} kernel entries "
-                               f"{entries}; one kernel per row (make each kernel its own row)")
+    entries = sorted(
+        entry for entry in _launches(module, function) if entry.rpartition(":")[2] not in SPLIT_MERGE_KERNELS
+    )
+    assert len(entries) == 1, (
+        f"{row.name}: its target {row.target} reaches {len(entries)} kernel entries "
+        f"{entries}; one kernel per row (make each kernel its own row)"
+    )
 
 
 def test_the_walk_sees_a_choice_between_kernels(monkeypatch):
     """The walk itself: a planted target that picks one of two kernels by an if must show both entries."""
-    planted = ast.parse('''
+    planted = ast.parse("""
 import triton
 from rapid_llm.kernels.ops.launch_fitting import launch_fitting
 
@@ -165,7 +178,7 @@ def target(x, fast):
         _first[(1,)](x)
     else:
         launch_fitting(_second, (1,), None, x)
-''')
+""")
     name = "rapid_llm.planted_two_kernels"
     real = _module_ast
     monkeypatch.setitem(globals(), "_module_ast", lambda module: (planted, False) if module == name else real(module))

@@ -41,10 +41,12 @@ from rapid_llm.kernels.dispatcher import NoEligibleKernel
 #: Why a native row that dispatch does serve in bf16 on the CPU interpreter is not compared there (the
 #: skip reason). Rows whose kernels use tl.dot never get this far in bf16: the interpreter computes bf16
 #: products wrongly, so their device condition rejects bf16 there and the skip gives that explain() reason.
-INTERPRETER_BF16 = ("Triton's CPU interpreter truncates fp32 -> bf16 (toward zero) where the GPU rounds to "
-                    "nearest even, so outputs stored as bf16 differ from the reference by up to one bf16 unit "
-                    "in the last place (beyond the bf16 tolerance): bf16 parity of native rows is verified on "
-                    "the H200 only")
+INTERPRETER_BF16 = (
+    "Triton's CPU interpreter truncates fp32 -> bf16 (toward zero) where the GPU rounds to "
+    "nearest even, so outputs stored as bf16 differ from the reference by up to one bf16 unit "
+    "in the last place (beyond the bf16 tolerance): bf16 parity of native rows is verified on "
+    "the H200 only"
+)
 
 
 def _parameters():
@@ -88,8 +90,10 @@ def _max_abs_diff(out, expected) -> float:
 def test_row_matches_reference(op, row, case, dtype, env):
     device = env.device
     if case.gpu_only and os.environ.get("RAPID_LLM_SKIP_LARGE_CASES") == "1":
-        pytest.skip(f"{case.id}: large case skipped in this run (RAPID_LLM_SKIP_LARGE_CASES=1: the GPU absence "
-                    "cells; the all-present parity run covers it)")
+        pytest.skip(
+            f"{case.id}: large case skipped in this run (RAPID_LLM_SKIP_LARGE_CASES=1: the GPU absence "
+            "cells; the all-present parity run covers it)"
+        )
     if case.gpu_only and device.kind != "cuda":
         pytest.skip(f"{case.id}: needs a CUDA device (a large case: past 2**31 elements or long sequences)")
     torch_device = "cuda" if device.kind == "cuda" else "cpu"
@@ -116,7 +120,8 @@ def test_row_matches_reference(op, row, case, dtype, env):
     else:
         reference = TABLE.reference(op)
         expected = planner_forcing(op, reference.name, env).plan(op, dtype=dtype, shape=shape, layout=layout)(
-            *baseline_args)
+            *baseline_args
+        )
         baseline = TABLE.reference(op).name
     # In-place ops return the tensors they wrote, which must be the caller's own objects.
     outs, expected = (outs, expected) if isinstance(outs, tuple) else ((outs,), (expected,))
@@ -127,15 +132,33 @@ def test_row_matches_reference(op, row, case, dtype, env):
     diff = 0.0
     for index, (out, want, specified) in enumerate(zip(outs, expected, masks)):
         assert out.shape == want.shape and out.dtype == want.dtype, (
-            f"{row.name} output {index}: {out.dtype}{list(out.shape)}, {baseline} {want.dtype}{list(want.shape)}")
+            f"{row.name} output {index}: {out.dtype}{list(out.shape)}, {baseline} {want.dtype}{list(want.shape)}"
+        )
         compared = (out, want) if specified is None else (out[specified], want[specified])
         diff = max(diff, _max_abs_diff(*compared))
         assert diff != float("inf"), f"{row.name} output {index}: non-finite values differ in position from {baseline}"
-        assert_within_tolerance(op, dtype, index, out, want, args=untouched, specified=specified,
-                                describe=f"{row.name} output {index} vs {baseline} on {case.id}/{dtype}")
-    PARITY_MEASUREMENTS.append({"row": row.name, "case": case.id, "dtype": dtype, "device": str(device),
-                                "baseline": baseline, "max_abs_diff": diff})
+        assert_within_tolerance(
+            op,
+            dtype,
+            index,
+            out,
+            want,
+            args=untouched,
+            specified=specified,
+            describe=f"{row.name} output {index} vs {baseline} on {case.id}/{dtype}",
+        )
+    PARITY_MEASUREMENTS.append(
+        {
+            "row": row.name,
+            "case": case.id,
+            "dtype": dtype,
+            "device": str(device),
+            "baseline": baseline,
+            "max_abs_diff": diff,
+        }
+    )
     if row.golden.verified and not row.is_reference:
         assert diff <= row.golden.max_abs_diff, (
             f"golden record of {row.name} claims max_abs_diff <= {row.golden.max_abs_diff} "
-            f"({row.golden.evidence}); measured {diff} on {case.id}/{dtype}: the record is contradicted")
+            f"({row.golden.evidence}); measured {diff} on {case.id}/{dtype}: the record is contradicted"
+        )

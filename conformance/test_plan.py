@@ -35,8 +35,10 @@ def table(*rows) -> OpTable:
 
 
 def simple_table() -> OpTable:
-    return table(fake.spec("native/fast", priority=10, target=fake.target("fast")),
-                 fake.spec("native/slow", priority=1, target=fake.target("slow")))
+    return table(
+        fake.spec("native/fast", priority=10, target=fake.target("fast")),
+        fake.spec("native/slow", priority=1, target=fake.target("slow")),
+    )
 
 
 def plan(planner, **shape):
@@ -86,8 +88,7 @@ def test_plans_differ_by_dtype_and_layout():
 def test_a_constraint_on_a_bucket_edge_holds_for_the_whole_bucket():
     """Catches plans dispatched with the caller's exact value instead of the bucket's upper bound
     (DESIGN §4): two shapes of one bucket must never get different kernels."""
-    rows_table = table(fake.spec("native/small_batches", priority=10,
-                                 shape=(ShapeConstraint("num_tokens", max=16),)))
+    rows_table = table(fake.spec("native/small_batches", priority=10, shape=(ShapeConstraint("num_tokens", max=16),)))
     planner = Planner(CPU, rows_table)
     assert plan(planner, num_tokens=2, hidden=128).row.name == "native/small_batches"
     assert plan(planner, num_tokens=16, hidden=128).row.name == "native/small_batches"
@@ -147,8 +148,10 @@ def test_planned_op_carries_its_selection():
 
 
 def graph_table():
-    return table(fake.spec("native/syncs", priority=10, graph_safe=False, target=fake.target("fast")),
-                 fake.spec("native/capturable", priority=5, target=fake.target("slow")))
+    return table(
+        fake.spec("native/syncs", priority=10, graph_safe=False, target=fake.target("fast")),
+        fake.spec("native/capturable", priority=5, target=fake.target("slow")),
+    )
 
 
 def test_graph_safe_only_planner_redispatches_to_the_best_graph_safe_row():
@@ -192,12 +195,16 @@ def test_environment_libraries_reach_dispatch():
     assert plan(Planner(Environment(device=Device("cpu")), rows_table)).row.name == fake.reference_row().name
 
 
-@pytest.mark.parametrize("env, named", [
-    (Environment(device=Device("cpu"), deny={"native/nope"}), "native/nope"),
-    (Environment(device=Device("cpu"), deny={"nativ"}), "nativ"),
-    (Environment(device=Device("cpu"), force={OP: "native/nope"}), "native/nope"),
-    (Environment(device=Device("cpu"), force={"test.nope": "native/fast"}), "test.nope"),
-], ids=["deny-unknown-row", "deny-unknown-backend", "force-unknown-row", "force-unknown-op"])
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        (Environment(device=Device("cpu"), deny={"native/nope"}), "native/nope"),
+        (Environment(device=Device("cpu"), deny={"nativ"}), "nativ"),
+        (Environment(device=Device("cpu"), force={OP: "native/nope"}), "native/nope"),
+        (Environment(device=Device("cpu"), force={"test.nope": "native/fast"}), "test.nope"),
+    ],
+    ids=["deny-unknown-row", "deny-unknown-backend", "force-unknown-row", "force-unknown-op"],
+)
 def test_planner_rejects_environment_names_the_table_lacks(env, named):
     """Catches a typo in RAPID_LLM_DENY / RAPID_LLM_FORCE surviving until the first call (or forever)."""
     with pytest.raises(ValueError, match=named):
@@ -243,8 +250,10 @@ def test_unknown_op_raises():
 def test_plan_falls_back_when_the_best_row_fails_to_load():
     """Catches an engine crash when the best row's library is broken (DESIGN §3): the plan must run
     the next row and its explanation must show why the best row was dropped."""
-    rows_table = table(fake.spec("native/broken", priority=10, target=f"{fake.MISSING_MODULE}:fn"),
-                       fake.spec("native/slow", priority=5, target=fake.target("slow")))
+    rows_table = table(
+        fake.spec("native/broken", priority=10, target=f"{fake.MISSING_MODULE}:fn"),
+        fake.spec("native/slow", priority=5, target=fake.target("slow")),
+    )
     planned = plan(Planner(CPU, rows_table))
     assert planned.row.name == "native/slow"
     assert planned()[0] == "slow"
@@ -256,10 +265,13 @@ def test_plan_falls_back_when_the_best_row_fails_to_load():
 
 def test_plan_raises_when_no_row_loads():
     """Catches a plan that returns a callable bound to nothing when every candidate fails to load."""
-    rows_table = OpTable.from_rows([
-        fake.spec("native/broken", priority=10, available=fake.target("probe_raises")),
-        fake.reference_row(target=f"{fake.MISSING_MODULE}:reference"),
-    ], fake.CONTRACTS)
+    rows_table = OpTable.from_rows(
+        [
+            fake.spec("native/broken", priority=10, available=fake.target("probe_raises")),
+            fake.reference_row(target=f"{fake.MISSING_MODULE}:reference"),
+        ],
+        fake.CONTRACTS,
+    )
     planner = Planner(CPU, rows_table)
     with pytest.raises(NoEligibleKernel) as error:
         plan(planner)
@@ -300,11 +312,12 @@ def test_a_call_without_the_rows_layout_is_refused_with_the_tables_description_o
     tag without what it means (the description is the table's: the family that declares the tag)."""
     from rapid_llm.kernels.dispatcher import OpInputError
 
-    rows_table = OpTable.from_rows([fake.spec("native/rows_only", priority=10, layout={"x:rows"}),
-                                    fake.reference_row()], fake.CONTRACTS,
-                                   layout_tags={"x:rows": "x views as [rows, n] in this test"})
-    planned = Planner(CPU, rows_table).plan(OP, dtype="bf16", shape={"num_tokens": 8, "hidden": 128},
-                                            layout={"x:rows"})
+    rows_table = OpTable.from_rows(
+        [fake.spec("native/rows_only", priority=10, layout={"x:rows"}), fake.reference_row()],
+        fake.CONTRACTS,
+        layout_tags={"x:rows": "x views as [rows, n] in this test"},
+    )
+    planned = Planner(CPU, rows_table).plan(OP, dtype="bf16", shape={"num_tokens": 8, "hidden": 128}, layout={"x:rows"})
     planned.confirm(_Anchor(), frozenset({"x:rows"}), (("num_tokens", 8), ("hidden", 128)))
     with pytest.raises(OpInputError) as error:
         planned.confirm(_Anchor(), frozenset(), (("num_tokens", 8), ("hidden", 128)))

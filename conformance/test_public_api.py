@@ -38,8 +38,11 @@ def _api(family: str):
 
 def _declared_functions(module) -> dict:
     """The public functions a module defines itself (imported names excluded)."""
-    return {name: value for name, value in vars(module).items()
-            if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")}
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")
+    }
 
 
 def test_lazy_exports_resolve_every_name():
@@ -134,10 +137,18 @@ def test_fetching_every_export_imports_neither_torch_nor_triton():
     """Catches a family api module importing torch, triton or a kernel module at import: fetching
     `rapid_llm.kernels.rms_norm` must stay as cheap as importing the package (the kernel loads on the
     first call, through its row's lazy target)."""
-    environ = {key: value for key, value in os.environ.items()
-               if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(TORCH_FREE_EXPORTS)], env=environ,
-                            capture_output=True, text=True, timeout=120)
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(TORCH_FREE_EXPORTS)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(" ", 1) == [str(len(kernels.__all__)), "[]\n"]
 
@@ -167,27 +178,41 @@ def test_public_rms_norm_uses_the_planner_cache_and_the_dispatched_row():
     for _ in range(3):
         kernels.rms_norm(x, w, 1e-6)
     assert planner.cached_plans == before, "repeated calls of one shape must reuse the plan"
-    planned = planner.plan("norm.rms_norm", dtype="fp32", shape={"num_tokens": 5, "hidden": 96}, layout={"x:rows"},
-                           device=env.device)
-    selection = dispatch("norm.rms_norm", device=planned.selection.explanation.query.device, dtype="fp32",
-                         shape={"num_tokens": 16, "hidden": 96}, layout={"x:rows"}, libs=env.libs,
-                         force=env.forced_row("norm.rms_norm"), deny=env.deny)
+    planned = planner.plan(
+        "norm.rms_norm", dtype="fp32", shape={"num_tokens": 5, "hidden": 96}, layout={"x:rows"}, device=env.device
+    )
+    selection = dispatch(
+        "norm.rms_norm",
+        device=planned.selection.explanation.query.device,
+        dtype="fp32",
+        shape={"num_tokens": 16, "hidden": 96},
+        layout={"x:rows"},
+        libs=env.libs,
+        force=env.forced_row("norm.rms_norm"),
+        deny=env.deny,
+    )
     assert planned.row.name == selection.row.name
 
 
 def test_planner_plan_and_public_op_agree():
     env = probe_environment()
-    plan = Planner(env).plan("elementwise.scale", dtype="fp32", shape={"num_elements": 1000},
-                             layout={"x:contiguous"})
+    plan = Planner(env).plan("elementwise.scale", dtype="fp32", shape={"num_elements": 1000}, layout={"x:contiguous"})
     x = torch.randn(1000, device="cuda" if env.device.kind == "cuda" else "cpu")
     torch.testing.assert_close(plan(x, 0.5), kernels.scale(x, 0.5), atol=0, rtol=0)
 
 
 def _run_with_envs(code: str, *variable_sets) -> list[str]:
     """Run `code` once per set of variables, in concurrent processes (the probe reads them once per process)."""
-    processes = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **variables},
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for variables in variable_sets]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env={**os.environ, **variables},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for variables in variable_sets
+    ]
     outputs = []
     for process in processes:
         out, err = process.communicate(timeout=120)
@@ -212,6 +237,7 @@ def test_public_op_honours_force_and_deny_from_the_environment():
     forced, denied = _run_with_envs(
         PROBE_PUBLIC_ROW,
         {"RAPID_LLM_TRITON_INTERPRET": "1", "RAPID_LLM_FORCE": "norm.rms_norm=native/rms_norm"},
-        {"RAPID_LLM_TRITON_INTERPRET": "1", "RAPID_LLM_DENY": "native"})
+        {"RAPID_LLM_TRITON_INTERPRET": "1", "RAPID_LLM_DENY": "native"},
+    )
     assert forced == "['native/rms_norm']"
     assert denied == "['torch/rms_norm']"

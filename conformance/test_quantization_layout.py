@@ -47,7 +47,7 @@ def test_group_quantization_dequantizes_within_half_an_e4m3_step(fn, seed):
     q, scale = fn(x, 128, False)
     group_scale = scale.view(6, 4, 1)
     back = (q.float().view(6, 4, 128) * group_scale).view(6, 512)
-    bound = torch.maximum(x.abs() * 2.0 ** -4, (group_scale * 2.0 ** -10).expand(6, 4, 128).reshape(6, 512))
+    bound = torch.maximum(x.abs() * 2.0**-4, (group_scale * 2.0**-10).expand(6, 4, 128).reshape(6, 512))
     excess = (back - x).abs() - bound * (1 + 1e-6)
     assert (excess <= 0).all(), f"worst excess {excess.max().item()} over the half-step bound"
 

@@ -12,35 +12,69 @@ import json
 
 import pytest
 
-from rapid_llm.kernels.dispatcher import (EXACT, TOKEN_BUCKETS, CapabilityRequirement, GoldenRecord, KernelSpec,
-                                          OpContract, OpTable, TableError, build_tables, dispatch)
+from rapid_llm.kernels.dispatcher import (
+    EXACT,
+    TOKEN_BUCKETS,
+    CapabilityRequirement,
+    GoldenRecord,
+    KernelSpec,
+    OpContract,
+    OpTable,
+    TableError,
+    build_tables,
+    dispatch,
+)
 from rapid_llm.kernels.dispatcher.rankings import Ranking, RankingStore, load_package_rankings, parse
 
 OP = "demo.attend"
-CONTRACT = OpContract(op=OP, parameters=("x",), dtypes={"bf16", "fp16"},
-                      dims=(("num_tokens", TOKEN_BUCKETS), ("max_seqlen", TOKEN_BUCKETS), ("head_dim", EXACT)))
+CONTRACT = OpContract(
+    op=OP,
+    parameters=("x",),
+    dtypes={"bf16", "fp16"},
+    dims=(("num_tokens", TOKEN_BUCKETS), ("max_seqlen", TOKEN_BUCKETS), ("head_dim", EXACT)),
+)
 _VERIFIED = GoldenRecord(verified=True, max_abs_diff=0.0, baseline="torch/attend", evidence="test")
 
 
 def _row(name, priority):
     backend = name.partition("/")[0]
     if backend == "torch":
-        return KernelSpec(name=name, op=OP, backend="torch", target="m:f", dtypes={"bf16", "fp16"},
-                          golden=GoldenRecord.reference())
-    return KernelSpec(name=name, op=OP, backend=backend, target="m:f", dtypes={"bf16", "fp16"},
-                      capability=(CapabilityRequirement("cuda", min_sm=80),), golden=_VERIFIED, priority=priority)
+        return KernelSpec(
+            name=name, op=OP, backend="torch", target="m:f", dtypes={"bf16", "fp16"}, golden=GoldenRecord.reference()
+        )
+    return KernelSpec(
+        name=name,
+        op=OP,
+        backend=backend,
+        target="m:f",
+        dtypes={"bf16", "fp16"},
+        capability=(CapabilityRequirement("cuda", min_sm=80),),
+        golden=_VERIFIED,
+        priority=priority,
+    )
 
 
-ROWS = [_row("torch/attend", 0), _row("native/attend", 15), _row("flash_attn/attend", 20),
-        _row("flashinfer/attend", 10)]
+ROWS = [
+    _row("torch/attend", 0),
+    _row("native/attend", 15),
+    _row("flash_attn/attend", 20),
+    _row("flashinfer/attend", 10),
+]
 #: 16 x 1024 tokens: num_tokens 8193-16384, max_seqlen 513-1024, head_dim 128.
 SHORT = {"num_tokens": 16384, "max_seqlen": 1024, "head_dim": 128}
 LONG = {"num_tokens": 16384, "max_seqlen": 4096, "head_dim": 128}
 
 
 def _ranking(shape, order, dtype="bf16", device_class="cuda:sm90"):
-    return Ranking(op=OP, dtype=dtype, device_class=device_class, bucket=CONTRACT.bucket_key(shape), order=order,
-                   device="NVIDIA H200", evidence="h200.demo.bench")
+    return Ranking(
+        op=OP,
+        dtype=dtype,
+        device_class=device_class,
+        bucket=CONTRACT.bucket_key(shape),
+        order=order,
+        device="NVIDIA H200",
+        evidence="h200.demo.bench",
+    )
 
 
 def _table(*rankings):
@@ -56,8 +90,12 @@ def test_a_measured_bucket_ranks_by_the_measurement():
     selection = _select(table, SHORT)
     assert selection.row.name == "native/attend"
     # measured rows first, fastest first; then the unmeasured eligible rows by default priority
-    assert [row.name for row in selection.candidates] == ["native/attend", "flash_attn/attend", "flashinfer/attend",
-                                                          "torch/attend"]
+    assert [row.name for row in selection.candidates] == [
+        "native/attend",
+        "flash_attn/attend",
+        "flashinfer/attend",
+        "torch/attend",
+    ]
     text = selection.explain()
     assert "measured on NVIDIA H200 at this bucket: 286.0 us vs 322.0 us for flash_attn/attend" in text
     assert "evidence h200.demo.bench" in text
@@ -94,8 +132,10 @@ def test_a_ranking_naming_an_unknown_row_is_rejected_when_the_table_is_built():
 
 def test_a_malformed_rankings_file_names_the_file():
     with pytest.raises(ValueError, match="demo.json"):
-        parse({"schema": 1, "device_class": "cuda:sm90", "device": "H200", "evidence": "x",
-               "entries": [{"op": OP}]}, "demo.json")
+        parse(
+            {"schema": 1, "device_class": "cuda:sm90", "device": "H200", "evidence": "x", "entries": [{"op": OP}]},
+            "demo.json",
+        )
     with pytest.raises(ValueError, match="schema"):
         parse({"schema": 99}, "demo.json")
 
@@ -110,9 +150,20 @@ def test_shipped_rankings_name_rows_of_the_table_and_parse(tmp_path):
         assert ranking.op in table.contracts
         assert {name for name, _ in ranking.order} <= {row.name for row in table.rows(ranking.op)}
         assert [us for _, us in ranking.order] == sorted(us for _, us in ranking.order), "fastest first"
-    document = {"schema": 1, "device_class": "cuda:sm90", "device": "NVIDIA H200", "evidence": "e",
-                "entries": [{"op": OP, "dtype": "bf16", "bucket": [list(item) for item in CONTRACT.bucket_key(SHORT)],
-                             "ranking": [["native/attend", 1.0], ["flash_attn/attend", 2.0]]}]}
+    document = {
+        "schema": 1,
+        "device_class": "cuda:sm90",
+        "device": "NVIDIA H200",
+        "evidence": "e",
+        "entries": [
+            {
+                "op": OP,
+                "dtype": "bf16",
+                "bucket": [list(item) for item in CONTRACT.bucket_key(SHORT)],
+                "ranking": [["native/attend", 1.0], ["flash_attn/attend", 2.0]],
+            }
+        ],
+    }
     (tmp_path / "cuda_sm90.json").write_text(json.dumps(document))
     loaded = load_package_rankings(str(tmp_path))
     assert len(loaded) == 1
@@ -124,6 +175,10 @@ def test_a_row_the_run_did_not_time_keeps_its_default_place():
     never timed: flash_attn/attend (priority 20) stays first; the two timed rows trade their slots."""
     table = _table(_ranking(SHORT, [("flashinfer/attend", 100.0), ("native/attend", 200.0)]))
     selection = _select(table, SHORT)
-    assert [row.name for row in selection.candidates] == ["flash_attn/attend", "flashinfer/attend", "native/attend",
-                                                          "torch/attend"]
+    assert [row.name for row in selection.candidates] == [
+        "flash_attn/attend",
+        "flashinfer/attend",
+        "native/attend",
+        "torch/attend",
+    ]
     assert "not among the rows measured at this bucket" in selection.explain()

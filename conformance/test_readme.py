@@ -41,12 +41,15 @@ def test_readme_stays_a_newcomers_page():
     lines = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().count("\n")
     assert lines <= README_MAX_LINES, (
         f"README.md has {lines} lines (at most {README_MAX_LINES}): move generated tables to docs/ "
-        "(ci/readme_tables.py) and long how-tos to a docs/ page the README links")
+        "(ci/readme_tables.py) and long how-tos to a docs/ page the README links"
+    )
 
 
 def test_relative_links_of_the_pages_resolve():
     pages = ["README.md", os.path.join("perf", "README.md")]
-    pages += sorted(os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md"))
+    pages += sorted(
+        os.path.join("docs", name) for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md")
+    )
     broken = []
     for page in pages:
         text = open(os.path.join(ROOT, page), encoding="utf-8").read()
@@ -67,13 +70,22 @@ def test_the_files_one_new_op_touches_are_where_every_op_keeps_its_pieces():
     from rapid_llm.kernels.dispatcher import default_table
 
     section = _section("Adding an op")
-    for named in ("ops/<family>/__init__.py", "ops/<family>/checks.py", "ops/<family>/reference.py",
-                  "ops/<family>/<op>.py", "ops/<family>/api.py", "conformance/cases/<family>.py",
-                  "perf/test_<family>_bench.py"):
+    for named in (
+        "ops/<family>/__init__.py",
+        "ops/<family>/checks.py",
+        "ops/<family>/reference.py",
+        "ops/<family>/<op>.py",
+        "ops/<family>/api.py",
+        "conformance/cases/<family>.py",
+        "perf/test_<family>_bench.py",
+    ):
         assert named in section, f"the README's Adding an op table no longer names {named}"
     table = default_table()
-    benches = "".join(open(os.path.join(ROOT, "perf", name), encoding="utf-8").read()
-                      for name in os.listdir(os.path.join(ROOT, "perf")) if re.match(r"test_.*_bench\.py$", name))
+    benches = "".join(
+        open(os.path.join(ROOT, "perf", name), encoding="utf-8").read()
+        for name in os.listdir(os.path.join(ROOT, "perf"))
+        if re.match(r"test_.*_bench\.py$", name)
+    )
     for op, contract in table.contracts.items():
         family, _, name = op.partition(".")
         package = f"rapid_llm.kernels.ops.{family}"
@@ -85,5 +97,6 @@ def test_the_files_one_new_op_touches_are_where_every_op_keeps_its_pieces():
         api = importlib.import_module(f"{package}.api")
         assert name in api.__all__, f"{op}: no public function {name} in {package}.api"
         assert importlib.import_module(f"conformance.cases.{family}").CASES.get(op), (
-            f"{op}: no parity cases in conformance/cases/{family}.py")
+            f"{op}: no parity cases in conformance/cases/{family}.py"
+        )
         assert op in benches or f'"{op}"' in benches or name in benches, f"{op}: no benchmark in perf/test_*_bench.py"

@@ -28,8 +28,13 @@ def test_collection_from_the_repository_root(command):
             pytest.skip("no pytest executable next to this interpreter or on PATH")
         command = [executable]
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([*command, "--collect-only", "-q", "-p", "no:cacheprovider",
-                             "conformance/test_spec.py"], cwd=ROOT, env=environ, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [*command, "--collect-only", "-q", "-p", "no:cacheprovider", "conformance/test_spec.py"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "test_spec.py::" in result.stdout

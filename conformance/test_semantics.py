@@ -63,7 +63,7 @@ class _MlaWrite:
         # latent and rope sliced from one projection output, as engines pass them
         projection = torch.randn(tokens, row_width + 16, generator=generator).to(DEVICE)
         buffer = torch.randn(rows, row_width, generator=generator).to(DEVICE)
-        return (projection[:, :row_width - rope_dim], projection[:, row_width - rope_dim:row_width]), buffer
+        return (projection[:, : row_width - rope_dim], projection[:, row_width - rope_dim : row_width]), buffer
 
     @staticmethod
     def row(data, token):
@@ -75,8 +75,11 @@ _WRITES = (_KvWrite, _MlaWrite)
 
 def _write_rows(fp8=False):
     """(PlannedOp, write) for every row of the KV writes (fp8: their e4m3 variants) that runs here."""
-    return [pytest.param(planned, write, id=name)
-            for write in _WRITES for name, planned in loadable_rows(write.fp8_op if fp8 else write.op)]
+    return [
+        pytest.param(planned, write, id=name)
+        for write in _WRITES
+        for name, planned in loadable_rows(write.fp8_op if fp8 else write.op)
+    ]
 
 
 def _ids(*values):
@@ -131,7 +134,7 @@ def test_kv_write_repeated_slot_holds_elements_of_the_tokens_naming_it(planned, 
 
 def _fp8_scales(write, bad=None):
     """The write's scales (0.5, then 0.25), the first replaced by a tensor of `bad` if given."""
-    values = (0.5, 0.25)[:write.scale_count]
+    values = (0.5, 0.25)[: write.scale_count]
     if bad is not None:
         values = (bad,) + values[1:]
     return tuple(torch.tensor([value], device=DEVICE) for value in values)
@@ -178,8 +181,9 @@ def _rotary_rows():
     for row in TABLE.rows(op):
         dtype = "fp32" if "fp32" in row.dtypes else sorted(row.dtypes)[0]
         try:
-            planned = planner_forcing(op, row.name).plan(op, dtype=dtype, shape=shape,
-                                                          layout=TABLE.contracts[op].layouts)
+            planned = planner_forcing(op, row.name).plan(
+                op, dtype=dtype, shape=shape, layout=TABLE.contracts[op].layouts
+            )
         except NoEligibleKernel:
             continue
         params.append(pytest.param(planned, dtype, id=f"{row.name}-{dtype}"))
@@ -279,8 +283,9 @@ def test_public_op_runs_its_check_exactly_once_per_call(monkeypatch):
 
 def test_planned_op_called_directly_still_rejects_bad_input():
     """Catches a PlannedOp (an engine's cached plan) running its kernel on input nobody checked."""
-    planned = Planner(probe_environment()).plan("norm.rms_norm", dtype="fp32", shape={"num_tokens": 4, "hidden": 16},
-                                                layout={"x:rows"})
+    planned = Planner(probe_environment()).plan(
+        "norm.rms_norm", dtype="fp32", shape={"num_tokens": 4, "hidden": 16}, layout={"x:rows"}
+    )
     with pytest.raises(OpInputError) as info:
         planned(torch.randn(4, 16, device=DEVICE), torch.randn(15, device=DEVICE), 1e-6)
     assert info.value.argument == "weight"

@@ -31,15 +31,28 @@ VERIFIED = GoldenRecord(verified=True, max_abs_diff=1e-3, baseline="torch/ref", 
 
 def make(**fields) -> KernelSpec:
     """A valid non-reference row; `fields` break one thing at a time."""
-    values = dict(name=ROW, op="test.op", backend="native", target="pkg.module:function",
-                  dtypes={"bf16"}, golden=VERIFIED, priority=1)
+    values = dict(
+        name=ROW,
+        op="test.op",
+        backend="native",
+        target="pkg.module:function",
+        dtypes={"bf16"},
+        golden=VERIFIED,
+        priority=1,
+    )
     values.update(fields)
     return KernelSpec(**values)
 
 
 def make_reference(**fields) -> KernelSpec:
-    values = dict(name="torch/ref", op="test.op", backend="torch", target="pkg.module:reference",
-                  dtypes={"bf16", "fp32"}, golden=GoldenRecord.reference())
+    values = dict(
+        name="torch/ref",
+        op="test.op",
+        backend="torch",
+        target="pkg.module:reference",
+        dtypes={"bf16", "fp32"},
+        golden=GoldenRecord.reference(),
+    )
     values.update(fields)
     return KernelSpec(**values)
 
@@ -47,17 +60,25 @@ def make_reference(**fields) -> KernelSpec:
 def test_a_valid_row_builds_and_normalises_containers():
     """Catches converters that stop normalising: lists must become tuples and sets frozensets,
     otherwise rows are unhashable and dispatch's memo (keyed on rows via the table) breaks."""
-    row = make(dtypes=["bf16", "fp16"], layout=["x:rows"],
-               shape=[ShapeConstraint("hidden", min=1)],
-               capability=[CapabilityRequirement("cuda", min_sm=80)],
-               libraries=[LibraryRequirement("triton", min_version="3.0")])
+    row = make(
+        dtypes=["bf16", "fp16"],
+        layout=["x:rows"],
+        shape=[ShapeConstraint("hidden", min=1)],
+        capability=[CapabilityRequirement("cuda", min_sm=80)],
+        libraries=[LibraryRequirement("triton", min_version="3.0")],
+    )
     assert row.dtypes == frozenset({"bf16", "fp16"}) and isinstance(row.dtypes, frozenset)
     assert isinstance(row.layout, frozenset)
     assert isinstance(row.shape, tuple) and isinstance(row.capability, tuple) and isinstance(row.libraries, tuple)
-    assert hash(row) == hash(make(dtypes={"fp16", "bf16"}, layout={"x:rows"},
-                                  shape=(ShapeConstraint("hidden", min=1),),
-                                  capability=(CapabilityRequirement("cuda", min_sm=80),),
-                                  libraries=(LibraryRequirement("triton", min_version="3.0"),)))
+    assert hash(row) == hash(
+        make(
+            dtypes={"fp16", "bf16"},
+            layout={"x:rows"},
+            shape=(ShapeConstraint("hidden", min=1),),
+            capability=(CapabilityRequirement("cuda", min_sm=80),),
+            libraries=(LibraryRequirement("triton", min_version="3.0"),),
+        )
+    )
 
 
 def test_rows_are_frozen():
@@ -141,8 +162,11 @@ def test_non_int_priority_error_names_the_row(priority):
     assert ROW in _construction_error(priority=priority)
 
 
-@pytest.mark.parametrize("fields", [dict(golden=True), dict(libraries=LibraryRequirement("triton"))],
-                         ids=["golden-not-a-record", "library-not-in-a-tuple"])
+@pytest.mark.parametrize(
+    "fields",
+    [dict(golden=True), dict(libraries=LibraryRequirement("triton"))],
+    ids=["golden-not-a-record", "library-not-in-a-tuple"],
+)
 def test_wrongly_typed_field_error_names_the_row(fields):
     """Catches a crash deep in validation that does not name the row for a wrongly typed field."""
     assert ROW in _construction_error(**fields)
@@ -153,12 +177,16 @@ def test_wrongly_typed_field_error_names_the_row(fields):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields", [
-    dict(verified=True),
-    dict(verified=True, max_abs_diff=1e-3, baseline="torch/ref"),
-    dict(verified=True, baseline="torch/ref", evidence="perf/results/x.json"),
-    dict(verified=True, max_abs_diff=1e-3, evidence="perf/results/x.json"),
-], ids=["nothing", "no-evidence", "no-max-diff", "no-baseline"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(verified=True),
+        dict(verified=True, max_abs_diff=1e-3, baseline="torch/ref"),
+        dict(verified=True, baseline="torch/ref", evidence="perf/results/x.json"),
+        dict(verified=True, max_abs_diff=1e-3, evidence="perf/results/x.json"),
+    ],
+    ids=["nothing", "no-evidence", "no-max-diff", "no-baseline"],
+)
 def test_verified_golden_without_evidence_is_rejected(fields):
     """Catches a hand-written 'verified' claim with nothing behind it (DESIGN §5: records are measured).
 
@@ -173,17 +201,29 @@ def test_unverified_golden_needs_no_evidence():
     assert make(golden=GoldenRecord(verified=False)).golden.verified is False
 
 
-@pytest.mark.parametrize("fields", [
-    dict(device="tpu"),
-    dict(device="cpu", min_sm=80),
-    dict(device="cpu", max_sm=90),
-    dict(device="cuda", triton_interpreter=True),
-    dict(device="cpu", triton_interpreter=True, dtypes={"bf16"}),
-    dict(device="cpu", triton_interpreter=True, dtypes=(), reason="why"),
-    dict(device="cpu", triton_interpreter=True, dtypes={"bfloat16"}, reason="why"),
-    dict(device="cpu", triton_interpreter=True, reason="why"),
-], ids=["unknown-device", "cpu-with-min-sm", "cpu-with-max-sm", "cuda-with-interpreter",
-        "dtypes-without-reason", "empty-dtypes", "unknown-dtype-label", "reason-without-dtypes"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(device="tpu"),
+        dict(device="cpu", min_sm=80),
+        dict(device="cpu", max_sm=90),
+        dict(device="cuda", triton_interpreter=True),
+        dict(device="cpu", triton_interpreter=True, dtypes={"bf16"}),
+        dict(device="cpu", triton_interpreter=True, dtypes=(), reason="why"),
+        dict(device="cpu", triton_interpreter=True, dtypes={"bfloat16"}, reason="why"),
+        dict(device="cpu", triton_interpreter=True, reason="why"),
+    ],
+    ids=[
+        "unknown-device",
+        "cpu-with-min-sm",
+        "cpu-with-max-sm",
+        "cuda-with-interpreter",
+        "dtypes-without-reason",
+        "empty-dtypes",
+        "unknown-dtype-label",
+        "reason-without-dtypes",
+    ],
+)
 def test_bad_capability_is_rejected(fields):
     """Catches capability requirements that can never match (or mean nothing) being accepted."""
     with pytest.raises(ValueError):
@@ -206,15 +246,18 @@ def test_capability_accepts_exactly_its_devices():
 def test_capability_narrowed_to_dtypes_rejects_the_others_and_says_why():
     """Catches a capability's dtype narrowing being ignored (a bf16 query served where tl.dot on bf16 is
     wrong) or applied to every dtype, and a requirement text that hides which dtypes and why."""
-    interpreter = CapabilityRequirement("cpu", triton_interpreter=True, dtypes=["fp32", "fp16"],
-                                        reason="tl.dot on bf16 is wrong there")
+    interpreter = CapabilityRequirement(
+        "cpu", triton_interpreter=True, dtypes=["fp32", "fp16"], reason="tl.dot on bf16 is wrong there"
+    )
     assert interpreter.dtypes == frozenset({"fp32", "fp16"})
     on_interpreter = Device("cpu", triton_interpreter=True)
     assert interpreter.accepts(on_interpreter, "fp16") and interpreter.accepts(on_interpreter, "fp32")
     assert not interpreter.accepts(on_interpreter, "bf16")
     assert not interpreter.accepts(Device("cpu"), "fp16"), "the dtypes narrow the device check, never widen it"
-    assert interpreter.describe() == ("cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1) for fp32, "
-                                      "fp16 only: tl.dot on bf16 is wrong there")
+    assert interpreter.describe() == (
+        "cpu via the Triton interpreter (RAPID_LLM_TRITON_INTERPRET=1) for fp32, "
+        "fp16 only: tl.dot on bf16 is wrong there"
+    )
 
 
 def test_shape_constraint_that_constrains_nothing_is_rejected():
@@ -223,13 +266,17 @@ def test_shape_constraint_that_constrains_nothing_is_rejected():
         ShapeConstraint("hidden")
 
 
-@pytest.mark.parametrize("constraint, accepted, refused", [
-    (ShapeConstraint("hidden", min=64), [64, 4096], [63, 0]),
-    (ShapeConstraint("hidden", max=4096), [1, 4096], [4097]),
-    (ShapeConstraint("hidden", multiple_of=16), [16, 4096], [8, 4095]),
-    (ShapeConstraint("hidden", one_of=[64, 128]), [64, 128], [96, 256]),
-    (ShapeConstraint("hidden", min=64, multiple_of=64), [64, 128], [32, 96]),
-], ids=["min", "max", "multiple_of", "one_of", "combined"])
+@pytest.mark.parametrize(
+    "constraint, accepted, refused",
+    [
+        (ShapeConstraint("hidden", min=64), [64, 4096], [63, 0]),
+        (ShapeConstraint("hidden", max=4096), [1, 4096], [4097]),
+        (ShapeConstraint("hidden", multiple_of=16), [16, 4096], [8, 4095]),
+        (ShapeConstraint("hidden", one_of=[64, 128]), [64, 128], [96, 256]),
+        (ShapeConstraint("hidden", min=64, multiple_of=64), [64, 128], [32, 96]),
+    ],
+    ids=["min", "max", "multiple_of", "one_of", "combined"],
+)
 def test_shape_constraint_bounds(constraint, accepted, refused):
     """Catches inclusive/exclusive mix-ups in min/max and ignored multiple_of/one_of bounds."""
     for value in accepted:
@@ -250,13 +297,17 @@ def test_unknown_library_is_rejected():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, release", [
-    ("2.11.0+cu130", (2, 11)),
-    ("0.1.15.post2", (0, 1, 15)),
-    ("1.0rc1", (1,)),
-    ("3.1.0.dev20240101", (3, 1)),
-    ("3", (3,)),
-], ids=["local-label", "post-release", "release-candidate", "dev", "major-only"])
+@pytest.mark.parametrize(
+    "text, release",
+    [
+        ("2.11.0+cu130", (2, 11)),
+        ("0.1.15.post2", (0, 1, 15)),
+        ("1.0rc1", (1,)),
+        ("3.1.0.dev20240101", (3, 1)),
+        ("3", (3,)),
+    ],
+    ids=["local-label", "post-release", "release-candidate", "dev", "major-only"],
+)
 def test_version_key_keeps_the_release_numbers(text, release):
     """Catches a parser that lets '+cu130', '.post2' or 'rc1' leak into (or crash) version comparison."""
     assert version_key(text) == release
@@ -273,14 +324,10 @@ def test_library_in_range_is_accepted(installed):
     assert ok and installed in observed
 
 
-@pytest.mark.parametrize("installed, word", [
-    ("2.3.1", "old"),
-    ("2.99", "old"),
-    ("4.0", "new"),
-    ("4.0.0", "new"),
-    ("4.1.0+cu130", "new"),
-    ("4.0.0rc1", "new"),
-])
+@pytest.mark.parametrize(
+    "installed, word",
+    [("2.3.1", "old"), ("2.99", "old"), ("4.0", "new"), ("4.0.0", "new"), ("4.1.0+cu130", "new"), ("4.0.0rc1", "new")],
+)
 def test_library_out_of_range_is_refused_saying_which_way(installed, word):
     """Catches an off-by-one at the bounds ([min, below) is half-open) and an observation that does
     not say the installed version and whether it is too old or too new."""
@@ -315,8 +362,9 @@ def test_trailing_zeros_do_not_change_a_version():
 
 def test_unmeasured_ranks_below_every_int_priority_including_negative():
     """Catches UNMEASURED being compared as 0 (it would beat negative priorities) or as a number at all."""
-    rows = [make(name=f"native/p{index}", priority=priority)
-            for index, priority in enumerate([UNMEASURED, -1000, 0, 7, -1])]
+    rows = [
+        make(name=f"native/p{index}", priority=priority) for index, priority in enumerate([UNMEASURED, -1000, 0, 7, -1])
+    ]
     ranked = [row.priority for row in sorted(rows, key=KernelSpec.rank_key)]
     assert ranked == [7, 0, -1, -1000, UNMEASURED]
 

@@ -15,14 +15,7 @@ import types
 
 import pytest
 
-from rapid_llm.kernels.dispatcher import (
-    FAMILIES,
-    OpTable,
-    ShapeConstraint,
-    TableError,
-    build_tables,
-    probe_environment,
-)
+from rapid_llm.kernels.dispatcher import FAMILIES, OpTable, ShapeConstraint, TableError, build_tables, probe_environment
 from rapid_llm.kernels.dispatcher.contract import OpContract
 from rapid_llm.kernels.dispatcher.table import family_contracts, family_layout_tags
 
@@ -59,8 +52,10 @@ def _skip_unless_libraries_present(row):
         ok, observed = requirement.check(libs.get(requirement.name))
         if not ok:
             hidden = " (hidden by RAPID_LLM_HIDE_LIBS)" if requirement.name in _hidden_here() else ""
-            pytest.skip(f"{row.name} needs {requirement.describe()}; here: {observed}{hidden}, "
-                        "so its target cannot be imported in this environment")
+            pytest.skip(
+                f"{row.name} needs {requirement.describe()}; here: {observed}{hidden}, "
+                "so its target cannot be imported in this environment"
+            )
     if row.libraries and row.available:
         # Installed in range but not loadable here (a build for another torch or CUDA, no GPU libraries):
         # the row is rejected with the probe's reason, which is the contract for a broken library.
@@ -141,7 +136,7 @@ def test_target_imports_to_a_callable_with_the_contract_parameters(row):
     assert callable(target), row.target
     parameters = list(inspect.signature(target).parameters)
     expected = list(CONTRACTS[row.op].parameters)
-    assert parameters[:len(expected)] == expected, f"{row.name}: {parameters} vs contract {expected}"
+    assert parameters[: len(expected)] == expected, f"{row.name}: {parameters} vs contract {expected}"
 
 
 def test_available_probes_import_to_callables():
@@ -175,43 +170,55 @@ def _build(*rows):
 
 def test_a_valid_test_table_builds():
     """Catches the rejection tests below passing only because every table is rejected."""
-    table = _build(fake.reference_row(), fake.spec("native/ok", layout={"x:rows"},
-                                                   shape=(ShapeConstraint("hidden", min=1),)))
+    table = _build(
+        fake.reference_row(), fake.spec("native/ok", layout={"x:rows"}, shape=(ShapeConstraint("hidden", min=1),))
+    )
     assert {row.name for row in table.rows(fake.OP)} == {"torch/ref", "native/ok"}
 
 
 BAD_TABLES = {
     "duplicate-name": (
         lambda: [fake.reference_row(), fake.spec("native/twice"), fake.spec("native/twice", priority=3)],
-        ["native/twice"]),
+        ["native/twice"],
+    ),
     "duplicate-name-across-ops": (
-        lambda: [fake.reference_row(), fake.reference_row(op=fake.OTHER_OP, name="torch/other"),
-                 fake.spec("native/twice"), fake.spec("native/twice", op=fake.OTHER_OP)],
-        ["native/twice"]),
+        lambda: [
+            fake.reference_row(),
+            fake.reference_row(op=fake.OTHER_OP, name="torch/other"),
+            fake.spec("native/twice"),
+            fake.spec("native/twice", op=fake.OTHER_OP),
+        ],
+        ["native/twice"],
+    ),
     "two-reference-rows": (
         lambda: [fake.reference_row(), fake.reference_row(name="torch/ref_again")],
-        [fake.OP, "torch/ref", "torch/ref_again"]),
-    "missing-reference-row": (
-        lambda: [fake.spec("native/alone")],
-        [fake.OP]),
+        [fake.OP, "torch/ref", "torch/ref_again"],
+    ),
+    "missing-reference-row": (lambda: [fake.spec("native/alone")], [fake.OP]),
     "dtype-outside-contract": (
         lambda: [fake.reference_row(), fake.spec("native/fp8", dtypes={"bf16", "fp8_e4m3"})],
-        ["native/fp8", "fp8_e4m3"]),
+        ["native/fp8", "fp8_e4m3"],
+    ),
     "reference-missing-a-contract-dtype": (
         lambda: [fake.reference_row(dtypes={"bf16", "fp32"})],
-        ["torch/ref", "fp16"]),
+        ["torch/ref", "fp16"],
+    ),
     "unknown-layout-tag": (
         lambda: [fake.reference_row(), fake.spec("native/paged", layout={"kv:pagd"})],
-        ["native/paged", "kv:pagd"]),
+        ["native/paged", "kv:pagd"],
+    ),
     "layout-tag-of-another-op": (
         lambda: [fake.reference_row(), fake.spec("native/contig", layout={"x:contiguous"})],
-        ["native/contig", "x:contiguous"]),
+        ["native/contig", "x:contiguous"],
+    ),
     "shape-dim-not-in-contract": (
         lambda: [fake.reference_row(), fake.spec("native/heads", shape=(ShapeConstraint("head_dim", one_of=(64,)),))],
-        ["native/heads", "head_dim"]),
+        ["native/heads", "head_dim"],
+    ),
     "op-without-contract": (
         lambda: [fake.reference_row(), fake.spec("native/stray", op="test.unknown")],
-        ["native/stray", "test.unknown"]),
+        ["native/stray", "test.unknown"],
+    ),
 }
 
 
@@ -229,11 +236,15 @@ def test_unknown_layout_tag_is_rejected_even_if_the_contract_declares_it():
     """Catches a misspelled tag that a (test or new) contract also misspells: the row would match only
     call sites that make the same typo. Tags must come from the table's layout tags (the families' LAYOUT_TAGS)."""
     contract = fake.CONTRACTS[fake.OP]
-    misspelled = OpContract(op=contract.op, parameters=contract.parameters, dtypes=contract.dtypes,
-                            dims=contract.dims, layouts={"x:rows", "x:rowz"})
+    misspelled = OpContract(
+        op=contract.op,
+        parameters=contract.parameters,
+        dtypes=contract.dtypes,
+        dims=contract.dims,
+        layouts={"x:rows", "x:rowz"},
+    )
     with pytest.raises(TableError) as error:
-        OpTable.from_rows([fake.reference_row(), fake.spec("native/typo", layout={"x:rowz"})],
-                          {fake.OP: misspelled})
+        OpTable.from_rows([fake.reference_row(), fake.spec("native/typo", layout={"x:rowz"})], {fake.OP: misspelled})
     assert "native/typo" in str(error.value) and "x:rowz" in str(error.value)
 
 
@@ -263,8 +274,16 @@ def _install_family(monkeypatch, family: str, layouts, layout_tags) -> None:
     module = types.ModuleType(f"rapid_llm.kernels.ops.{family}")
     base = fake.CONTRACTS[fake.OP]
     op = f"{family}.op"
-    module.CONTRACTS = (OpContract(op=op, parameters=base.parameters, dtypes=base.dtypes, dims=base.dims,
-                                   layouts=layouts, check=fake.target("reference")),)
+    module.CONTRACTS = (
+        OpContract(
+            op=op,
+            parameters=base.parameters,
+            dtypes=base.dtypes,
+            dims=base.dims,
+            layouts=layouts,
+            check=fake.target("reference"),
+        ),
+    )
     module.ROWS = (fake.reference_row(op=op, name=f"torch/{family}"),)
     if layout_tags is not None:
         module.LAYOUT_TAGS = layout_tags
@@ -283,8 +302,7 @@ BAD_FAMILY_TAGS = {
     # one tag, two meanings: a call site's check provides one of them, rows of the other family trust it
     "two-descriptions": ({"x:rows": "unit stride along n"}, {"x:rows": "contiguous"}, ["x:rows", "fam_a", "fam_b"]),
     "contract-names-an-undeclared-tag": ({"x:rows": "rows"}, {}, ["fam_b", "x:rows"]),
-    "declared-tag-no-contract-names": ({"x:rows": "rows", "x:stale": "gone"}, {"x:rows": "rows"},
-                                       ["fam_a", "x:stale"]),
+    "declared-tag-no-contract-names": ({"x:rows": "rows", "x:stale": "gone"}, {"x:rows": "rows"}, ["fam_a", "x:stale"]),
     "no-layout-tags": ({"x:rows": "rows"}, None, ["fam_b", "LAYOUT_TAGS"]),
 }
 

@@ -88,10 +88,14 @@ METADATA_SCRIPT = textwrap.dedent("""
 
 
 def run_python(script: str) -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", script], env=environ, cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("RAPID_LLM_") and key != "TRITON_INTERPRET"
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environ, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, f"subprocess failed:\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -134,6 +138,8 @@ def test_importing_kernels_does_not_import_importlib_metadata():
     rapid_llm.kernels; it belongs to probe_environment() only."""
     result = run_python(METADATA_SCRIPT)
     if result["at_startup"]:
-        pytest.skip("this interpreter imports importlib.metadata at startup (a site .pth), "
-                    "so what rapid_llm.kernels imports cannot be observed")
+        pytest.skip(
+            "this interpreter imports importlib.metadata at startup (a site .pth), "
+            "so what rapid_llm.kernels imports cannot be observed"
+        )
     assert result["after"] is False

@@ -31,8 +31,9 @@ def accumulation_bound(op: str, args, output: int = 0):
     return bounds[output] if output < len(bounds) else None
 
 
-def assert_within_tolerance(op: str, dtype: str, output: int, out, want, *, args=None, specified=None,
-                            describe: str) -> None:
+def assert_within_tolerance(
+    op: str, dtype: str, output: int, out, want, *, args=None, specified=None, describe: str
+) -> None:
     """Raise AssertionError (message starting with `describe`) unless `out` is within tolerance of `want`.
 
     `args` are the call's untouched inputs (for the accumulation term; None: no term). `specified`
@@ -44,8 +45,9 @@ def assert_within_tolerance(op: str, dtype: str, output: int, out, want, *, args
         out, want = out[specified], want[specified]
         extra = extra[specified] if extra is not None else None
     if extra is None:
-        torch.testing.assert_close(out.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True,
-                                   msg=lambda m: f"{describe}: {m}")
+        torch.testing.assert_close(
+            out.float(), want.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{describe}: {m}"
+        )
         return
     out, want = out.double(), want.double()
     diff = (out - want).abs()
@@ -57,4 +59,5 @@ def assert_within_tolerance(op: str, dtype: str, output: int, out, want, *, args
         raise AssertionError(
             f"{describe}: {bad.shape[0]} / {ok.numel()} elements beyond atol {atol:.3g} + rtol {rtol:.3g} * |ref| + "
             f"accumulation bound; first at {index}: got {out[index].item():.6g}, ref {want[index].item():.6g}, "
-            f"allowed |diff| {allowed[index].item():.6g} (accumulation term {extra[index].item():.6g})")
+            f"allowed |diff| {allowed[index].item():.6g} (accumulation term {extra[index].item():.6g})"
+        )

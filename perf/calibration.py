@@ -133,8 +133,17 @@ def note_calibration(seconds_per_call: float) -> None:
         _fastest_calibration[0] = min(_fastest_calibration[0], seconds_per_call)
 
 
-def paired_ratio(function, args=(), *, setup=None, budget_s=0.4, min_pairs=15, batch_s=2e-4,
-                 calibration=calibration_workload, work_clock=None) -> dict:
+def paired_ratio(
+    function,
+    args=(),
+    *,
+    setup=None,
+    budget_s=0.4,
+    min_pairs=15,
+    batch_s=2e-4,
+    calibration=calibration_workload,
+    work_clock=None,
+) -> dict:
     """Cost of one call of `function` in calibration units, from interleaved batches (module docstring).
 
     Runs for about `budget_s` seconds and at least `min_pairs` batches of
@@ -162,8 +171,7 @@ def paired_ratio(function, args=(), *, setup=None, budget_s=0.4, min_pairs=15, b
 
     started = _clock()
     deadline, last_chance = started + budget_s, started + MAX_BUDGET_FACTOR * max(budget_s, 0.25)
-    while (len(work_times) < min_pairs or _clock() < deadline
-           or (not fast_state_seen() and _clock() < last_chance)):
+    while len(work_times) < min_pairs or _clock() < deadline or (not fast_state_seen() and _clock() < last_chance):
         calibrate()
         batch_started = _clock()
         work_times.append(time_batch(function, args, calls, setup, clock=work_clock or _clock))
@@ -172,8 +180,7 @@ def paired_ratio(function, args=(), *, setup=None, budget_s=0.4, min_pairs=15, b
     calibrate()
     fast_state = fast_state_seen()
     note_calibration(min(calibration_times))
-    pair_ratios = [work / ((calibration_times[i] + calibration_times[i + 1]) / 2)
-                   for i, work in enumerate(work_times)]
+    pair_ratios = [work / ((calibration_times[i] + calibration_times[i + 1]) / 2) for i, work in enumerate(work_times)]
     return {
         "normalised": min(work_times) / min(calibration_times),
         "pair_ratio_median": statistics.median(pair_ratios),

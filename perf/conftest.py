@@ -74,8 +74,18 @@ class Measure:
         self.benchmark = benchmark
         self.plant = plant
 
-    def __call__(self, work, *args, setup=None, between=None, rounds=None, warmup_rounds=0,
-                 paired_budget_s=0.5, paired_min_pairs=15, paired_work_clock=None):
+    def __call__(
+        self,
+        work,
+        *args,
+        setup=None,
+        between=None,
+        rounds=None,
+        warmup_rounds=0,
+        paired_budget_s=0.5,
+        paired_min_pairs=15,
+        paired_work_clock=None,
+    ):
         from perf.calibration import paired_ratio
 
         timed = self.plant(work, between=between)
@@ -83,11 +93,12 @@ class Measure:
             result = self.benchmark(timed, *args)
         else:
             # Pedantic: a per-round setup (outside the clock) or a slow function with fixed rounds.
-            result = self.benchmark.pedantic(timed, args=args, setup=setup, rounds=rounds or 100,
-                                             warmup_rounds=warmup_rounds, iterations=1)
+            result = self.benchmark.pedantic(
+                timed, args=args, setup=setup, rounds=rounds or 100, warmup_rounds=warmup_rounds, iterations=1
+            )
         self.benchmark.extra_info["paired"] = paired_ratio(
-            timed, args, setup=setup, budget_s=paired_budget_s, min_pairs=paired_min_pairs,
-            work_clock=paired_work_clock)
+            timed, args, setup=setup, budget_s=paired_budget_s, min_pairs=paired_min_pairs, work_clock=paired_work_clock
+        )
         return result
 
 
@@ -128,14 +139,22 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     import subprocess
 
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip().splitlines()
+    driver = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     triton = sys.modules.get("triton")
     machine_info["gpu"] = {
-        "name": properties.name, "sm": properties.major * 10 + properties.minor,
+        "name": properties.name,
+        "sm": properties.major * 10 + properties.minor,
         "multiprocessors": properties.multi_processor_count,
-        "memory_GiB": round(properties.total_memory / 2**30, 1), "driver": driver[0] if driver else None,
-        "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+        "memory_GiB": round(properties.total_memory / 2**30, 1),
+        "driver": driver[0] if driver else None,
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
         "triton": getattr(triton, "__version__", None),
     }
 

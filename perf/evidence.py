@@ -49,8 +49,9 @@ def load(path: pathlib.Path = INDEX) -> dict[str, dict]:
         raise EvidenceIndexError(f"{path}: expected an object of id -> entry")
     for evidence_id, entry in document.items():
         if not ID_PATTERN.fullmatch(evidence_id):
-            raise EvidenceIndexError(f"{path}: id {evidence_id!r} is not dotted lower-case words "
-                                     "(<device>.<area>.<kind>[.<name>])")
+            raise EvidenceIndexError(
+                f"{path}: id {evidence_id!r} is not dotted lower-case words (<device>.<area>.<kind>[.<name>])"
+            )
         missing = [field for field in FIELDS if not isinstance(entry, dict) or not entry.get(field)]
         if missing:
             raise EvidenceIndexError(f"{path}: {evidence_id} lacks {missing}")

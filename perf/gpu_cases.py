@@ -84,20 +84,28 @@ class BenchShape:
         return f"tokens={self.tokens}{heads}-hidden={self.hidden}-{self.dtype}"
 
     def describe(self) -> dict:
-        return {"tokens": self.tokens, "heads": self.heads, "hidden": self.hidden, "dtype": self.dtype,
-                "shape": list(self.shape), "model": self.model, "phase": "decode" if self.tokens in DECODE_TOKENS
-                else "prefill"}
+        return {
+            "tokens": self.tokens,
+            "heads": self.heads,
+            "hidden": self.hidden,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "model": self.model,
+            "phase": "decode" if self.tokens in DECODE_TOKENS else "prefill",
+        }
 
 
 def hidden_shapes(hidden_presets=HIDDEN_PRESETS, *, per_head=True) -> list[BenchShape]:
     """bf16 at every (preset, token count); fp16 and fp32 at one shape."""
-    shapes = [BenchShape(tokens, hidden, "bf16", model=model) for hidden, model in hidden_presets
-              for tokens in TOKENS]
+    shapes = [BenchShape(tokens, hidden, "bf16", model=model) for hidden, model in hidden_presets for tokens in TOKENS]
     if per_head:
-        shapes += [BenchShape(tokens, QK_NORM_HEAD_DIM, "bf16", heads=QK_NORM_HEADS, model=QK_NORM_MODEL)
-                   for tokens in TOKENS]
-    shapes += [BenchShape(OTHER_DTYPES_AT["tokens"], OTHER_DTYPES_AT["hidden"], dtype, model=HIDDEN_PRESETS[0][1])
-               for dtype in ("fp16", "fp32")]
+        shapes += [
+            BenchShape(tokens, QK_NORM_HEAD_DIM, "bf16", heads=QK_NORM_HEADS, model=QK_NORM_MODEL) for tokens in TOKENS
+        ]
+    shapes += [
+        BenchShape(OTHER_DTYPES_AT["tokens"], OTHER_DTYPES_AT["hidden"], dtype, model=HIDDEN_PRESETS[0][1])
+        for dtype in ("fp16", "fp32")
+    ]
     return shapes
 
 
@@ -156,8 +164,9 @@ def reference_row(op: str):
     return row.name, fn
 
 
-def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, reference: str, case: str,
-                            args=None, specified=None) -> dict:
+def check_against_reference(
+    op: str, dtype: str, got, expected, *, arm: str, reference: str, case: str, args=None, specified=None
+) -> dict:
     """Every output of `arm` against the reference row's, at conformance's tolerance for (op, dtype, output).
 
     The tolerances are conformance.tolerances.tolerance(op, dtype, output):
@@ -180,10 +189,19 @@ def check_against_reference(op: str, dtype: str, got, expected, *, arm: str, ref
     max_abs_diff, bitwise, tolerances = 0.0, True, []
     for index, (out, want) in enumerate(zip(outputs, wanted)):
         assert out.shape == want.shape and out.dtype == want.dtype, (
-            f"{arm} output {index}: {out.dtype}{list(out.shape)}, {reference} {want.dtype}{list(want.shape)}")
+            f"{arm} output {index}: {out.dtype}{list(out.shape)}, {reference} {want.dtype}{list(want.shape)}"
+        )
         tolerances.append(tolerance(op, dtype, index))
-        assert_within_tolerance(op, dtype, index, out, want, args=args, specified=specified,
-                                describe=f"{arm} output {index} vs {reference} on {case}")
+        assert_within_tolerance(
+            op,
+            dtype,
+            index,
+            out,
+            want,
+            args=args,
+            specified=specified,
+            describe=f"{arm} output {index} vs {reference} on {case}",
+        )
         if specified is not None:
             out, want = out[specified], want[specified]
         if out.numel():

@@ -53,19 +53,29 @@ CPU_SUITES = ("perf/test_dispatcher_bench.py",)
 def gpu_suites() -> tuple[str, ...]:
     """Every perf/test_*_bench.py but the CPU suites, sorted: a new family's bench file is picked up as it lands."""
     found = sorted(glob.glob(os.path.join(REPO_ROOT, "perf", "test_*_bench.py")))
-    return tuple(suite for suite in (os.path.relpath(path, REPO_ROOT).replace(os.sep, "/") for path in found)
-                 if suite not in CPU_SUITES)
+    return tuple(
+        suite
+        for suite in (os.path.relpath(path, REPO_ROOT).replace(os.sep, "/") for path in found)
+        if suite not in CPU_SUITES
+    )
 
 
 SUITES = gpu_suites()
 SCHEMA = "rapid_llm.perf.gpu_report/1"
 #: Distributions whose versions the report records (the peers' libraries), when installed.
-LIBRARIES = ("flashinfer-python", "apache-tvm-ffi", "sgl-flash-mla", "fa3-fwd", "tokenspeed-deepgemm",
-             "pytest-benchmark")
+LIBRARIES = (
+    "flashinfer-python",
+    "apache-tvm-ffi",
+    "sgl-flash-mla",
+    "fa3-fwd",
+    "tokenspeed-deepgemm",
+    "pytest-benchmark",
+)
 RATIO_DEFINITION = (
     "engine_peer.<event|graph>: the fastest of the op's engine-driven peers (engine_peers) timed at the same "
     "case with the same timer (event: CUDA events, L2 flushed; graph: CUDA-graph replay); ratio = that peer's "
-    "time / this row's time (> 1: the row is faster). engine_peer_ratios: the same ratio against each of them.")
+    "time / this row's time (> 1: the row is faster). engine_peer_ratios: the same ratio against each of them."
+)
 
 
 def _library_versions() -> dict:
@@ -97,9 +107,12 @@ def _versions() -> dict:
             index = torch.cuda.current_device()
             major, minor = torch.cuda.get_device_capability(index)
             props = torch.cuda.get_device_properties(index)
-            info.update(device=torch.cuda.get_device_name(index), sm=major * 10 + minor,
-                        multiprocessors=props.multi_processor_count,
-                        memory_GiB=round(props.total_memory / 2**30, 1))
+            info.update(
+                device=torch.cuda.get_device_name(index),
+                sm=major * 10 + minor,
+                multiprocessors=props.multi_processor_count,
+                memory_GiB=round(props.total_memory / 2**30, 1),
+            )
     except ImportError:
         info["torch"] = None
     try:
@@ -109,9 +122,15 @@ def _versions() -> dict:
     except ImportError:
         info["triton"] = None
     try:
-        info["driver"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30).stdout.strip() or None
+        info["driver"] = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         info["driver"] = None
     info["commit"], info["worktree_dirty"] = _git_state()
@@ -122,13 +141,15 @@ def _versions() -> dict:
 def _git_state():
     """(commit sha or None, whether tracked or untracked files differ from it; None if unknown)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=30)
+        head = subprocess.run(
+            ["git", "rev-parse", "--verify", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
+        )
         sha = head.stdout.strip()
         if head.returncode != 0 or len(sha) != 40:
             return None, None  # not a git checkout (a copied tree): say so rather than guess
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True,
-                                timeout=60)
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+        )
         return sha, (bool(status.stdout.strip()) if status.returncode == 0 else None)
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -138,7 +159,7 @@ def _arm_and_case(test_name: str) -> tuple[str | None, str | None]:
     """(row, case) of a parametrised suite test "test_x[<row>-<case>]" (row names carry no '-'), else Nones."""
     if "[" not in test_name or not test_name.endswith("]"):
         return None, None
-    param = test_name[test_name.index("[") + 1:-1]
+    param = test_name[test_name.index("[") + 1 : -1]
     row, _, case = param.partition("-")
     return (row, case or None) if "/" in row else (None, None)
 
@@ -157,8 +178,15 @@ def _junit_outcomes(path: str) -> tuple[list, list, int]:
             if child.tag == "skipped":
                 skipped.append({"test": name, "row": row, "case": case_id, "reason": child.get("message", "")})
             elif child.tag in ("failure", "error"):
-                failed.append({"test": name, "row": row, "case": case_id, "kind": child.tag,
-                               "message": (child.get("message") or "")[:2000]})
+                failed.append(
+                    {
+                        "test": name,
+                        "row": row,
+                        "case": case_id,
+                        "kind": child.tag,
+                        "message": (child.get("message") or "")[:2000],
+                    }
+                )
     return skipped, failed, total
 
 
@@ -259,9 +287,12 @@ def _table_lines(cases: list[dict], *, markdown: bool) -> list[str]:
             cells = [case_id]
             for arm in arms:
                 c = by_arm.get(arm)
-                cells.append("-" if c is None else
-                             f"{_fmt(c['us'])} / {_fmt(c['GBps'], 0)} / {_fmt(c['pct_of_copy_bw'], 0)}% / "
-                             f"{_fmt(c['graph_us'])}")
+                cells.append(
+                    "-"
+                    if c is None
+                    else f"{_fmt(c['us'])} / {_fmt(c['GBps'], 0)} / {_fmt(c['pct_of_copy_bw'], 0)}% / "
+                    f"{_fmt(c['graph_us'])}"
+                )
             if markdown:
                 lines.append("| " + " | ".join(cells) + " |")
             else:
@@ -271,8 +302,13 @@ def _table_lines(cases: list[dict], *, markdown: bool) -> list[str]:
 
 def _ratio_lines(cases: list[dict], *, markdown: bool) -> list[str]:
     """One line per (op, case, row) that has an engine-peer ratio: the peer and the ratio per timer."""
+
     def cell(best):
-        return "-" if not best or best.get("ratio") is None else f"{best['ratio']:.2f}x vs {best['row']} ({best['us']:.1f} µs)"
+        return (
+            "-"
+            if not best or best.get("ratio") is None
+            else f"{best['ratio']:.2f}x vs {best['row']} ({best['us']:.1f} µs)"
+        )
 
     rows = [case for case in cases if case.get("engine_peer")]
     if not rows:
@@ -283,8 +319,13 @@ def _ratio_lines(cases: list[dict], *, markdown: bool) -> list[str]:
     else:
         lines = ["", title]
     for case in rows:
-        cells = [case["op"], case["case"], case["row"], cell(case["engine_peer"].get("event")),
-                 cell(case["engine_peer"].get("graph"))]
+        cells = [
+            case["op"],
+            case["case"],
+            case["row"],
+            cell(case["engine_peer"].get("event")),
+            cell(case["engine_peer"].get("graph")),
+        ]
         lines.append("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
     return lines
 
@@ -295,8 +336,7 @@ def _run_pytest(command: list[str]) -> tuple[int, bool]:
     interrupted = []
     # pytest turns SIGINT into a clean stop only if it does not inherit SIGINT ignored (as commands started in
     # the background of a non-interactive shell do): the default disposition before its exec
-    process = subprocess.Popen(command, cwd=REPO_ROOT,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(command, cwd=REPO_ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     try:
         while True:
@@ -312,10 +352,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for the result files (e.g. perf/results/h200)")
     parser.add_argument("--name", default="h200", help="suffix of the file names (default h200)")
-    parser.add_argument("--commit", help="the commit the tree was copied from, where it is not a git checkout "
-                                         "(e.g. a GPU machine that receives a copy of the working tree)")
-    parser.add_argument("--suites", nargs="+", metavar="FILE", default=list(SUITES),
-                        help="benchmark files to run, relative to the repository root (default: every GPU suite)")
+    parser.add_argument(
+        "--commit",
+        help="the commit the tree was copied from, where it is not a git checkout "
+        "(e.g. a GPU machine that receives a copy of the working tree)",
+    )
+    parser.add_argument(
+        "--suites",
+        nargs="+",
+        metavar="FILE",
+        default=list(SUITES),
+        help="benchmark files to run, relative to the repository root (default: every GPU suite)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = parser.parse_args(argv)
 
@@ -323,9 +371,21 @@ def main(argv=None) -> int:
     os.makedirs(out, exist_ok=True)
     raw_json = os.path.join(out, f"pytest_benchmark_{args.name}.json")
     junit = os.path.join(out, f"junit_{args.name}.xml")
-    command = [sys.executable, "-m", "pytest", *args.suites, f"--benchmark-json={raw_json}", f"--junitxml={junit}",
-               "-p", "no:cacheprovider", "-q", "-rfEs", "--benchmark-columns=median,rounds",
-               "--benchmark-sort=fullname", *args.pytest_args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *args.suites,
+        f"--benchmark-json={raw_json}",
+        f"--junitxml={junit}",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfEs",
+        "--benchmark-columns=median,rounds",
+        "--benchmark-sort=fullname",
+        *args.pytest_args,
+    ]
     started = datetime.datetime.now(datetime.timezone.utc)
     print("$ " + shlex.join(command), flush=True)
     status, interrupted = _run_pytest(command)
@@ -345,8 +405,14 @@ def main(argv=None) -> int:
     versions = _versions()
     if versions["commit"] is None and args.commit:
         versions["commit"], versions["commit_source"] = args.commit, "--commit (not a git checkout)"
-    copy_GBps = next((b["extra_info"].get("copy_GBps") for b in raw.get("benchmarks", [])
-                      if (b.get("extra_info") or {}).get("copy_GBps")), None)
+    copy_GBps = next(
+        (
+            b["extra_info"].get("copy_GBps")
+            for b in raw.get("benchmarks", [])
+            if (b.get("extra_info") or {}).get("copy_GBps")
+        ),
+        None,
+    )
     report = {
         "schema": SCHEMA,
         "date": started.isoformat(timespec="seconds"),
@@ -358,10 +424,12 @@ def main(argv=None) -> int:
         "raw_json_error": raw_error,
         **versions,
         "copy_bandwidth_GBps": copy_GBps,
-        "timing": ("us: CUDA-event median over 50 calls, L2 flushed (512 MiB write) before each, warm-up "
-                   "excluded; graph_us: per-call time replaying a CUDA graph of 20 calls (L2 warm), decode-sized "
-                   "cases; wall_us: pytest-benchmark median of one eager call + synchronize (launch included); "
-                   "GB/s from bytes read + written once; % of the copy bandwidth measured in the same session"),
+        "timing": (
+            "us: CUDA-event median over 50 calls, L2 flushed (512 MiB write) before each, warm-up "
+            "excluded; graph_us: per-call time replaying a CUDA graph of 20 calls (L2 warm), decode-sized "
+            "cases; wall_us: pytest-benchmark median of one eager call + synchronize (launch included); "
+            "GB/s from bytes read + written once; % of the copy bandwidth measured in the same session"
+        ),
         "engine_peers": engine_peers,
         "ratio": RATIO_DEFINITION,
         "counts": {"tests": total, "timed": len(cases), "skipped": len(skipped), "failed": len(failed)},
@@ -373,11 +441,15 @@ def main(argv=None) -> int:
     with open(summary_path, "w") as handle:
         json.dump(report, handle, indent=1)
         handle.write("\n")
-    markdown = [f"# GPU benchmarks: {versions.get('device')} (sm{versions.get('sm')})", "",
-                f"torch {versions.get('torch')}, triton {versions.get('triton')}, {report['date']}; "
-                f"device-to-device copy {_fmt(copy_GBps, 0)} GB/s (read + write). Generated by "
-                f"perf/gpu_report.py from {os.path.basename(summary_path)}.", "",
-                "Cells: event-timed µs (L2 flushed) / GB/s / % of copy bandwidth / CUDA-graph µs per call."]
+    markdown = [
+        f"# GPU benchmarks: {versions.get('device')} (sm{versions.get('sm')})",
+        "",
+        f"torch {versions.get('torch')}, triton {versions.get('triton')}, {report['date']}; "
+        f"device-to-device copy {_fmt(copy_GBps, 0)} GB/s (read + write). Generated by "
+        f"perf/gpu_report.py from {os.path.basename(summary_path)}.",
+        "",
+        "Cells: event-timed µs (L2 flushed) / GB/s / % of copy bandwidth / CUDA-graph µs per call.",
+    ]
     markdown += _table_lines(cases, markdown=True)
     markdown += _ratio_lines(cases, markdown=True)
     with open(os.path.join(out, f"bench_{args.name}.md"), "w") as handle:
@@ -386,8 +458,10 @@ def main(argv=None) -> int:
     print(f"\nwrote {summary_path} ({len(cases)} timed, {len(skipped)} skipped, {len(failed)} failed)")
     for failure in failed:
         print(f"FAILED {failure['test']}: {failure['message'].splitlines()[0] if failure['message'] else ''}")
-    print(f"{versions.get('device')}  torch {versions.get('torch')}  triton {versions.get('triton')}  "
-          f"copy {_fmt(copy_GBps, 0)} GB/s  ({report['date']})")
+    print(
+        f"{versions.get('device')}  torch {versions.get('torch')}  triton {versions.get('triton')}  "
+        f"copy {_fmt(copy_GBps, 0)} GB/s  ({report['date']})"
+    )
     print("\n".join(_table_lines(cases, markdown=False) + _ratio_lines(cases, markdown=False)))
     return status
 

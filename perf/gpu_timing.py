@@ -89,8 +89,7 @@ class Timing:
     @classmethod
     def from_ms(cls, times_ms) -> "Timing":
         values = sorted(t * 1e3 for t in times_ms)
-        return cls(statistics.median(values), values[0], _quantile(values, 0.2), _quantile(values, 0.8),
-                   len(values))
+        return cls(statistics.median(values), values[0], _quantile(values, 0.2), _quantile(values, 0.8), len(values))
 
 
 def event_timer(fn, *, flush=None, iterations=EVENT_ITERATIONS, warmup=EVENT_WARMUP) -> Timing:
@@ -198,20 +197,36 @@ class GpuSession:
         major, minor = torch.cuda.get_device_capability(index)
         copy = measure_copy_bandwidth()
         flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
-        return cls(torch.cuda.get_device_name(index), major * 10 + minor, torch.__version__, triton_version,
-                   copy, flush)
+        return cls(
+            torch.cuda.get_device_name(index), major * 10 + minor, torch.__version__, triton_version, copy, flush
+        )
 
     @property
     def copy_GBps(self) -> float:
         return self.copy["GBps"]
 
     def describe(self) -> dict:
-        return {"device": self.device_name, "sm": self.sm, "torch": self.torch_version,
-                "triton": self.triton_version, "copy_GBps": round(self.copy_GBps, 1)}
+        return {
+            "device": self.device_name,
+            "sm": self.sm,
+            "torch": self.torch_version,
+            "triton": self.triton_version,
+            "copy_GBps": round(self.copy_GBps, 1),
+        }
 
 
-def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=30, graph: bool | None = None,
-                graph_safe: bool = True, flops: float | None = None, graph_optional: bool = False):
+def record_case(
+    benchmark,
+    session: GpuSession,
+    fn,
+    *,
+    bytes_moved: int,
+    rounds=30,
+    graph: bool | None = None,
+    graph_safe: bool = True,
+    flops: float | None = None,
+    graph_optional: bool = False,
+):
     """Time fn three ways and fill benchmark.extra_info.
 
     - pytest-benchmark's own timing: wall time of fn() + synchronize, L2
@@ -272,8 +287,11 @@ def record_case(benchmark, session: GpuSession, fn, *, bytes_moved: int, rounds=
     if graph_error:
         info["graph_error"] = graph_error
     if flops is not None:
-        info.update(flops=flops, TFLOPs=flops / (event.median_us * 1e-6) / 1e12,
-                    graph_TFLOPs=flops / (graph_timing.median_us * 1e-6) / 1e12 if graph_timing else None)
+        info.update(
+            flops=flops,
+            TFLOPs=flops / (event.median_us * 1e-6) / 1e12,
+            graph_TFLOPs=flops / (graph_timing.median_us * 1e-6) / 1e12 if graph_timing else None,
+        )
 
     def flushed():
         flush.zero_()

@@ -85,9 +85,13 @@ def flashinfer_peer(op: str, dtype: str):
         flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, head_dim, cos_sin_cache, is_neox)
         return q, k
 
-    peers = {"norm.rms_norm": rms_norm, "norm.fused_add_rms_norm": fused_add_rms_norm,
-             "activation.silu_and_mul": silu_and_mul, "activation.gelu_tanh_and_mul": gelu_tanh_and_mul,
-             "embedding.rotary": rotary}
+    peers = {
+        "norm.rms_norm": rms_norm,
+        "norm.fused_add_rms_norm": fused_add_rms_norm,
+        "activation.silu_and_mul": silu_and_mul,
+        "activation.gelu_tanh_and_mul": gelu_tanh_and_mul,
+        "embedding.rotary": rotary,
+    }
     if op not in peers:
         pytest.skip(f"{FLASHINFER}: FlashInfer has no kernel for {op} with this contract")
     return peers[op]

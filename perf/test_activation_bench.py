@@ -19,8 +19,15 @@ import pytest
 
 from perf import gpu_timing
 from perf.peers import FLASHINFER, flashinfer_peer
-from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, load_row,
-    reference_row, table_arms, torch_dtype)
+from perf.gpu_cases import (
+    bytes_per_element,
+    check_against_reference,
+    describe_check,
+    load_row,
+    reference_row,
+    table_arms,
+    torch_dtype,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -53,10 +60,15 @@ def _peer(op):
     return peer
 
 
-@pytest.mark.parametrize("op,arm,tokens,d,dtype", [
-    pytest.param(op, arm, tokens, d, dtype, id=f"{arm}-tokens={tokens}-d={d}-{dtype}")
-    for op in OPS for arm in table_arms(op) + [PEER, FLASHINFER] for tokens, d, dtype in _cases()
-])
+@pytest.mark.parametrize(
+    "op,arm,tokens,d,dtype",
+    [
+        pytest.param(op, arm, tokens, d, dtype, id=f"{arm}-tokens={tokens}-d={d}-{dtype}")
+        for op in OPS
+        for arm in table_arms(op) + [PEER, FLASHINFER]
+        for tokens, d, dtype in _cases()
+    ],
+)
 def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
     import torch
 
@@ -74,8 +86,9 @@ def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
     else:
         # The layout tags the op's check gives these inputs (both gated ops share the check; FlashInfer's
         # rows need x:contiguous16 and out:contiguous16).
-        checked, row = load_row(op, arm, dtype=dtype, shape={"num_tokens": tokens, "intermediate": d},
-                                layout=check_silu_and_mul(x, out)[1])
+        checked, row = load_row(
+            op, arm, dtype=dtype, shape={"num_tokens": tokens, "intermediate": d}, layout=check_silu_and_mul(x, out)[1]
+        )
         fn, graph_safe = checked.impl, row.graph_safe
 
     reference_name, reference = reference_row(op)
@@ -95,10 +108,16 @@ def test_gated(benchmark, gpu_session, op, arm, tokens, d, dtype):
 
     bytes_moved = tokens * 3 * d * bytes_per_element(dtype)
     benchmark.extra_info.update(
-        op=op, row=arm, case=case, tokens=tokens, intermediate=d, dtype=dtype,
-        shape=[tokens, 2 * d], phase="decode" if tokens <= 64 else "prefill",
-        correctness=correctness, max_abs_diff=max_abs_diff,
+        op=op,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        intermediate=d,
+        dtype=dtype,
+        shape=[tokens, 2 * d],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=correctness,
+        max_abs_diff=max_abs_diff,
         bytes_formula="x [tokens, 2d] read once + out [tokens, d] written once",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, out), bytes_moved=bytes_moved,
-                           graph_safe=graph_safe)
+    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, out), bytes_moved=bytes_moved, graph_safe=graph_safe)

@@ -48,15 +48,22 @@ import pytest
 
 from perf import gpu_timing
 from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
-from perf.peers import (FLASHINFER_GRAPH_DECODE, FLASHINFER_PLANNED_DECODE, FLASHINFER_PLANNED_MLA_DECODE,
-                        FLASHINFER_PLANNED_MLA_PREFILL, FLASHINFER_PLANNED_PREFILL, FLASHINFER_PLANNED_PREFILL_PAGED,
-                        FLASH_MLA_METADATA, SDPA)
+from perf.peers import (
+    FLASHINFER_GRAPH_DECODE,
+    FLASHINFER_PLANNED_DECODE,
+    FLASHINFER_PLANNED_MLA_DECODE,
+    FLASHINFER_PLANNED_MLA_PREFILL,
+    FLASHINFER_PLANNED_PREFILL,
+    FLASHINFER_PLANNED_PREFILL_PAGED,
+    FLASH_MLA_METADATA,
+    SDPA,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
 #: The softmax scale of DeepSeek-V3's absorbed MLA as engines pass it: the qk head dim before absorption,
 #: 128 nope + 64 rope dims.
-MLA_SM_SCALE = 192 ** -0.5
+MLA_SM_SCALE = 192**-0.5
 ROW_DRIVEN = "row: as our dispatch calls it (the planned row's kernel, per-call preparation included)"
 
 
@@ -70,7 +77,7 @@ def _contenders(op):
 @dataclass(frozen=True)
 class AttentionShape:
     batch: int
-    length: int          # KV length per sequence (decode), sequence length (prefill)
+    length: int  # KV length per sequence (decode), sequence length (prefill)
     num_q_heads: int
     num_kv_heads: int
     head_dim: int
@@ -83,8 +90,10 @@ class AttentionShape:
     def id(self) -> str:
         chunk = f"-chunk{self.new_tokens}" if self.new_tokens else ""
         kv = "-kvfp8" if self.kv_fp8 else ""
-        return (f"B{self.batch}-L{self.length}{chunk}-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}"
-                f"-page{self.page_size}-{self.dtype}{kv}")
+        return (
+            f"B{self.batch}-L{self.length}{chunk}-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}"
+            f"-page{self.page_size}-{self.dtype}{kv}"
+        )
 
 
 def _page_table(batch, length, page_size, device):
@@ -106,8 +115,13 @@ def _layout(op, args):
     """(layout tags, shape dims) the op's own argument check derives from args: what dispatch plans with."""
     from rapid_llm.kernels.ops.attention import checks
 
-    check = {DECODE: checks.check_decode, PREFILL: checks.check_prefill, MLA_PREFILL: checks.check_mla_prefill,
-             PREFILL_PAGED: checks.check_prefill_paged, MLA_DECODE: checks.check_mla_decode}[op]
+    check = {
+        DECODE: checks.check_decode,
+        PREFILL: checks.check_prefill,
+        MLA_PREFILL: checks.check_mla_prefill,
+        PREFILL_PAGED: checks.check_prefill_paged,
+        MLA_DECODE: checks.check_mla_decode,
+    }[op]
     _, layout, dims = check(*args)
     return layout, dict(dims)
 
@@ -178,8 +192,12 @@ def _record(benchmark, gpu_session, fn, *, peer, **kwargs):
 # ---------------------------------------------------------------------------
 
 DECODE = "attention.decode"
-_DECODE_BF16 = [AttentionShape(64, 4096, 32, 8, 128), AttentionShape(8, 8192, 32, 8, 128),
-                AttentionShape(1, 32768, 32, 8, 128), AttentionShape(1, 1024, 32, 8, 128)]
+_DECODE_BF16 = [
+    AttentionShape(64, 4096, 32, 8, 128),
+    AttentionShape(8, 8192, 32, 8, 128),
+    AttentionShape(1, 32768, 32, 8, 128),
+    AttentionShape(1, 1024, 32, 8, 128),
+]
 DECODE_SHAPES = _DECODE_BF16 + [AttentionShape(c.batch, c.length, 32, 8, 128, kv_fp8=True) for c in _DECODE_BF16[:3]]
 DECODE_PEERS = [FLASHINFER_PLANNED_DECODE, FLASHINFER_GRAPH_DECODE]
 
@@ -202,12 +220,14 @@ def _decode_inputs(case):
         scales = (scale, scale.clone())
     q = _randn((case.batch, case.num_q_heads, case.head_dim), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    args = (q, buffer, table, seq_lens, case.page_size, case.head_dim ** -0.5, *scales)
+    args = (q, buffer, table, seq_lens, case.page_size, case.head_dim**-0.5, *scales)
     return args, case.batch * case.length * 2 * case.num_kv_heads * case.head_dim * buffer.element_size()
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(DECODE) + DECODE_PEERS for c in DECODE_SHAPES])
+@pytest.mark.parametrize(
+    "arm,case",
+    [pytest.param(a, c, id=f"{a}-{c.id}") for a in _contenders(DECODE) + DECODE_PEERS for c in DECODE_SHAPES],
+)
 def test_decode(benchmark, gpu_session, arm, case):
     args, kv_bytes = _decode_inputs(case)
     if arm in DECODE_PEERS:
@@ -217,28 +237,48 @@ def test_decode(benchmark, gpu_session, arm, case):
         q, buffer = args[0], args[1]
         if arm == FLASHINFER_PLANNED_DECODE:
             run = adapters.plan_decode(*args[:6])
-            fn, info = _peer(DECODE, arm, case.id, case.dtype, args, lambda: run(q, buffer),
-                             "engine: plan() once per step outside the timing, run() timed")
+            fn, info = _peer(
+                DECODE,
+                arm,
+                case.id,
+                case.dtype,
+                args,
+                lambda: run(q, buffer),
+                "engine: plan() once per step outside the timing, run() timed",
+            )
             graph_safe = False
         else:
             run_plain = adapters.plan_decode(*args[:6])
             run_graph = adapters.plan_decode(*args[:6], cuda_graph=True)
             difference = float((run_graph(q, buffer).float() - run_plain(q, buffer).float()).abs().max())
             assert difference <= 1e-2, f"FlashInfer's CUDA-graph mode differs from its plain plan by {difference}"
-            fn, info = _peer(DECODE, arm, case.id, case.dtype, args, lambda: run_graph(q, buffer),
-                             "engine: plan() once per step in FlashInfer's CUDA-graph mode (fixed page-list "
-                             "buffers), run() timed and captured")
+            fn, info = _peer(
+                DECODE,
+                arm,
+                case.id,
+                case.dtype,
+                args,
+                lambda: run_graph(q, buffer),
+                "engine: plan() once per step in FlashInfer's CUDA-graph mode (fixed page-list "
+                "buffers), run() timed and captured",
+            )
             info["correctness"] += f"; max |diff| {difference:g} from the plain plan"
             graph_safe = True
     else:
         fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args)
-    benchmark.extra_info.update(op=DECODE, row=arm, case=case.id, **info,
-                                bytes_formula="K and V of every sequence read once (q and out are < 1%)")
+    benchmark.extra_info.update(
+        op=DECODE,
+        row=arm,
+        case=case.id,
+        **info,
+        bytes_formula="K and V of every sequence read once (q and out are < 1%)",
+    )
     # every shape also in graph replay (the rows that can be captured): on a slow host the event timing of an
     # eager call includes the part of its Python enqueue (one Triton launch, plus the merge with splits) that
     # the L2 flush does not hide; engines replay decode steps from CUDA graphs
-    _record(benchmark, gpu_session, fn, peer=arm in DECODE_PEERS, bytes_moved=kv_bytes, graph=True,
-            graph_safe=graph_safe)
+    _record(
+        benchmark, gpu_session, fn, peer=arm in DECODE_PEERS, bytes_moved=kv_bytes, graph=True, graph_safe=graph_safe
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -248,8 +288,12 @@ def test_decode(benchmark, gpu_session, arm, case):
 PREFILL = "attention.prefill"
 MLA_PREFILL = "attention.mla_prefill"
 #: 4 x 4096 and 16 x 1024 are one num_tokens bucket (16384) whose fastest rows differ: max_seqlen separates them.
-PREFILL_SHAPES = [AttentionShape(4, 4096, 32, 8, 128), AttentionShape(16, 1024, 32, 8, 128),
-                  AttentionShape(32, 512, 32, 8, 128), AttentionShape(1, 8192, 32, 8, 128)]
+PREFILL_SHAPES = [
+    AttentionShape(4, 4096, 32, 8, 128),
+    AttentionShape(16, 1024, 32, 8, 128),
+    AttentionShape(32, 512, 32, 8, 128),
+    AttentionShape(1, 8192, 32, 8, 128),
+]
 MLA_PREFILL_SHAPES = [AttentionShape(4, 4096, 16, 16, 192)]
 
 
@@ -275,49 +319,83 @@ def _sdpa_peer(q, k, v, case):
         return t.view(case.batch, case.length, t.shape[1], t.shape[2]).transpose(1, 2)
 
     qb, kb, vb = shaped(q), shaped(k), shaped(v)
-    scale = case.head_dim ** -0.5
+    scale = case.head_dim**-0.5
 
     def peer():
-        return F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale,
-                                              enable_gqa=case.num_q_heads != case.num_kv_heads)
+        return F.scaled_dot_product_attention(
+            qb, kb, vb, is_causal=True, scale=scale, enable_gqa=case.num_q_heads != case.num_kv_heads
+        )
+
     return peer
 
 
 def _prefill_case(benchmark, gpu_session, op, arm, case, head_dim_v):
     q, k, v, cu = _ragged_inputs(case, head_dim_v)
-    args = (q, k, v, cu, case.length, case.head_dim ** -0.5, True, False)
+    args = (q, k, v, cu, case.length, case.head_dim**-0.5, True, False)
     peer = arm.startswith("peer/")
     if arm == SDPA:
         sdpa = _sdpa_peer(q, k, v, case)
         # checked as [T, H, Dv] (the reference's layout); timed as it returns, [B, H, S, Dv]
-        fn, info = _peer(op, arm, case.id, case.dtype, args,
-                         lambda: sdpa().transpose(1, 2).reshape(q.shape[0], case.num_q_heads, head_dim_v),
-                         "dense batch of equal lengths, no per-step state")
+        fn, info = _peer(
+            op,
+            arm,
+            case.id,
+            case.dtype,
+            args,
+            lambda: sdpa().transpose(1, 2).reshape(q.shape[0], case.num_q_heads, head_dim_v),
+            "dense batch of equal lengths, no per-step state",
+        )
         fn, graph_safe = sdpa, True
     elif arm in (FLASHINFER_PLANNED_PREFILL, FLASHINFER_PLANNED_MLA_PREFILL):
-        run = _flashinfer_adapters().plan_prefill(q, k, v, cu, case.head_dim ** -0.5, causal=True)
-        fn, info = _peer(op, arm, case.id, case.dtype, args, lambda: run(q, k, v),
-                         "engine: plan() once per step outside the timing, run() timed")
+        run = _flashinfer_adapters().plan_prefill(q, k, v, cu, case.head_dim**-0.5, causal=True)
+        fn, info = _peer(
+            op,
+            arm,
+            case.id,
+            case.dtype,
+            args,
+            lambda: run(q, k, v),
+            "engine: plan() once per step outside the timing, run() timed",
+        )
         graph_safe = False
     else:
         fn, graph_safe, info = _run_arm(op, arm, case.id, case.dtype, args)
-    flops = 4 * case.batch * case.num_q_heads * case.length ** 2 * (case.head_dim + head_dim_v) / 2 / 2
-    benchmark.extra_info.update(op=op, row=arm, case=case.id, **info,
-                                flops_formula="2*B*H*S^2*(D + Dv)/2: Q.K and P.V over the causal half")
-    _record(benchmark, gpu_session, fn, peer=peer, bytes_moved=q.numel() * q.element_size() * 3, graph=False,
-            graph_safe=graph_safe, flops=flops)
+    flops = 4 * case.batch * case.num_q_heads * case.length**2 * (case.head_dim + head_dim_v) / 2 / 2
+    benchmark.extra_info.update(
+        op=op, row=arm, case=case.id, **info, flops_formula="2*B*H*S^2*(D + Dv)/2: Q.K and P.V over the causal half"
+    )
+    _record(
+        benchmark,
+        gpu_session,
+        fn,
+        peer=peer,
+        bytes_moved=q.numel() * q.element_size() * 3,
+        graph=False,
+        graph_safe=graph_safe,
+        flops=flops,
+    )
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(PREFILL) + [SDPA, FLASHINFER_PLANNED_PREFILL]
-                                      for c in PREFILL_SHAPES])
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(PREFILL) + [SDPA, FLASHINFER_PLANNED_PREFILL]
+        for c in PREFILL_SHAPES
+    ],
+)
 def test_prefill(benchmark, gpu_session, arm, case):
     _prefill_case(benchmark, gpu_session, PREFILL, arm, case, case.head_dim)
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(MLA_PREFILL) + [FLASHINFER_PLANNED_MLA_PREFILL]
-                                      for c in MLA_PREFILL_SHAPES])
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(MLA_PREFILL) + [FLASHINFER_PLANNED_MLA_PREFILL]
+        for c in MLA_PREFILL_SHAPES
+    ],
+)
 def test_mla_prefill(benchmark, gpu_session, arm, case):
     _prefill_case(benchmark, gpu_session, MLA_PREFILL, arm, case, 128)
 
@@ -330,9 +408,14 @@ PREFILL_PAGED = "attention.prefill_paged"
 PREFILL_PAGED_SHAPES = [AttentionShape(4, 4608, 32, 8, 128, new_tokens=512)]
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(PREFILL_PAGED) + [FLASHINFER_PLANNED_PREFILL_PAGED]
-                                      for c in PREFILL_PAGED_SHAPES])
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(PREFILL_PAGED) + [FLASHINFER_PLANNED_PREFILL_PAGED]
+        for c in PREFILL_PAGED_SHAPES
+    ],
+)
 def test_prefill_paged(benchmark, gpu_session, arm, case):
     import torch
 
@@ -346,23 +429,40 @@ def test_prefill_paged(benchmark, gpu_session, arm, case):
     q = _randn((tokens, case.num_q_heads, case.head_dim), dtype, generator)
     cu = torch.arange(0, tokens + 1, case.new_tokens, dtype=torch.int32, device="cuda")
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    scale = case.head_dim ** -0.5
+    scale = case.head_dim**-0.5
     args = (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, scale, True, False)
     if arm == FLASHINFER_PLANNED_PREFILL_PAGED:
-        run = _flashinfer_adapters().plan_prefill_paged(q, buffer, table, cu, seq_lens, case.page_size, scale,
-                                                        causal=True)
-        fn, info = _peer(PREFILL_PAGED, arm, case.id, case.dtype, args, lambda: run(q, buffer),
-                         "engine: plan() once per step outside the timing, run() timed")
+        run = _flashinfer_adapters().plan_prefill_paged(
+            q, buffer, table, cu, seq_lens, case.page_size, scale, causal=True
+        )
+        fn, info = _peer(
+            PREFILL_PAGED,
+            arm,
+            case.id,
+            case.dtype,
+            args,
+            lambda: run(q, buffer),
+            "engine: plan() once per step outside the timing, run() timed",
+        )
         graph_safe = False
     else:
         fn, graph_safe, info = _run_arm(PREFILL_PAGED, arm, case.id, case.dtype, args)
     history = case.length - case.new_tokens
     pairs = case.new_tokens * history + case.new_tokens * (case.new_tokens + 1) / 2
     flops = 4 * case.batch * case.num_q_heads * pairs * case.head_dim
-    benchmark.extra_info.update(op=PREFILL_PAGED, row=arm, case=case.id, **info,
-                                flops_formula="4*B*H*D*(chunk*history + chunk*(chunk+1)/2)")
-    _record(benchmark, gpu_session, fn, peer=arm.startswith("peer/"),
-            bytes_moved=buffer.numel() * buffer.element_size(), graph=False, graph_safe=graph_safe, flops=flops)
+    benchmark.extra_info.update(
+        op=PREFILL_PAGED, row=arm, case=case.id, **info, flops_formula="4*B*H*D*(chunk*history + chunk*(chunk+1)/2)"
+    )
+    _record(
+        benchmark,
+        gpu_session,
+        fn,
+        peer=arm.startswith("peer/"),
+        bytes_moved=buffer.numel() * buffer.element_size(),
+        graph=False,
+        graph_safe=graph_safe,
+        flops=flops,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -370,10 +470,16 @@ def test_prefill_paged(benchmark, gpu_session, arm, case):
 # ---------------------------------------------------------------------------
 
 MLA_DECODE = "attention.mla_decode"
-MLA_DECODE_SHAPES = [AttentionShape(64, 4096, 128, 1, 576, 64), AttentionShape(64, 4096, 16, 1, 576, 64),
-                     AttentionShape(1, 32768, 16, 1, 576, 64), AttentionShape(1, 32768, 128, 1, 576, 64),
-                     AttentionShape(8, 32768, 16, 1, 576, 64), AttentionShape(8, 32768, 128, 1, 576, 64),
-                     AttentionShape(128, 2048, 128, 1, 576, 64), AttentionShape(64, 4096, 64, 1, 576, 64)]
+MLA_DECODE_SHAPES = [
+    AttentionShape(64, 4096, 128, 1, 576, 64),
+    AttentionShape(64, 4096, 16, 1, 576, 64),
+    AttentionShape(1, 32768, 16, 1, 576, 64),
+    AttentionShape(1, 32768, 128, 1, 576, 64),
+    AttentionShape(8, 32768, 16, 1, 576, 64),
+    AttentionShape(8, 32768, 128, 1, 576, 64),
+    AttentionShape(128, 2048, 128, 1, 576, 64),
+    AttentionShape(64, 4096, 64, 1, 576, 64),
+]
 MLA_DECODE_PEERS = [FLASH_MLA_METADATA, FLASHINFER_PLANNED_MLA_DECODE]
 
 
@@ -393,9 +499,16 @@ def _flash_mla_peer(args, case_id, dtype):
         run = adapter.plan_mla_decode(q, cache, table, seq_lens, page_size, sm_scale, hoist=False)
     schedule = run.schedule
     planned = (schedule.tile_scheduler_metadata.data_ptr(), schedule.num_splits.data_ptr())
-    fn, info = _peer(MLA_DECODE, FLASH_MLA_METADATA, case_id, dtype, args, lambda: run(q, cache),
-                     f"engine: split schedule once per step outside the timing ({run.metadata}), reused by "
-                     "every call and by the captured calls of the graph replay")
+    fn, info = _peer(
+        MLA_DECODE,
+        FLASH_MLA_METADATA,
+        case_id,
+        dtype,
+        args,
+        lambda: run(q, cache),
+        f"engine: split schedule once per step outside the timing ({run.metadata}), reused by "
+        "every call and by the captured calls of the graph replay",
+    )
     if hoist_error:
         info["metadata_hoist_error"] = hoist_error
     # the call must have read the schedule computed once, not made its own (which would be timed)
@@ -405,9 +518,14 @@ def _flash_mla_peer(args, case_id, dtype):
     return fn, info
 
 
-@pytest.mark.parametrize("arm,case", [pytest.param(a, c, id=f"{a}-{c.id}")
-                                      for a in _contenders(MLA_DECODE) + MLA_DECODE_PEERS
-                                      for c in MLA_DECODE_SHAPES])
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(MLA_DECODE) + MLA_DECODE_PEERS
+        for c in MLA_DECODE_SHAPES
+    ],
+)
 def test_mla_decode(benchmark, gpu_session, arm, case):
     import torch
 
@@ -425,18 +543,39 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
         graph_safe = True
     elif arm == FLASHINFER_PLANNED_MLA_DECODE:
         run = _flashinfer_adapters().plan_mla_decode(*args, cuda_graph=True)
-        fn, info = _peer(MLA_DECODE, arm, case.id, case.dtype, args, lambda: run(q, cache),
-                         "engine: plan() once per step in the wrapper's CUDA-graph mode (fixed page-list "
-                         "buffers) outside the timing, run() timed and captured")
+        fn, info = _peer(
+            MLA_DECODE,
+            arm,
+            case.id,
+            case.dtype,
+            args,
+            lambda: run(q, cache),
+            "engine: plan() once per step in the wrapper's CUDA-graph mode (fixed page-list "
+            "buffers) outside the timing, run() timed and captured",
+        )
         graph_safe = True
     else:
         fn, graph_safe, info = _run_arm(MLA_DECODE, arm, case.id, case.dtype, args)
     latent_bytes = case.batch * case.length * 576 * dtype.itemsize
     flops = 2 * case.batch * case.num_q_heads * case.length * (576 + 512)
-    benchmark.extra_info.update(op=MLA_DECODE, row=arm, case=case.id, **info, sm_scale=MLA_SM_SCALE,
-                                bytes_formula="the latent cache rows of every sequence read once",
-                                flops_formula="2*B*Hq*L*(576 + 512)")
+    benchmark.extra_info.update(
+        op=MLA_DECODE,
+        row=arm,
+        case=case.id,
+        **info,
+        sm_scale=MLA_SM_SCALE,
+        bytes_formula="the latent cache rows of every sequence read once",
+        flops_formula="2*B*Hq*L*(576 + 512)",
+    )
     # every shape also in graph replay: the event timing of a call shorter than the host's enqueue includes the
     # part of that enqueue the L2 flush before it does not hide; engines replay decode steps from CUDA graphs
-    _record(benchmark, gpu_session, fn, peer=arm in MLA_DECODE_PEERS, bytes_moved=latent_bytes, graph=True,
-            graph_safe=graph_safe, flops=flops)
+    _record(
+        benchmark,
+        gpu_session,
+        fn,
+        peer=arm in MLA_DECODE_PEERS,
+        bytes_moved=latent_bytes,
+        graph=True,
+        graph_safe=graph_safe,
+        flops=flops,
+    )

@@ -45,6 +45,7 @@ from rapid_llm.kernels.dispatcher import (
     Planner,
 )
 from rapid_llm.kernels.dispatcher.contract import FLOAT_DTYPE_LABELS
+
 # From the submodule, not the package: the package's name `dispatch` is also
 # its submodule's name, and which of the two it resolves to depends on import order.
 from rapid_llm.kernels.dispatcher.plan import clear_memo
@@ -78,10 +79,7 @@ def test_calibration(benchmark):
 # ---------------------------------------------------------------------------
 
 RMS_QUERY = dict(
-    device=Device("cuda", 90),
-    dtype="bf16",
-    layout=frozenset({"x:rows"}),
-    libs=Libraries({"triton": "3.6.0"}),
+    device=Device("cuda", 90), dtype="bf16", layout=frozenset({"x:rows"}), libs=Libraries({"triton": "3.6.0"})
 )
 
 
@@ -91,8 +89,14 @@ RMS_DEVICE, RMS_LAYOUT, RMS_LIBS = RMS_QUERY["device"], RMS_QUERY["layout"], RMS
 def memoised_rms_norm_dispatch():
     # Written as a call site writes it: explicit keywords, the shape dict built
     # per call; Device, layout and Libraries are values an engine builds once.
-    return dispatch("norm.rms_norm", device=RMS_DEVICE, dtype="bf16", shape={"num_tokens": 64, "hidden": 4096},
-                    layout=RMS_LAYOUT, libs=RMS_LIBS)
+    return dispatch(
+        "norm.rms_norm",
+        device=RMS_DEVICE,
+        dtype="bf16",
+        shape={"num_tokens": 64, "hidden": 4096},
+        layout=RMS_LAYOUT,
+        libs=RMS_LIBS,
+    )
 
 
 def test_build_tables(benchmark, measure):
@@ -108,8 +112,7 @@ def test_cold_dispatch(benchmark, measure):
     benchmark.extra_info["rows_evaluated"] = len(selection.rows)
     record_requirement(benchmark, "cold dispatch <= 100 µs", "median", 100e-6)
     # Each call starts from an empty memo: setup clears it outside the clock.
-    measure(memoised_rms_norm_dispatch, setup=clear_memo, between=clear_memo,
-            rounds=1500, warmup_rounds=50)
+    measure(memoised_rms_norm_dispatch, setup=clear_memo, between=clear_memo, rounds=1500, warmup_rounds=50)
 
 
 def test_memoised_dispatch(benchmark, measure):
@@ -140,8 +143,15 @@ def _unchecked_contract(op: str) -> OpContract:
     test_public_call_overhead's two arms.
     """
     real = next(contract for contract in norm_family.CONTRACTS if contract.op == op)
-    return OpContract(op=real.op, parameters=real.parameters, dtypes=real.dtypes, dims=real.dims,
-                      layouts=real.layouts, check=None, doc=real.doc)
+    return OpContract(
+        op=real.op,
+        parameters=real.parameters,
+        dtypes=real.dtypes,
+        dims=real.dims,
+        layouts=real.layouts,
+        check=None,
+        doc=real.doc,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -226,13 +236,15 @@ PUBLIC_REPEATS, PUBLIC_CALLS = 21, 200
 
 def _public_rms_norm_inputs():
     """(torch, public rms_norm, PlannedOp of the same plan, args), or pytest.skip without torch."""
-    torch = pytest.importorskip("torch", reason="test_public_call_overhead calls the public op on torch "
-                                                "tensors; torch is not installed here")
+    torch = pytest.importorskip(
+        "torch", reason="test_public_call_overhead calls the public op on torch tensors; torch is not installed here"
+    )
     import rapid_llm.kernels as kernels
     from rapid_llm.kernels.dispatcher import default_planner
 
-    planned = default_planner().plan(norm_family.RMS_NORM, dtype="fp32", shape=dict(PUBLIC_RMS_SHAPE),
-                                     layout={"x:rows"})
+    planned = default_planner().plan(
+        norm_family.RMS_NORM, dtype="fp32", shape=dict(PUBLIC_RMS_SHAPE), layout={"x:rows"}
+    )
     generator = torch.Generator().manual_seed(0)
     x = torch.randn((PUBLIC_RMS_SHAPE["num_tokens"], PUBLIC_RMS_SHAPE["hidden"]), generator=generator)
     weight = torch.randn(PUBLIC_RMS_SHAPE["hidden"], generator=generator)
@@ -247,15 +259,18 @@ def test_public_call_overhead(benchmark, measure):
     assert torch.equal(public(*args), planned(*args))
     from rapid_llm.kernels.dispatcher import default_planner
 
-    assert default_planner().plan(norm_family.RMS_NORM, dtype="fp32", shape=dict(PUBLIC_RMS_SHAPE),
-                                  layout={"x:rows"}) is planned
+    assert (
+        default_planner().plan(norm_family.RMS_NORM, dtype="fp32", shape=dict(PUBLIC_RMS_SHAPE), layout={"x:rows"})
+        is planned
+    )
     overhead, public_median, planned_median = interleaved_difference(
-        public, planned, args, repeats=PUBLIC_REPEATS, calls=PUBLIC_CALLS)
+        public, planned, args, repeats=PUBLIC_REPEATS, calls=PUBLIC_CALLS
+    )
     benchmark.extra_info.update(
         op=norm_family.RMS_NORM,
         row=planned.row.name,
         arms="rapid_llm.kernels.rms_norm(x, w, 1e-6) vs default_planner().plan(...)(x, w, 1e-6); "
-             "x fp32 [1, 8], w fp32 [8], CPU",
+        "x fp32 [1, 8], w fp32 [8], CPU",
         method=f"interleaved A/B, {PUBLIC_REPEATS} repeats x {PUBLIC_CALLS} calls per arm, median difference",
         public_overhead_s=overhead,
         interleaved_public_s=public_median,
@@ -263,9 +278,12 @@ def test_public_call_overhead(benchmark, measure):
         # Measured before the refactor (41 repeats x 2000 calls, same arms): BEFORE_REFACTOR_OVERHEAD_S.
         before_refactor_overhead_s=BEFORE_REFACTOR_OVERHEAD_S,
     )
-    record_requirement(benchmark, "public op overhead over a PlannedOp call of the same plan < 8.19 µs "
-                       "(before the refactor: 8.19 and 12.7 µs)", "public_overhead_s",
-                       min(BEFORE_REFACTOR_OVERHEAD_S))
+    record_requirement(
+        benchmark,
+        "public op overhead over a PlannedOp call of the same plan < 8.19 µs (before the refactor: 8.19 and 12.7 µs)",
+        "public_overhead_s",
+        min(BEFORE_REFACTOR_OVERHEAD_S),
+    )
     measure(public, *args, rounds=300, warmup_rounds=20)
 
 
@@ -273,8 +291,16 @@ def test_public_call_overhead(benchmark, measure):
 # `rapid-llm explain`, end to end in-process
 # ---------------------------------------------------------------------------
 
-EXPLAIN_ARGV = ["explain", "norm.rms_norm", "--dtype", "bf16", "--shape", "num_tokens=64,hidden=4096",
-                "--device", "cuda:sm90"]
+EXPLAIN_ARGV = [
+    "explain",
+    "norm.rms_norm",
+    "--dtype",
+    "bf16",
+    "--shape",
+    "num_tokens=64,hidden=4096",
+    "--device",
+    "cuda:sm90",
+]
 
 
 def _import_cli():
@@ -314,8 +340,7 @@ def test_explain_cli(benchmark, measure):
     # Generation 0 only: with the collector off, everything created since the
     # last collection is still there (0.3 ms), whereas a full collection walks
     # every object torch created at import (0.24 s per round on this VM).
-    measure(run_explain, cli, setup=_fresh_explain_state, between=_fresh_explain_state,
-            rounds=300, warmup_rounds=10)
+    measure(run_explain, cli, setup=_fresh_explain_state, between=_fresh_explain_state, rounds=300, warmup_rounds=10)
 
 
 def _fresh_explain_state():
@@ -350,15 +375,27 @@ def run_child(reports):
 
 def test_import_and_build_subprocess(benchmark, measure):
     reports = []
-    record_requirement(benchmark, "import rapid_llm.kernels + build all tables in a fresh process <= 100 ms, "
-                       "torch and triton not imported", "median", 100e-3, absent_modules=["torch", "triton"])
+    record_requirement(
+        benchmark,
+        "import rapid_llm.kernels + build all tables in a fresh process <= 100 ms, torch and triton not imported",
+        "median",
+        100e-3,
+        absent_modules=["torch", "triton"],
+    )
     # pytest-benchmark times the wall clock (the requirement is wall time).
     # The gated paired ratio uses the children's CPU time instead: wall time
     # on the loaded VM is mostly waiting for a core (perf/calibration.py).
     # 10 timed rounds and 16 pairs of ~150 ms children keep this near 5 s;
     # fewer pairs left the minimum visibly noisy (1.3x between runs at 10).
-    measure(run_child, reports, rounds=10, warmup_rounds=2, paired_budget_s=0, paired_min_pairs=16,
-            paired_work_clock=children_cpu_seconds)
+    measure(
+        run_child,
+        reports,
+        rounds=10,
+        warmup_rounds=2,
+        paired_budget_s=0,
+        paired_min_pairs=16,
+        paired_work_clock=children_cpu_seconds,
+    )
     heavy = sorted({name for report in reports for name in report["heavy_modules"]})
     benchmark.extra_info.update(
         measures="wall time of `python -c 'import rapid_llm.kernels; build_tables()'`, interpreter start included",

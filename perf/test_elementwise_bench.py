@@ -25,8 +25,18 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import (HIDDEN_PRESETS, bytes_per_element, check_against_reference, describe_check,
-    hidden_shapes, load_row, reference_row, table_arms, torch_dtype, ulp_distance)
+from perf.gpu_cases import (
+    HIDDEN_PRESETS,
+    bytes_per_element,
+    check_against_reference,
+    describe_check,
+    hidden_shapes,
+    load_row,
+    reference_row,
+    table_arms,
+    torch_dtype,
+    ulp_distance,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -38,14 +48,13 @@ ARMS = table_arms(OP)
 CASES = hidden_shapes([preset for preset in HIDDEN_PRESETS if preset[0] in (4096, 7168)], per_head=False)
 
 
-@pytest.mark.parametrize(
-    "arm,case", [pytest.param(arm, case, id=f"{arm}-{case.id}") for arm in ARMS for case in CASES]
-)
+@pytest.mark.parametrize("arm,case", [pytest.param(arm, case, id=f"{arm}-{case.id}") for arm in ARMS for case in CASES])
 def test_scale(benchmark, gpu_session, arm, case):
     import torch
 
-    checked, row = load_row(OP, arm, dtype=case.dtype, shape={"num_elements": case.elements},
-                            layout=frozenset({"x:contiguous"}))
+    checked, row = load_row(
+        OP, arm, dtype=case.dtype, shape={"num_elements": case.elements}, layout=frozenset({"x:contiguous"})
+    )
     fn = checked.impl
     generator = torch.Generator(device="cuda").manual_seed(case.tokens * 7 + case.hidden)
     x = torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator).to(torch_dtype(case.dtype))
@@ -60,10 +69,17 @@ def test_scale(benchmark, gpu_session, arm, case):
 
     bytes_moved = case.elements * bytes_per_element(case.dtype) * 2
     benchmark.extra_info.update(
-        op=OP, row=arm, case=case.id, **case.describe(), factor=FACTOR,
+        op=OP,
+        row=arm,
+        case=case.id,
+        **case.describe(),
+        factor=FACTOR,
         correctness=f"{describe_check(check, reference_name)}; max {ulps} ulp",
-        max_abs_diff=check["max_abs_diff"], bitwise_equal=check["bitwise_equal"], max_ulp=ulps,
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        max_ulp=ulps,
         bytes_formula="x read + out written, once each",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, FACTOR), bytes_moved=bytes_moved,
-                           graph_safe=row.graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, FACTOR), bytes_moved=bytes_moved, graph_safe=row.graph_safe
+    )

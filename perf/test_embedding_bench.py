@@ -13,8 +13,14 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, load_row,
-    reference_row, table_arms)
+from perf.gpu_cases import (
+    bytes_per_element,
+    check_against_reference,
+    describe_check,
+    load_row,
+    reference_row,
+    table_arms,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -41,10 +47,15 @@ def _peer():
     return lambda ids, table: F.embedding(ids, table)
 
 
-@pytest.mark.parametrize("arm,vocab,hidden,tokens", [
-    pytest.param(arm, vocab, hidden, tokens, id=f"{arm}-tokens={tokens}-vocab={vocab}-hidden={hidden}-bf16")
-    for arm in table_arms(OP) + [PEER] for vocab, hidden in TABLES for tokens in TOKENS
-])
+@pytest.mark.parametrize(
+    "arm,vocab,hidden,tokens",
+    [
+        pytest.param(arm, vocab, hidden, tokens, id=f"{arm}-tokens={tokens}-vocab={vocab}-hidden={hidden}-bf16")
+        for arm in table_arms(OP) + [PEER]
+        for vocab, hidden in TABLES
+        for tokens in TOKENS
+    ],
+)
 def test_vocab_embedding(benchmark, gpu_session, tables, arm, vocab, hidden, tokens):
     import torch
 
@@ -52,11 +63,14 @@ def test_vocab_embedding(benchmark, gpu_session, tables, arm, vocab, hidden, tok
         checked = fn = _peer()
         graph_safe = True
     else:
-        checked, row = load_row(OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden},
-                                layout=frozenset({"table:rows"}))
+        checked, row = load_row(
+            OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden}, layout=frozenset({"table:rows"})
+        )
         fn, graph_safe = checked.impl, row.graph_safe
     table = tables[(vocab, hidden)]
-    ids = torch.randint(0, vocab, (tokens,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(tokens))
+    ids = torch.randint(
+        0, vocab, (tokens,), device="cuda", generator=torch.Generator(device="cuda").manual_seed(tokens)
+    )
 
     reference_name, reference = reference_row(OP)
     case = f"tokens={tokens}-vocab={vocab}-hidden={hidden}-bf16"
@@ -68,10 +82,19 @@ def test_vocab_embedding(benchmark, gpu_session, tables, arm, vocab, hidden, tok
 
     bytes_moved = tokens * hidden * bytes_per_element("bf16") * 2 + tokens * ids.element_size()
     benchmark.extra_info.update(
-        op=OP, row=arm, case=case, tokens=tokens, hidden=hidden,
-        dtype="bf16", shape=[vocab, hidden], phase="decode" if tokens <= 64 else "prefill",
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
-        bitwise_equal=check["bitwise_equal"], bytes_formula="gathered rows read + out written + ids read",
+        op=OP,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        hidden=hidden,
+        dtype="bf16",
+        shape=[vocab, hidden],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        bytes_formula="gathered rows read + out written + ids read",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(ids, table), bytes_moved=bytes_moved,
-                           graph_safe=graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(ids, table), bytes_moved=bytes_moved, graph_safe=graph_safe
+    )

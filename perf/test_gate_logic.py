@@ -53,12 +53,14 @@ def document(medians=MEDIANS, *, paired=True, scale=1.0, slower=None, extra=None
             # machine's scale cancels, a regression of the code does not.
             extra_info["paired"] = {"normalised": median * factor / medians[CAL]}
         extra_info.update((extra or {}).get(name, {}))
-        benchmarks.append({
-            "name": name.split("::")[-1],
-            "fullname": name,
-            "stats": {"median": value, "min": value * 0.9, "max": value * 2, "rounds": 100},
-            "extra_info": extra_info,
-        })
+        benchmarks.append(
+            {
+                "name": name.split("::")[-1],
+                "fullname": name,
+                "stats": {"median": value, "min": value * 0.9, "max": value * 2, "rounds": 100},
+                "extra_info": extra_info,
+            }
+        )
     return {"version": "5.3.1", "benchmarks": benchmarks}
 
 
@@ -199,8 +201,11 @@ def test_stored_baseline_is_found_whatever_the_machine_id(gate, tmp_path):
 
 
 def test_newest_saved_baseline_wins_deterministically(gate, tmp_path):
-    for machine, number in (("Linux-CPython-3.12-64bit", "0001"), ("Linux-CPython-3.11-64bit", "0002"),
-                            ("Darwin-CPython-3.11-64bit", "0002")):
+    for machine, number in (
+        ("Linux-CPython-3.12-64bit", "0001"),
+        ("Linux-CPython-3.11-64bit", "0002"),
+        ("Darwin-CPython-3.11-64bit", "0002"),
+    ):
         (tmp_path / machine).mkdir(exist_ok=True)
         (tmp_path / machine / f"{number}_dispatcher.json").write_text("{}")
     (tmp_path / "Linux-CPython-3.11-64bit" / "0009_other.json").write_text("{}")  # another save name
@@ -269,8 +274,15 @@ def test_undecided_suspect_is_settled_by_its_median(gate):
 def test_requirements_are_reported_but_do_not_fail_the_gate(gate):
     extra = {
         MEMO: {"requirement": {"text": "memoised dispatch <= 1 µs", "metric": "median", "max": 1e-6}},
-        IMPORT: {"requirement": {"text": "<= 100 ms, torch absent", "metric": "median", "max": 0.1,
-                                 "absent_modules": ["torch", "triton"]}, "torch_imported": True},
+        IMPORT: {
+            "requirement": {
+                "text": "<= 100 ms, torch absent",
+                "metric": "median",
+                "max": 0.1,
+                "absent_modules": ["torch", "triton"],
+            },
+            "torch_imported": True,
+        },
     }
     result = gate.compare(document(extra=extra), document(extra=extra))
     assert result["passed"]

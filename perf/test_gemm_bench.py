@@ -38,8 +38,12 @@ BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 MASKED = "gemm.fp8_grouped_mm_masked"
 MODEL = "deepseek-v3"
-DENSE_SHAPES = ((2112, 7168, "q_a+kv_a proj"), (24576, 1536, "q_b proj"), (7168, 16384, "o_proj"),
-                (4096, 7168, "shared expert gate_up"))
+DENSE_SHAPES = (
+    (2112, 7168, "q_a+kv_a proj"),
+    (24576, 1536, "q_b proj"),
+    (7168, 16384, "o_proj"),
+    (4096, 7168, "shared expert gate_up"),
+)
 DENSE_TOKENS = (1, 64, 4096, 16384)
 EXPERTS = 32
 EXPERT_SHAPES = ((4096, 7168, "expert gate_up"), (7168, 2048, "expert down"))
@@ -102,17 +106,27 @@ def _check_and_time(benchmark, gpu_session, op, arm, planned, args, out, *, spec
     want = reference(*args)
     got = planned(*args, out)  # the PlannedOp: the op's check runs, then the row (JIT compile included)
     torch.cuda.synchronize()
-    check = check_against_reference(op, "fp8_e4m3", got, want, arm=arm, reference=reference_name, case=case,
-                                    args=args, specified=specified)
+    check = check_against_reference(
+        op, "fp8_e4m3", got, want, arm=arm, reference=reference_name, case=case, args=args, specified=specified
+    )
     del want
     benchmark.extra_info.update(
-        op=op, row=arm, dtype="fp8_e4m3", model=MODEL, correctness=describe_check(check, reference_name),
-        max_abs_diff=check["max_abs_diff"], bitwise_equal=check["bitwise_equal"], flops=flops,
-        flops_formula="2 * specified rows * N * K", bytes_formula="a + b (1 B/element) + fp32 scales read, "
-        "bf16 out written", **info)
+        op=op,
+        row=arm,
+        dtype="fp8_e4m3",
+        model=MODEL,
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        flops=flops,
+        flops_formula="2 * specified rows * N * K",
+        bytes_formula="a + b (1 B/element) + fp32 scales read, bf16 out written",
+        **info,
+    )
     fn = planned.impl
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(*args, out), bytes_moved=bytes_moved,
-                           graph_safe=planned.row.graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(*args, out), bytes_moved=bytes_moved, graph_safe=planned.row.graph_safe
+    )
     extra = benchmark.extra_info
     extra["TFLOPs"] = flops / (extra["event_median_us"] * 1e-6) / 1e12
     extra["graph_TFLOPs"] = flops / (extra["graph_us"] * 1e-6) / 1e12 if extra.get("graph_us") else None
@@ -127,23 +141,47 @@ def _scale_bytes(*tensors):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arm,m,n,k,where", [
-    pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-fp8_e4m3")
-    for arm in table_arms(BLOCK_MM) for n, k, where in DENSE_SHAPES for m in DENSE_TOKENS
-])
+@pytest.mark.parametrize(
+    "arm,m,n,k,where",
+    [
+        pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-fp8_e4m3")
+        for arm in table_arms(BLOCK_MM)
+        for n, k, where in DENSE_SHAPES
+        for m in DENSE_TOKENS
+    ],
+)
 def test_fp8_block_mm(benchmark, gpu_session, arm, m, n, k, where):
     import torch
 
     a, a_scale = _activations(m, k, seed=m * 7 + k)
     b, b_scale = _weights(n, k, seed=n + k)
     out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
-    planned, _ = load_row(BLOCK_MM, arm, dtype="fp8_e4m3", shape={"num_tokens": m, "n": n, "k": k},
-                          layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense"}))
+    planned, _ = load_row(
+        BLOCK_MM,
+        arm,
+        dtype="fp8_e4m3",
+        shape={"num_tokens": m, "n": n, "k": k},
+        layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense"}),
+    )
     _check_and_time(
-        benchmark, gpu_session, BLOCK_MM, arm, planned, (a, a_scale, b, b_scale), out, specified=None,
-        flops=2 * m * n * k, bytes_moved=m * k + n * k + _scale_bytes(a_scale, b_scale) + m * n * 2,
-        info={"case": f"m={m}-n={n}-k={k}", "tokens": m, "shape": [m, n, k], "where": where,
-              "phase": "decode" if m <= 64 else "prefill"})
+        benchmark,
+        gpu_session,
+        BLOCK_MM,
+        arm,
+        planned,
+        (a, a_scale, b, b_scale),
+        out,
+        specified=None,
+        flops=2 * m * n * k,
+        bytes_moved=m * k + n * k + _scale_bytes(a_scale, b_scale) + m * n * 2,
+        info={
+            "case": f"m={m}-n={n}-k={k}",
+            "tokens": m,
+            "shape": [m, n, k],
+            "where": where,
+            "phase": "decode" if m <= 64 else "prefill",
+        },
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -151,11 +189,17 @@ def test_fp8_block_mm(benchmark, gpu_session, arm, m, n, k, where):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arm,per_expert,n,k,where", [
-    pytest.param(arm, per_expert, n, k, where,
-                 id=f"{arm}-experts={EXPERTS}-per_expert={per_expert}-n={n}-k={k}-fp8_e4m3")
-    for arm in table_arms(CONTIGUOUS) for n, k, where in EXPERT_SHAPES for per_expert in CONTIGUOUS_PER_EXPERT
-])
+@pytest.mark.parametrize(
+    "arm,per_expert,n,k,where",
+    [
+        pytest.param(
+            arm, per_expert, n, k, where, id=f"{arm}-experts={EXPERTS}-per_expert={per_expert}-n={n}-k={k}-fp8_e4m3"
+        )
+        for arm in table_arms(CONTIGUOUS)
+        for n, k, where in EXPERT_SHAPES
+        for per_expert in CONTIGUOUS_PER_EXPERT
+    ],
+)
 def test_fp8_grouped_mm_contiguous(benchmark, gpu_session, arm, per_expert, n, k, where):
     import torch
 
@@ -169,18 +213,34 @@ def test_fp8_grouped_mm_contiguous(benchmark, gpu_session, arm, per_expert, n, k
     a, a_scale = _activations(rows, k, seed=rows + k)
     b, b_scale = _weights(n, k, seed=n + k, groups=EXPERTS)
     out = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
-    planned, _ = load_row(CONTIGUOUS, arm, dtype="fp8_e4m3",
-                          shape={"num_tokens": rows, "n": n, "k": k, "num_groups": EXPERTS},
-                          layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense",
-                                            "m_indices:contiguous"}))
+    planned, _ = load_row(
+        CONTIGUOUS,
+        arm,
+        dtype="fp8_e4m3",
+        shape={"num_tokens": rows, "n": n, "k": k, "num_groups": EXPERTS},
+        layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense", "m_indices:contiguous"}),
+    )
     tokens = sum(counts)
     _check_and_time(
-        benchmark, gpu_session, CONTIGUOUS, arm, planned, (a, a_scale, b, b_scale, m_indices), out,
-        specified=(m_indices >= 0).unsqueeze(1).expand(rows, n), flops=2 * tokens * n * k,
+        benchmark,
+        gpu_session,
+        CONTIGUOUS,
+        arm,
+        planned,
+        (a, a_scale, b, b_scale, m_indices),
+        out,
+        specified=(m_indices >= 0).unsqueeze(1).expand(rows, n),
+        flops=2 * tokens * n * k,
         bytes_moved=rows * k + EXPERTS * n * k + _scale_bytes(a_scale, b_scale) + rows * 4 + rows * n * 2,
-        info={"case": f"experts={EXPERTS}-per_expert={per_expert}-n={n}-k={k}", "tokens": tokens,
-              "padded_rows": rows, "shape": [rows, n, k], "where": where,
-              "phase": "decode" if per_expert <= 64 else "prefill"})
+        info={
+            "case": f"experts={EXPERTS}-per_expert={per_expert}-n={n}-k={k}",
+            "tokens": tokens,
+            "padded_rows": rows,
+            "shape": [rows, n, k],
+            "where": where,
+            "phase": "decode" if per_expert <= 64 else "prefill",
+        },
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -188,11 +248,23 @@ def test_fp8_grouped_mm_contiguous(benchmark, gpu_session, arm, per_expert, n, k
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arm,max_m,expected_m,n,k,where", [
-    pytest.param(arm, max_m, expected_m, n, k, where,
-                 id=f"{arm}-experts={EXPERTS}-max_m={max_m}-expected_m={expected_m}-n={n}-k={k}-fp8_e4m3")
-    for arm in table_arms(MASKED) for n, k, where in EXPERT_SHAPES for max_m, expected_m in MASKED_BUFFERS
-])
+@pytest.mark.parametrize(
+    "arm,max_m,expected_m,n,k,where",
+    [
+        pytest.param(
+            arm,
+            max_m,
+            expected_m,
+            n,
+            k,
+            where,
+            id=f"{arm}-experts={EXPERTS}-max_m={max_m}-expected_m={expected_m}-n={n}-k={k}-fp8_e4m3",
+        )
+        for arm in table_arms(MASKED)
+        for n, k, where in EXPERT_SHAPES
+        for max_m, expected_m in MASKED_BUFFERS
+    ],
+)
 def test_fp8_grouped_mm_masked(benchmark, gpu_session, arm, max_m, expected_m, n, k, where):
     import torch
 
@@ -201,16 +273,32 @@ def test_fp8_grouped_mm_masked(benchmark, gpu_session, arm, max_m, expected_m, n
     a, a_scale = _activations(max_m, k, seed=max_m + k, groups=EXPERTS)
     b, b_scale = _weights(n, k, seed=n + k, groups=EXPERTS)
     out = torch.empty((EXPERTS, max_m, n), dtype=torch.bfloat16, device="cuda")
-    planned, _ = load_row(MASKED, arm, dtype="fp8_e4m3",
-                          shape={"num_groups": EXPERTS, "max_m": max_m, "n": n, "k": k},
-                          layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense",
-                                            "masked_m:contiguous"}))
+    planned, _ = load_row(
+        MASKED,
+        arm,
+        dtype="fp8_e4m3",
+        shape={"num_groups": EXPERTS, "max_m": max_m, "n": n, "k": k},
+        layout=frozenset({"a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense", "masked_m:contiguous"}),
+    )
     rows = torch.arange(max_m, device="cuda")
     specified = (rows < masked_m.unsqueeze(1)).unsqueeze(2).expand(EXPERTS, max_m, n)
     tokens = sum(counts)
     _check_and_time(
-        benchmark, gpu_session, MASKED, arm, planned, (a, a_scale, b, b_scale, masked_m, expected_m), out,
-        specified=specified, flops=2 * tokens * n * k,
+        benchmark,
+        gpu_session,
+        MASKED,
+        arm,
+        planned,
+        (a, a_scale, b, b_scale, masked_m, expected_m),
+        out,
+        specified=specified,
+        flops=2 * tokens * n * k,
         bytes_moved=tokens * k + EXPERTS * n * k + _scale_bytes(a_scale, b_scale) + tokens * n * 2,
-        info={"case": f"experts={EXPERTS}-max_m={max_m}-expected_m={expected_m}-n={n}-k={k}", "tokens": tokens,
-              "shape": [EXPERTS, max_m, n, k], "where": where, "phase": "decode" if max_m <= 128 else "prefill"})
+        info={
+            "case": f"experts={EXPERTS}-max_m={max_m}-expected_m={expected_m}-n={n}-k={k}",
+            "tokens": tokens,
+            "shape": [EXPERTS, max_m, n, k],
+            "where": where,
+            "phase": "decode" if max_m <= 128 else "prefill",
+        },
+    )

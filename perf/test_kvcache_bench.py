@@ -21,8 +21,14 @@ from __future__ import annotations
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, load_row,
-    reference_row, table_arms)
+from perf.gpu_cases import (
+    bytes_per_element,
+    check_against_reference,
+    describe_check,
+    load_row,
+    reference_row,
+    table_arms,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -36,10 +42,14 @@ def _peer(kv, loc, buffer):
     return buffer.index_copy_(0, loc.long(), kv)
 
 
-@pytest.mark.parametrize("arm,tokens,kv_heads", [
-    pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
-    for arm in table_arms(OP) + [PEER] for tokens, kv_heads in CASES
-])
+@pytest.mark.parametrize(
+    "arm,tokens,kv_heads",
+    [
+        pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
+        for arm in table_arms(OP) + [PEER]
+        for tokens, kv_heads in CASES
+    ],
+)
 def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
     import torch
 
@@ -66,13 +76,21 @@ def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
 
     bytes_moved = 2 * kv.numel() * bytes_per_element("bf16") + tokens * loc.element_size()
     benchmark.extra_info.update(
-        op=OP, row=arm, case=case, tokens=tokens,
-        dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
-        bitwise_equal=check["bitwise_equal"], bytes_formula="kv read + the same bytes written + loc read",
+        op=OP,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        dtype="bf16",
+        shape=[tokens, 2 * kv_heads, HEAD_DIM],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        bytes_formula="kv read + the same bytes written + loc read",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer), bytes_moved=bytes_moved,
-                           graph_safe=graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(kv, loc, buffer), bytes_moved=bytes_moved, graph_safe=graph_safe
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -82,10 +100,14 @@ def test_update_kv_buffer(benchmark, gpu_session, arm, tokens, kv_heads):
 FP8_OP = "kvcache.update_kv_buffer_fp8"
 
 
-@pytest.mark.parametrize("arm,tokens,kv_heads", [
-    pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
-    for arm in table_arms(FP8_OP) for tokens, kv_heads in CASES
-])
+@pytest.mark.parametrize(
+    "arm,tokens,kv_heads",
+    [
+        pytest.param(arm, tokens, kv_heads, id=f"{arm}-tokens={tokens}-kv_heads={kv_heads}-head_dim={HEAD_DIM}-bf16")
+        for arm in table_arms(FP8_OP)
+        for tokens, kv_heads in CASES
+    ],
+)
 def test_update_kv_buffer_fp8(benchmark, gpu_session, arm, tokens, kv_heads):
     import torch
 
@@ -109,13 +131,21 @@ def test_update_kv_buffer_fp8(benchmark, gpu_session, arm, tokens, kv_heads):
 
     bytes_moved = kv.numel() * (bytes_per_element("bf16") + 1) + tokens * loc.element_size()
     benchmark.extra_info.update(
-        op=FP8_OP, row=arm, case=case, tokens=tokens,
-        dtype="bf16", shape=[tokens, 2 * kv_heads, HEAD_DIM], phase="decode" if tokens <= 64 else "prefill",
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
-        bitwise_equal=check["bitwise_equal"], bytes_formula="kv read (2 B) + e4m3 written (1 B) + loc read",
+        op=FP8_OP,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        dtype="bf16",
+        shape=[tokens, 2 * kv_heads, HEAD_DIM],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        bytes_formula="kv read (2 B) + e4m3 written (1 B) + loc read",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(kv, loc, buffer, *scales), bytes_moved=bytes_moved,
-                           graph_safe=row.graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(kv, loc, buffer, *scales), bytes_moved=bytes_moved, graph_safe=row.graph_safe
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -128,10 +158,15 @@ KV_LORA_RANK, ROPE_DIM = 512, 64
 MLA_TOKENS = (1, 64, 4096, 32768)
 
 
-@pytest.mark.parametrize("op,arm,tokens", [
-    pytest.param(op, arm, tokens, id=f"{arm}-tokens={tokens}-kv_lora_rank={KV_LORA_RANK}-rope_dim={ROPE_DIM}-bf16")
-    for op in (MLA_OP, MLA_FP8_OP) for arm in table_arms(op) for tokens in MLA_TOKENS
-])
+@pytest.mark.parametrize(
+    "op,arm,tokens",
+    [
+        pytest.param(op, arm, tokens, id=f"{arm}-tokens={tokens}-kv_lora_rank={KV_LORA_RANK}-rope_dim={ROPE_DIM}-bf16")
+        for op in (MLA_OP, MLA_FP8_OP)
+        for arm in table_arms(op)
+        for tokens in MLA_TOKENS
+    ],
+)
 def test_update_mla_buffer(benchmark, gpu_session, op, arm, tokens):
     import torch
 
@@ -144,8 +179,9 @@ def test_update_mla_buffer(benchmark, gpu_session, op, arm, tokens):
     latent = torch.randn((tokens, KV_LORA_RANK), device="cuda", generator=generator).to(torch.bfloat16)
     projection = torch.randn((tokens, width), device="cuda", generator=generator).to(torch.bfloat16)
     rope = projection[:, KV_LORA_RANK:]
-    buffer = torch.randn((rows, width), device="cuda", generator=generator).to(torch.float8_e4m3fn if fp8 else
-                                                                                torch.bfloat16)
+    buffer = torch.randn((rows, width), device="cuda", generator=generator).to(
+        torch.float8_e4m3fn if fp8 else torch.bfloat16
+    )
     loc = torch.randperm(rows, device="cuda", generator=generator)[:tokens].to(torch.int32)
     scale = (torch.tensor([0.02], device="cuda"),) if fp8 else ()
 
@@ -160,11 +196,22 @@ def test_update_mla_buffer(benchmark, gpu_session, op, arm, tokens):
     written_bytes = 1 if fp8 else bytes_per_element("bf16")
     bytes_moved = tokens * width * (bytes_per_element("bf16") + written_bytes) + tokens * loc.element_size()
     benchmark.extra_info.update(
-        op=op, row=arm, case=case, tokens=tokens,
-        dtype="bf16", shape=[tokens, width], phase="decode" if tokens <= 64 else "prefill",
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        op=op,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        dtype="bf16",
+        shape=[tokens, width],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
         bitwise_equal=check["bitwise_equal"],
         bytes_formula=f"latent + rope read (2 B) + the row written ({written_bytes} B) + loc read",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(latent, rope, loc, buffer, *scale),
-                           bytes_moved=bytes_moved, graph_safe=row.graph_safe)
+    gpu_timing.record_case(
+        benchmark,
+        gpu_session,
+        lambda: fn(latent, rope, loc, buffer, *scale),
+        bytes_moved=bytes_moved,
+        graph_safe=row.graph_safe,
+    )

@@ -23,8 +23,16 @@ import pytest
 
 from perf import gpu_timing
 from perf.peers import FLASHINFER, flashinfer_peer
-from perf.gpu_cases import (bytes_per_element, check_against_reference, describe_check, hidden_shapes,
-    load_row, reference_row, table_arms, torch_dtype)
+from perf.gpu_cases import (
+    bytes_per_element,
+    check_against_reference,
+    describe_check,
+    hidden_shapes,
+    load_row,
+    reference_row,
+    table_arms,
+    torch_dtype,
+)
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
@@ -55,13 +63,11 @@ def _inputs(case):
     dtype = torch_dtype(case.dtype)
     x = torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator).to(dtype)
     # weight near 1 with spread, so a kernel that drops or misplaces it fails the check
-    weight = (1.0 + 0.25 * torch.randn(case.hidden, device="cuda", dtype=torch.float32, generator=generator))
+    weight = 1.0 + 0.25 * torch.randn(case.hidden, device="cuda", dtype=torch.float32, generator=generator)
     return x, weight.to(dtype)
 
 
-@pytest.mark.parametrize(
-    "arm,case", [pytest.param(arm, case, id=f"{arm}-{case.id}") for arm in ARMS for case in CASES]
-)
+@pytest.mark.parametrize("arm,case", [pytest.param(arm, case, id=f"{arm}-{case.id}") for arm in ARMS for case in CASES])
 def test_rms_norm(benchmark, gpu_session, arm, case):
     import torch
 
@@ -90,13 +96,19 @@ def test_rms_norm(benchmark, gpu_session, arm, case):
     element = bytes_per_element(case.dtype)
     bytes_moved = case.elements * element * 2 + case.hidden * weight.element_size()
     benchmark.extra_info.update(
-        op=OP, row=arm, case=case.id, **case.describe(), eps=EPS,
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        op=OP,
+        row=arm,
+        case=case.id,
+        **case.describe(),
+        eps=EPS,
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
         bitwise_equal=check["bitwise_equal"],
         bytes_formula="x read + weight read + out written, once each",
     )
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, weight, EPS), bytes_moved=bytes_moved,
-                           graph_safe=graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, weight, EPS), bytes_moved=bytes_moved, graph_safe=graph_safe
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -141,27 +153,35 @@ def test_fused_add_rms_norm(benchmark, gpu_session, arm, case):
         checked = fn = flashinfer_peer(FUSED_OP, case.dtype)
         graph_safe = True
     else:
-        checked, row = load_row(FUSED_OP, arm, dtype=case.dtype, shape=shape,
-                                layout=check_fused_add_rms_norm(x, residual, weight, EPS)[1])
+        checked, row = load_row(
+            FUSED_OP, arm, dtype=case.dtype, shape=shape, layout=check_fused_add_rms_norm(x, residual, weight, EPS)[1]
+        )
         fn, graph_safe = checked.impl, row.graph_safe
 
     reference_name, reference = reference_row(FUSED_OP)
     expected = reference(x.clone(), residual.clone(), weight, EPS)
     out = checked(x.clone(), residual.clone(), weight, EPS)
     torch.cuda.synchronize()
-    check = check_against_reference(FUSED_OP, case.dtype, tuple(out), tuple(expected), arm=arm,
-                                    reference=reference_name, case=case.id)
+    check = check_against_reference(
+        FUSED_OP, case.dtype, tuple(out), tuple(expected), arm=arm, reference=reference_name, case=case.id
+    )
     del out, expected
 
     element = bytes_per_element(case.dtype)
     bytes_moved = case.elements * element * 4 + case.hidden * weight.element_size()
     benchmark.extra_info.update(
-        op=FUSED_OP, row=arm, case=case.id, **case.describe(), eps=EPS,
-        correctness=describe_check(check, reference_name), max_abs_diff=check["max_abs_diff"],
+        op=FUSED_OP,
+        row=arm,
+        case=case.id,
+        **case.describe(),
+        eps=EPS,
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
         bitwise_equal=check["bitwise_equal"],
         bytes_formula="x and residual read once and written once, weight read once",
     )
     # Repeated calls keep adding x into residual: values grow linearly, far from overflow in the
     # few hundred calls timed; x is renormalised every call.
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, residual, weight, EPS), bytes_moved=bytes_moved,
-                           graph_safe=graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, residual, weight, EPS), bytes_moved=bytes_moved, graph_safe=graph_safe
+    )

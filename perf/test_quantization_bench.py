@@ -47,38 +47,67 @@ def _check_and_time(benchmark, gpu_session, op, arm, planned, x, args, groups_pe
     torch.cuda.synchronize()
     # The scales' layout is part of the contract (column-major TMA-aligned for the group op).
     assert got_scale.stride() == want_scale.stride(), (
-        f"{arm}: scale strides {got_scale.stride()}, {reference_name} {want_scale.stride()}")
-    check = check_against_reference(op, "bf16", (got_q, got_scale), (want_q, want_scale), arm=arm,
-                                    reference=reference_name, case=case)
+        f"{arm}: scale strides {got_scale.stride()}, {reference_name} {want_scale.stride()}"
+    )
+    check = check_against_reference(
+        op, "bf16", (got_q, got_scale), (want_q, want_scale), arm=arm, reference=reference_name, case=case
+    )
     del got_q, got_scale, want_q, want_scale
     bytes_moved = x.numel() * (2 + 1) + tokens * groups_per_token * 4
     benchmark.extra_info.update(
-        op=op, row=arm, case=case, tokens=tokens, hidden=hidden, dtype="bf16", shape=[tokens, hidden],
-        phase="decode" if tokens <= 64 else "prefill", correctness=describe_check(check, reference_name),
-        max_abs_diff=check["max_abs_diff"], bitwise_equal=check["bitwise_equal"],
+        op=op,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        hidden=hidden,
+        dtype="bf16",
+        shape=[tokens, hidden],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
         bytes_formula="x read (2 B/element) + q written (1 B/element) + fp32 scales written",
     )
     fn = planned.impl
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(x, *args), bytes_moved=bytes_moved,
-                           graph_safe=planned.row.graph_safe)
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, *args), bytes_moved=bytes_moved, graph_safe=planned.row.graph_safe
+    )
 
 
-@pytest.mark.parametrize("arm,tokens,hidden", [
-    pytest.param(arm, tokens, hidden, id=f"{arm}-tokens={tokens}-hidden={hidden}-bf16")
-    for arm in table_arms(GROUP_OP) for tokens, hidden in CASES
-])
+@pytest.mark.parametrize(
+    "arm,tokens,hidden",
+    [
+        pytest.param(arm, tokens, hidden, id=f"{arm}-tokens={tokens}-hidden={hidden}-bf16")
+        for arm in table_arms(GROUP_OP)
+        for tokens, hidden in CASES
+    ],
+)
 def test_per_token_group_fp8(benchmark, gpu_session, arm, tokens, hidden):
-    planned, _ = load_row(GROUP_OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden},
-                          layout=frozenset({"x:rows"}))
-    _check_and_time(benchmark, gpu_session, GROUP_OP, arm, planned, _inputs(tokens, hidden),
-                    (GROUP_SIZE, True), hidden // GROUP_SIZE)
+    planned, _ = load_row(
+        GROUP_OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden}, layout=frozenset({"x:rows"})
+    )
+    _check_and_time(
+        benchmark,
+        gpu_session,
+        GROUP_OP,
+        arm,
+        planned,
+        _inputs(tokens, hidden),
+        (GROUP_SIZE, True),
+        hidden // GROUP_SIZE,
+    )
 
 
-@pytest.mark.parametrize("arm,tokens,hidden", [
-    pytest.param(arm, tokens, hidden, id=f"{arm}-tokens={tokens}-hidden={hidden}-bf16")
-    for arm in table_arms(TOKEN_OP) for tokens, hidden in CASES
-])
+@pytest.mark.parametrize(
+    "arm,tokens,hidden",
+    [
+        pytest.param(arm, tokens, hidden, id=f"{arm}-tokens={tokens}-hidden={hidden}-bf16")
+        for arm in table_arms(TOKEN_OP)
+        for tokens, hidden in CASES
+    ],
+)
 def test_per_token_fp8(benchmark, gpu_session, arm, tokens, hidden):
-    planned, _ = load_row(TOKEN_OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden},
-                          layout=frozenset({"x:rows"}))
+    planned, _ = load_row(
+        TOKEN_OP, arm, dtype="bf16", shape={"num_tokens": tokens, "hidden": hidden}, layout=frozenset({"x:rows"})
+    )
     _check_and_time(benchmark, gpu_session, TOKEN_OP, arm, planned, _inputs(tokens, hidden), (), 1)

@@ -41,10 +41,14 @@ def _peer(positions, q, k, head_dim, cache, is_neox):
     return q, k
 
 
-@pytest.mark.parametrize("arm,tokens,q_heads,k_heads", [
-    pytest.param(arm, t, q, k, id=f"{arm}-tokens={t}-q_heads={q}-kv_heads={k}-head_dim={HEAD_DIM}-bf16")
-    for arm in table_arms(OP) + [PEER, FLASHINFER] for t, q, k in CASES
-])
+@pytest.mark.parametrize(
+    "arm,tokens,q_heads,k_heads",
+    [
+        pytest.param(arm, t, q, k, id=f"{arm}-tokens={t}-q_heads={q}-kv_heads={k}-head_dim={HEAD_DIM}-bf16")
+        for arm in table_arms(OP) + [PEER, FLASHINFER]
+        for t, q, k in CASES
+    ],
+)
 def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     import torch
 
@@ -75,18 +79,30 @@ def test_rotary(benchmark, gpu_session, arm, tokens, q_heads, k_heads):
     expected = reference(positions, q.clone(), k.clone(), HEAD_DIM, cache, True)
     got = checked(positions, q.clone(), k.clone(), HEAD_DIM, cache, True)
     torch.cuda.synchronize()
-    check = check_against_reference(OP, "bf16", tuple(got), tuple(expected), arm=arm, reference=reference_name,
-                                    case=case)
+    check = check_against_reference(
+        OP, "bf16", tuple(got), tuple(expected), arm=arm, reference=reference_name, case=case
+    )
     del got, expected
 
     bytes_moved = 2 * (q.numel() + k.numel()) * 2 + tokens * (HEAD_DIM * 4 + 8)
     benchmark.extra_info.update(
-        op=OP, row=arm, case=case,
-        tokens=tokens, dtype="bf16", shape=[tokens, q_heads, k_heads, HEAD_DIM],
-        phase="decode" if tokens <= 64 else "prefill", correctness=describe_check(check, reference_name),
-        max_abs_diff=check["max_abs_diff"], bitwise_equal=check["bitwise_equal"],
+        op=OP,
+        row=arm,
+        case=case,
+        tokens=tokens,
+        dtype="bf16",
+        shape=[tokens, q_heads, k_heads, HEAD_DIM],
+        phase="decode" if tokens <= 64 else "prefill",
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
         bytes_formula="q and k read + written once, cos/sin rows and positions read",
     )
     # Repeated calls keep rotating q/k in place: values stay bounded (rotations preserve norms).
-    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(positions, q, k, HEAD_DIM, cache, True),
-                           bytes_moved=bytes_moved, graph_safe=graph_safe)
+    gpu_timing.record_case(
+        benchmark,
+        gpu_session,
+        lambda: fn(positions, q, k, HEAD_DIM, cache, True),
+        bytes_moved=bytes_moved,
+        graph_safe=graph_safe,
+    )

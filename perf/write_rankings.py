@@ -46,9 +46,16 @@ def rankings_of(report: dict, evidence: str, table) -> tuple[str, str, list[dict
         if len(everywhere) < 2:
             continue
         means = {row: sum(times[row] for times in cases.values()) / len(cases) for row in everywhere}
-        entries.append({"op": op, "dtype": dtype, "bucket": [list(item) for item in bucket],
-                        "ranking": [[row, round(us, 2)] for row, us in sorted(means.items(), key=lambda x: x[1])],
-                        "shapes": len(cases), "evidence": evidence})
+        entries.append(
+            {
+                "op": op,
+                "dtype": dtype,
+                "bucket": [list(item) for item in bucket],
+                "ranking": [[row, round(us, 2)] for row, us in sorted(means.items(), key=lambda x: x[1])],
+                "shapes": len(cases),
+                "evidence": evidence,
+            }
+        )
     return device_class, report["device"], entries
 
 
@@ -64,8 +71,10 @@ def main(argv=None) -> int:
     for evidence in args.evidence:
         with open(resolve(evidence), encoding="utf-8") as handle:
             device_class, device, entries = rankings_of(json.load(handle), evidence, table)
-        document = documents.setdefault(device_class, {"schema": SCHEMA, "device_class": device_class,
-                                                       "device": device, "evidence": evidence, "entries": []})
+        document = documents.setdefault(
+            device_class,
+            {"schema": SCHEMA, "device_class": device_class, "device": device, "evidence": evidence, "entries": []},
+        )
         document["entries"] += entries
     os.makedirs(args.out, exist_ok=True)
     for device_class, document in documents.items():

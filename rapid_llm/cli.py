@@ -75,15 +75,18 @@ def _parse_device(text: str):
     """--device -> Device. A cuda device needs its SM version: capability conditions are judged on it."""
     from .kernels.dispatcher import Device
 
-    expected = (f"expected cpu, cpu+triton-interpreter or cuda:smNN with NN in {SM_RANGE[0]}..{SM_RANGE[-1]} "
-                "(major*10+minor: cuda:sm80, cuda:sm90, cuda:sm120; an SM version, not a device index)")
+    expected = (
+        f"expected cpu, cpu+triton-interpreter or cuda:smNN with NN in {SM_RANGE[0]}..{SM_RANGE[-1]} "
+        "(major*10+minor: cuda:sm80, cuda:sm90, cuda:sm120; an SM version, not a device index)"
+    )
     try:
         device = Device.parse(text)
     except ValueError:
         raise UsageError(f"--device: cannot parse device {text!r}; {expected}") from None
     if device.kind == "cuda" and device.sm is None:
-        raise UsageError(f"--device {text!r}: give the GPU's SM version (rows' device conditions are judged on "
-                         f"it); {expected}")
+        raise UsageError(
+            f"--device {text!r}: give the GPU's SM version (rows' device conditions are judged on it); {expected}"
+        )
     if device.kind == "cuda" and device.sm not in SM_RANGE:
         raise UsageError(f"--device {text!r}: sm{device.sm} is not a CUDA compute capability; {expected}")
     return device
@@ -102,8 +105,7 @@ def _parse_libs(specs):
         raise UsageError(message if message.startswith("--lib") else f"--lib: {message}") from None
     for name, version in libs.versions:
         if not version_key(version):
-            raise UsageError(f"--lib {name}={version}: the version must start with a number, such as "
-                             f"{name}=3.6.0")
+            raise UsageError(f"--lib {name}={version}: the version must start with a number, such as {name}=3.6.0")
     return libs
 
 
@@ -124,8 +126,7 @@ def _parse_shape(text: str | None, dims, owner: str) -> dict[str, int]:
         except ValueError:
             number = None
         if not sep or not name or number is None:
-            raise UsageError(f"--shape expects name=int[,name=int...] such as num_tokens=64,hidden=4096, "
-                             f"got {item!r}")
+            raise UsageError(f"--shape expects name=int[,name=int...] such as num_tokens=64,hidden=4096, got {item!r}")
         if name not in dims:
             raise UsageError(f"--shape: {name!r} is not a dim of {owner}; dims: {', '.join(dims)}")
         if name in shape:
@@ -201,15 +202,18 @@ def _environment_problems(env, table) -> list[str]:
     problems = []
     unknown = sorted(env.deny - table.deniable_names())
     if unknown:
-        problems.append(f"RAPID_LLM_DENY: unknown name(s) {', '.join(map(repr, unknown))} (neither a backend "
-                        f"nor a row); backends: {', '.join(sorted(BACKEND_CLASSES))}; rows: listed under 'ops' by "
-                        "`rapid-llm doctor`")
+        problems.append(
+            f"RAPID_LLM_DENY: unknown name(s) {', '.join(map(repr, unknown))} (neither a backend "
+            f"nor a row); backends: {', '.join(sorted(BACKEND_CLASSES))}; rows: listed under 'ops' by "
+            "`rapid-llm doctor`"
+        )
     for op, row in env.force:
         if op not in table.rows_by_op:
             problems.append(f"RAPID_LLM_FORCE: unknown op {op!r}; ops: {', '.join(table.ops)}")
         elif row not in {r.name for r in table.rows(op)}:
-            problems.append(f"RAPID_LLM_FORCE: {row!r} is not a row of {op}; rows: "
-                            f"{', '.join(r.name for r in table.rows(op))}")
+            problems.append(
+                f"RAPID_LLM_FORCE: {row!r} is not a row of {op}; rows: {', '.join(r.name for r in table.rows(op))}"
+            )
     return problems
 
 
@@ -232,9 +236,17 @@ def _select(op, env, table, *, dtype, shape, layout, force=None, deny=None, load
     from .kernels.dispatcher import NoEligibleKernel, dispatch
 
     try:
-        selection = dispatch(op, device=env.device, dtype=dtype, shape=shape, layout=layout, libs=env.libs,
-                             table=table, force=force if force is not None else env.forced_row(op),
-                             deny=env.deny | frozenset(deny or ()))
+        selection = dispatch(
+            op,
+            device=env.device,
+            dtype=dtype,
+            shape=shape,
+            layout=layout,
+            libs=env.libs,
+            table=table,
+            force=force if force is not None else env.forced_row(op),
+            deny=env.deny | frozenset(deny or ()),
+        )
         if load:
             selection = selection.load().selection
         return selection.explanation, None
@@ -331,7 +343,9 @@ def cmd_doctor(args) -> int:
         known = op in table.rows_by_op and row in {r.name for r in table.rows(op)}
         return f"{op}={row}" + ("" if known else " ✗ unknown")
 
-    print(f"rapid_llm {document['rapid_llm']}  python {document['python']}  torch {document['torch'] or 'not installed'}")
+    print(
+        f"rapid_llm {document['rapid_llm']}  python {document['python']}  torch {document['torch'] or 'not installed'}"
+    )
     device = document["device"] + (f" ({env.device_name})" if env.device_name else "")
     print(f"device           {device}")
     if env.cuda_devices:
@@ -343,8 +357,15 @@ def cmd_doctor(args) -> int:
         probe = probes.get(name)
         detail = ""
         if probe is not None:
-            verdict = ("ok: " + probe["reason"]) if probe["ok"] else \
-                ("" if probe["reason"] in ("not installed", "hidden by RAPID_LLM_HIDE_LIBS") else "✗ " + probe["reason"])
+            verdict = (
+                ("ok: " + probe["reason"])
+                if probe["ok"]
+                else (
+                    ""
+                    if probe["reason"] in ("not installed", "hidden by RAPID_LLM_HIDE_LIBS")
+                    else "✗ " + probe["reason"]
+                )
+            )
             detail = f"  tested: {probe['tested']}" + (f"; {verdict}" if verdict else "")
         print(f"  {name:<12} {status:<{width}}{detail}".rstrip())
     print(f"extension        {'rapid_llm._C built' if extension else 'not built (RAPID_LLM_BUILD_EXT=1 to build)'}")
@@ -398,14 +419,23 @@ def matrix_entries(env, table, ops, shape: dict, only_dtype: str | None = None) 
             for verdict in explanation.verdicts:
                 row = table.rows_by_name[verdict.row]
                 # Shape conditions on dims --shape did not give are listed, not judged.
-                failures = [c for c in verdict.failures
-                            if not (c.condition.startswith("shape ") and c.condition[6:] not in op_shape)]
+                failures = [
+                    c
+                    for c in verdict.failures
+                    if not (c.condition.startswith("shape ") and c.condition[6:] not in op_shape)
+                ]
                 status = verdict.status if (verdict.status != "rejected" or failures) else "eligible if shape fits"
-                entries.append({
-                    "op": op, "dtype": dtype, "row": row.name, "status": status, "note": verdict.note,
-                    "conditions": _row_conditions(row),
-                    "reasons": [check.render() for check in failures],
-                })
+                entries.append(
+                    {
+                        "op": op,
+                        "dtype": dtype,
+                        "row": row.name,
+                        "status": status,
+                        "note": verdict.note,
+                        "conditions": _row_conditions(row),
+                        "reasons": [check.render() for check in failures],
+                    }
+                )
     return entries
 
 
@@ -424,12 +454,21 @@ def cmd_matrix(args) -> int:
     env, _ = _environment(args, table)
     entries = matrix_entries(env, table, ops, shape, args.dtype)
     if args.json:
-        _print_json({"schema": SCHEMA_VERSION, "device": str(env.device), "libs": env.libs.as_dict(),
-                     "shape": shape, "entries": entries})
+        _print_json(
+            {
+                "schema": SCHEMA_VERSION,
+                "device": str(env.device),
+                "libs": env.libs.as_dict(),
+                "shape": shape,
+                "entries": entries,
+            }
+        )
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
-    print(f"support matrix  device={env.device}  libs: {libs}"
-          + (f"  shape={shape}" if shape else "  (shape conditions listed, not judged)"))
+    print(
+        f"support matrix  device={env.device}  libs: {libs}"
+        + (f"  shape={shape}" if shape else "  (shape conditions listed, not judged)")
+    )
     by_row: dict = {}
     for entry in entries:
         by_row.setdefault((entry["op"], entry["row"]), []).append(entry)
@@ -448,8 +487,12 @@ def cmd_matrix(args) -> int:
     return 0
 
 
-_SHORT_STATUS = {"selected": "✓ selected", "eligible": "· eligible", "rejected": "✗ rejected",
-                 "eligible if shape fits": "· if shape fits"}
+_SHORT_STATUS = {
+    "selected": "✓ selected",
+    "eligible": "· eligible",
+    "rejected": "✗ rejected",
+    "eligible if shape fits": "· if shape fits",
+}
 
 
 # ---------------------------------------------------------------------------
@@ -469,8 +512,10 @@ def _layout_for(args, contract) -> frozenset:
     tags = frozenset(tag.strip() for tag in args.layout.split(",") if tag.strip())
     unknown = sorted(tags - contract.layouts)
     if unknown:
-        raise UsageError(f"--layout: {contract.op} has no layout tag {unknown[0]!r}; tags: "
-                         f"{', '.join(sorted(contract.layouts)) or '(none)'}, or 'none'")
+        raise UsageError(
+            f"--layout: {contract.op} has no layout tag {unknown[0]!r}; tags: "
+            f"{', '.join(sorted(contract.layouts)) or '(none)'}, or 'none'"
+        )
     return tags
 
 
@@ -492,11 +537,14 @@ def cmd_explain(args) -> int:
     if unknown:
         from .kernels.dispatcher.spec import BACKEND_CLASSES
 
-        raise UsageError(f"--deny {unknown[0]!r} is neither a backend nor a row; backends: "
-                         f"{', '.join(sorted(BACKEND_CLASSES))}; rows of {args.op}: {', '.join(rows)}")
+        raise UsageError(
+            f"--deny {unknown[0]!r} is neither a backend nor a row; backends: "
+            f"{', '.join(sorted(BACKEND_CLASSES))}; rows of {args.op}: {', '.join(rows)}"
+        )
     env, local = _environment(args, table)
-    explanation, failure = _select(args.op, env, table, dtype=args.dtype, shape=shape, layout=layout,
-                                   force=args.force, deny=deny, load=local)
+    explanation, failure = _select(
+        args.op, env, table, dtype=args.dtype, shape=shape, layout=layout, force=args.force, deny=deny, load=local
+    )
     if args.json:
         document = explanation.to_dict()
         document["loaded"] = local
@@ -531,12 +579,19 @@ def _plan_entries(use, contract, env, table, dtype, buckets) -> list[dict]:
             continue
         last_key = key
         representative = {name: top for name, _, top in key}
-        explanation, failure = _select(use.op, env, table, dtype=dtype, shape=representative,
-                                       layout=contract.layouts)
+        explanation, failure = _select(use.op, env, table, dtype=dtype, shape=representative, layout=contract.layouts)
         tokens = next(([low, top] for name, low, top in key if name == "num_tokens"), None)
-        entries.append({"op": use.op, "where": use.where, "dims": dict(use.dims), "tokens": tokens,
-                        "selected": explanation.selected, "why": _why(explanation, failure),
-                        "explanation": explanation.to_dict()})
+        entries.append(
+            {
+                "op": use.op,
+                "where": use.where,
+                "dims": dict(use.dims),
+                "tokens": tokens,
+                "selected": explanation.selected,
+                "why": _why(explanation, failure),
+                "explanation": explanation.to_dict(),
+            }
+        )
     return entries
 
 
@@ -584,9 +639,17 @@ def cmd_plan(args) -> int:
             continue
         served += _plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets)
     if args.json:
-        _print_json({"schema": SCHEMA_VERSION, "model": model.name, "device": str(env.device),
-                     "libs": env.libs.as_dict(), "dtype": args.dtype, "plans": served,
-                     "not_served_yet": not_served})
+        _print_json(
+            {
+                "schema": SCHEMA_VERSION,
+                "model": model.name,
+                "device": str(env.device),
+                "libs": env.libs.as_dict(),
+                "dtype": args.dtype,
+                "plans": served,
+                "not_served_yet": not_served,
+            }
+        )
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
     print(f"{model.name}  device={env.device}  dtype={args.dtype}  libs: {libs}")
@@ -599,8 +662,10 @@ def cmd_plan(args) -> int:
     print(f"{'op':<{op_width}}{'where':<{where_width}}{'tokens':<{tokens_width}}{'selected':<{row_width}}why")
     for entry in served:
         tokens = _tokens_label(entry["tokens"])
-        print(f"{entry['op']:<{op_width}}{entry['where']:<{where_width}}{tokens:<{tokens_width}}"
-              f"{entry['selected'] or '-':<{row_width}}{entry['why']}")
+        print(
+            f"{entry['op']:<{op_width}}{entry['where']:<{where_width}}{tokens:<{tokens_width}}"
+            f"{entry['selected'] or '-':<{row_width}}{entry['why']}"
+        )
     if not_served:
         print("\nnot served yet (no rows in the table):")
         width = max(len(entry["op"]) for entry in not_served) + 2
@@ -614,16 +679,25 @@ def cmd_plan(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rapid-llm", description=__doc__.split("\n\n")[0],
-                     epilog="exit status: 0 ok; 1 explain: no eligible row, doctor: problems found; "
-                            "2 bad argument or RAPID_LLM_* value; 141 stdout closed early")
+    parser = _Parser(
+        prog="rapid-llm",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 ok; 1 explain: no eligible row, doctor: problems found; "
+        "2 bad argument or RAPID_LLM_* value; 141 stdout closed early",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def machine_options(p):
-        p.add_argument("--device", help="describe another device: cpu, cpu+triton-interpreter, cuda:sm90 "
-                       f"(sm{SM_RANGE[0]}..sm{SM_RANGE[-1]})")
-        p.add_argument("--lib", action="append", metavar="NAME=VERSION",
-                       help="describe an installed library (repeatable); adds to/overrides this machine's")
+        p.add_argument(
+            "--device",
+            help=f"describe another device: cpu, cpu+triton-interpreter, cuda:sm90 (sm{SM_RANGE[0]}..sm{SM_RANGE[-1]})",
+        )
+        p.add_argument(
+            "--lib",
+            action="append",
+            metavar="NAME=VERSION",
+            help="describe an installed library (repeatable); adds to/overrides this machine's",
+        )
         p.add_argument("--no-local-libs", action="store_true", help="start from no libraries instead of this machine's")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -650,8 +724,11 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("plan", help="every op a model needs x every token bucket -> selected row + why")
-    p.add_argument("--model", default="llama-3-8b", help="preset: llama-3-8b, qwen2.5-7b, mixtral-8x7b, "
-                   "qwen3-30b-a3b, deepseek-v3 (default llama-3-8b)")
+    p.add_argument(
+        "--model",
+        default="llama-3-8b",
+        help="preset: llama-3-8b, qwen2.5-7b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3 (default llama-3-8b)",
+    )
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--max-tokens", type=int, default=32768, help="list token buckets up to this (>= 1)")
     machine_options(p)

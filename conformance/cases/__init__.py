@@ -32,8 +32,9 @@ _MODULES = [importlib.import_module(f"{__name__}.{family}") for family in FAMILI
 CASES = {op: cases for module in _MODULES for op, cases in module.CASES.items()}
 ORACLES = {op: oracle for module in _MODULES for op, oracle in module.ORACLES.items()}
 TOLERANCES = {key: value for module in _MODULES for key, value in module.TOLERANCES.items()}
-ACCUMULATION_BOUNDS = {op: bound for module in _MODULES
-                       for op, bound in getattr(module, "ACCUMULATION_BOUNDS", {}).items()}
+ACCUMULATION_BOUNDS = {
+    op: bound for module in _MODULES for op, bound in getattr(module, "ACCUMULATION_BOUNDS", {}).items()
+}
 OUTPUT_MASKS = {op: mask for module in _MODULES for op, mask in getattr(module, "OUTPUT_MASKS", {}).items()}
 
 __all__ = ["ACCUMULATION_BOUNDS", "CASES", "Case", "ORACLES", "OUTPUT_MASKS", "TOLERANCES", "TORCH_DTYPES"]

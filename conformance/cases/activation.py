@@ -31,12 +31,14 @@ def _gated_case(shape, *, scale=1.0, row_pad=0, with_out=False, out_row_pad=8, s
         out = None
         if with_out:
             # a caller's buffer: rows of a wider tensor (a row stride of its own), or contiguous (out_row_pad 0)
-            out = torch.full((*shape[:-1], width // 2 + out_row_pad), float("nan"), dtype=dtype,
-                             device=device)[..., : width // 2]
+            out = torch.full((*shape[:-1], width // 2 + out_row_pad), float("nan"), dtype=dtype, device=device)[
+                ..., : width // 2
+            ]
         # The layout tags are the op's check's (both gated ops share it): x:rows, out:rows, and FlashInfer's
         # x:contiguous16 / out:contiguous16.
         layout = check_silu_and_mul(x, out)[1]
         return (x, out), {"num_tokens": x.numel() // width, "intermediate": width // 2}, layout
+
     return make
 
 
@@ -53,6 +55,7 @@ def _gated_oracle(activation):
     def oracle(x, out):
         d = x.shape[-1] // 2
         return (activation(x[..., :d].double()) * x[..., d:].double()).to(x.dtype)
+
     return oracle
 
 
@@ -84,7 +87,10 @@ GATED_CASES = (
 
 
 CASES = {"activation.silu_and_mul": GATED_CASES, "activation.gelu_tanh_and_mul": GATED_CASES}
-ORACLES = {"activation.silu_and_mul": _gated_oracle(_silu64), "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64)}
+ORACLES = {
+    "activation.silu_and_mul": _gated_oracle(_silu64),
+    "activation.gelu_tanh_and_mul": _gated_oracle(_gelu_tanh64),
+}
 TOLERANCES = {
     # One fp32 activation (exp-based, implementations differ by a few fp32 ulp) times up, one
     # rounding: one step of the output dtype at most, as for rms_norm.

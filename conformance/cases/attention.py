@@ -35,11 +35,24 @@ def _heads(tokens, heads, dim, dtype, device, generator, scale=1.0, fused_with=0
     if not fused_with:
         return _randn((tokens, heads, dim), dtype, device, generator, scale)
     wide = _randn((tokens, (heads + fused_with) * dim), dtype, device, generator, scale)
-    return wide[:, fused_with * dim:].view(tokens, heads, dim)
+    return wide[:, fused_with * dim :].view(tokens, heads, dim)
 
 
-def _ragged_case(lengths, num_q_heads, num_kv_heads, head_dim, *, head_dim_v=None, causal=True, return_lse=False,
-                 scale=1.0, fused=False, strided_index=False, transposed_q=False, op=PREFILL):
+def _ragged_case(
+    lengths,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+    *,
+    head_dim_v=None,
+    causal=True,
+    return_lse=False,
+    scale=1.0,
+    fused=False,
+    strided_index=False,
+    transposed_q=False,
+    op=PREFILL,
+):
     def make(dtype, device, generator):
         tokens = sum(lengths)
         fused_heads = num_kv_heads if fused else 0
@@ -51,10 +64,11 @@ def _ragged_case(lengths, num_q_heads, num_kv_heads, head_dim, *, head_dim_v=Non
             q = _randn((tokens, head_dim, num_q_heads), dtype, device, generator, scale).transpose(1, 2)
         cu = _cu_seqlens(lengths, device, strided_index)
         max_seqlen = max(lengths, default=0)
-        args = (q, k, v, cu, max_seqlen, head_dim ** -0.5, causal, return_lse)
+        args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse)
         check = checks.check_mla_prefill if op == MLA_PREFILL else checks.check_prefill
         _, layout, dims = check(*args)
         return args, dict(dims), layout
+
     return make
 
 
@@ -109,22 +123,35 @@ def _fp8_cache(rows, num_kv_heads, head_dim, device, generator, row_pad=0, scale
     v_scale = values[:, num_kv_heads:].abs().amax().clamp_min(1e-6) / 448.0
     quantized = torch.cat([values[:, :num_kv_heads] / k_scale, values[:, num_kv_heads:] / v_scale], dim=1)
     buffer = torch.zeros((rows, 2 * num_kv_heads * head_dim + row_pad), dtype=torch.float8_e4m3fn)
-    flat = buffer[:, :2 * num_kv_heads * head_dim]
+    flat = buffer[:, : 2 * num_kv_heads * head_dim]
     flat.copy_(quantized.reshape(rows, -1).to(torch.float8_e4m3fn))
-    buffer = buffer.to(device)[:, :2 * num_kv_heads * head_dim].view(rows, 2 * num_kv_heads, head_dim)
+    buffer = buffer.to(device)[:, : 2 * num_kv_heads * head_dim].view(rows, 2 * num_kv_heads, head_dim)
     if scale_views:
         table = torch.tensor([9.0, float(k_scale), 9.0, float(v_scale)], device=device)
         return buffer, table[1:2], table[3:4]
     return buffer, k_scale.reshape(1).to(device), v_scale.reshape(1).to(device)
 
 
-def _decode_case(seq_lens, num_q_heads, num_kv_heads, head_dim, page_size, *, scale=1.0, share_prefix=True,
-                 strided_q=False, strided_index=False, row_pad=0, fp8=False):
+def _decode_case(
+    seq_lens,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+    page_size,
+    *,
+    scale=1.0,
+    share_prefix=True,
+    strided_q=False,
+    strided_index=False,
+    row_pad=0,
+    fp8=False,
+):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
         if fp8:
-            buffer, k_scale, v_scale = _fp8_cache(pages * page_size, num_kv_heads, head_dim, device, generator,
-                                                  row_pad, scale_views=strided_index)
+            buffer, k_scale, v_scale = _fp8_cache(
+                pages * page_size, num_kv_heads, head_dim, device, generator, row_pad, scale_views=strided_index
+            )
         else:
             buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
             k_scale = v_scale = None
@@ -133,14 +160,14 @@ def _decode_case(seq_lens, num_q_heads, num_kv_heads, head_dim, page_size, *, sc
         else:
             q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
-        args = (q, buffer, table, lens, page_size, head_dim ** -0.5, k_scale, v_scale)
+        args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
+
     return make
 
 
-def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False,
-                     row_pad=0):
+def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False, row_pad=0):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
         cache = _cache(pages * page_size, (576,), dtype, device, generator, row_pad)
@@ -150,14 +177,27 @@ def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=F
             q = _randn((len(seq_lens), num_q_heads, 576), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         # sm_scale of DeepSeek-V3 (1 / sqrt(192), the un-absorbed q/k head dim)
-        args = (q, cache, table, lens, page_size, 192 ** -0.5)
+        args = (q, cache, table, lens, page_size, 192**-0.5)
         _, layout, dims = checks.check_mla_decode(*args)
         return args, dict(dims), layout
+
     return make
 
 
-def _paged_prefill_case(seq_lens, new_tokens, num_q_heads, num_kv_heads, head_dim, page_size, *, causal=True,
-                        return_lse=False, strided_index=False, fused=False, row_pad=0):
+def _paged_prefill_case(
+    seq_lens,
+    new_tokens,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+    page_size,
+    *,
+    causal=True,
+    return_lse=False,
+    strided_index=False,
+    fused=False,
+    row_pad=0,
+):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
         buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
@@ -165,10 +205,10 @@ def _paged_prefill_case(seq_lens, new_tokens, num_q_heads, num_kv_heads, head_di
         q = _heads(tokens, num_q_heads, head_dim, dtype, device, generator, fused_with=2 * num_kv_heads if fused else 0)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         cu = _cu_seqlens(new_tokens, device, strided_index)
-        args = (q, buffer, table, cu, lens, max(new_tokens, default=0), page_size, head_dim ** -0.5, causal,
-                return_lse)
+        args = (q, buffer, table, cu, lens, max(new_tokens, default=0), page_size, head_dim**-0.5, causal, return_lse)
         _, layout, dims = checks.check_prefill_paged(*args)
         return args, dict(dims), layout
+
     return make
 
 
@@ -202,8 +242,9 @@ def prefill_oracle(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, retur
         visible = torch.ones(n, n, dtype=torch.bool, device=q.device)
         if causal:
             visible = visible.tril()
-        out[start:end], lse[start:end] = _attend64(q[start:end], _expand(k[start:end], group),
-                                                   _expand(v[start:end], group), sm_scale, visible)
+        out[start:end], lse[start:end] = _attend64(
+            q[start:end], _expand(k[start:end], group), _expand(v[start:end], group), sm_scale, visible
+        )
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
@@ -222,7 +263,7 @@ def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_sca
         if k_scale is not None:  # an fp8 buffer: dequantize (exact in float64)
             keys, values = keys * float(k_scale), values * float(v_scale)
         visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b:b + 1], _ = _attend64(q[b:b + 1], _expand(keys, group), _expand(values, group), sm_scale, visible)
+        out[b : b + 1], _ = _attend64(q[b : b + 1], _expand(keys, group), _expand(values, group), sm_scale, visible)
     return out.to(q.dtype)
 
 
@@ -232,12 +273,13 @@ def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale
         rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
         latent = latent_cache[rows].unsqueeze(1).expand(length, q.shape[1], 576)
         visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b:b + 1], _ = _attend64(q[b:b + 1], latent, latent[..., :512], sm_scale, visible)
+        out[b : b + 1], _ = _attend64(q[b : b + 1], latent, latent[..., :512], sm_scale, visible)
     return out.to(q.dtype)
 
 
-def prefill_paged_oracle(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                         causal=True, return_lse=False):
+def prefill_paged_oracle(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
     out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
@@ -253,8 +295,9 @@ def prefill_paged_oracle(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_s
         visible = torch.arange(length, device=q.device).unsqueeze(0) <= query_pos.unsqueeze(1)
         if not causal:
             visible = torch.ones_like(visible)
-        out[start:end], lse[start:end] = _attend64(q[start:end], _expand(kv[:, :heads], group),
-                                                   _expand(kv[:, heads:], group), sm_scale, visible)
+        out[start:end], lse[start:end] = _attend64(
+            q[start:end], _expand(kv[:, :heads], group), _expand(kv[:, heads:], group), sm_scale, visible
+        )
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
@@ -283,18 +326,24 @@ PREFILL_CASES = (
     Case("value_dim_differs", _ragged_case((9, 14), 4, 2, 128, head_dim_v=64)),
     Case("lengths_1_17_1000_4097", _ragged_case((1, 17, 1000, 4097), 8, 2, 128, return_lse=True), gpu_only=True),
     # 4096 sequences x 32 heads: more than 65,535 (sequence, head) programs
-    Case("many_short_sequences", _ragged_case(tuple(1 + (i * 7) % 13 for i in range(4096)), 32, 8, 128),
-         gpu_only=True),
+    Case("many_short_sequences", _ragged_case(tuple(1 + (i * 7) % 13 for i in range(4096)), 32, 8, 128), gpu_only=True),
 )
 
 MLA_PREFILL_CASES = (
     Case("ragged", _ragged_case((17, 1, 60), 4, 4, 192, head_dim_v=128, op=MLA_PREFILL)),
-    Case("ragged_lse_non_causal", _ragged_case((9, 33), 2, 2, 192, head_dim_v=128, causal=False, return_lse=True,
-                                               op=MLA_PREFILL)),
-    Case("fused_views_strided_index", _ragged_case((12, 5), 2, 2, 192, head_dim_v=128, fused=True, strided_index=True,
-                                                   op=MLA_PREFILL)),
-    Case("long_16_heads", _ragged_case((1000, 3000), 16, 16, 192, head_dim_v=128, return_lse=True, op=MLA_PREFILL),
-         gpu_only=True),
+    Case(
+        "ragged_lse_non_causal",
+        _ragged_case((9, 33), 2, 2, 192, head_dim_v=128, causal=False, return_lse=True, op=MLA_PREFILL),
+    ),
+    Case(
+        "fused_views_strided_index",
+        _ragged_case((12, 5), 2, 2, 192, head_dim_v=128, fused=True, strided_index=True, op=MLA_PREFILL),
+    ),
+    Case(
+        "long_16_heads",
+        _ragged_case((1000, 3000), 16, 16, 192, head_dim_v=128, return_lse=True, op=MLA_PREFILL),
+        gpu_only=True,
+    ),
 )
 
 DECODE_CASES = (
@@ -309,12 +358,12 @@ DECODE_CASES = (
     Case("padded_buffer_rows", _decode_case((9, 33), 4, 2, 64, 16, row_pad=64)),
     Case("long_context_32k", _decode_case((32768,), 32, 8, 128, 16), gpu_only=True),
     Case("batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16), gpu_only=True),
-    Case("many_sequences", _decode_case(tuple(1 + (i * 37) % 300 for i in range(3000)), 32, 8, 128, 16),
-         gpu_only=True),
+    Case("many_sequences", _decode_case(tuple(1 + (i * 37) % 300 for i in range(3000)), 32, 8, 128, 16), gpu_only=True),
     # the fp8 KV buffer kvcache.update_kv_buffer_fp8 writes, with its per-tensor scales
     Case("fp8_kv_ragged_page16", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True)),
-    Case("fp8_kv_page_size_1_strided", _decode_case((9, 40), 4, 1, 128, 1, fp8=True, strided_q=True,
-                                                    strided_index=True)),
+    Case(
+        "fp8_kv_page_size_1_strided", _decode_case((9, 40), 4, 1, 128, 1, fp8=True, strided_q=True, strided_index=True)
+    ),
     Case("fp8_kv_padded_rows_large_logits", _decode_case((50, 9), 4, 2, 64, 16, fp8=True, row_pad=64, scale=10.0)),
     Case("fp8_kv_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, fp8=True), gpu_only=True),
     Case("fp8_kv_long_context_32k", _decode_case((32768,), 32, 8, 128, 16, fp8=True), gpu_only=True),
@@ -339,11 +388,13 @@ PREFILL_PAGED_CASES = (
     Case("non_causal_with_lse", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, causal=False, return_lse=True)),
     Case("with_lse", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, return_lse=True)),
     Case("empty_chunk", _paged_prefill_case((40, 0, 17), (8, 0, 3), 4, 2, 64, 16)),
-    Case("fused_q_strided_index", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, fused=True,
-                                                      strided_index=True)),
+    Case("fused_q_strided_index", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, fused=True, strided_index=True)),
     Case("padded_buffer_rows", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, row_pad=64)),
-    Case("long_prefix_4096_chunk_512", _paged_prefill_case((4608, 1024), (512, 1024), 32, 8, 128, 16,
-                                                           return_lse=True), gpu_only=True),
+    Case(
+        "long_prefix_4096_chunk_512",
+        _paged_prefill_case((4608, 1024), (512, 1024), 32, 8, 128, 16, return_lse=True),
+        gpu_only=True,
+    ),
 )
 
 CASES = {

@@ -22,6 +22,7 @@ def _scale_case(shape, factor, *, scale=1.0, transpose=False):
             x = x.t()
         layout = frozenset({"x:contiguous"}) if x.is_contiguous() else frozenset()
         return (x, factor), {"num_elements": x.numel()}, layout
+
     return make
 
 

@@ -15,8 +15,19 @@ from rapid_llm.kernels.ops.embedding.checks import check_rotary
 # ---------------------------------------------------------------------------
 
 
-def _embedding_case(ids_shape, rows, hidden, *, vocab_start=0, vocab_end=None, id_range=None,
-                    ids_dtype=torch.int64, row_pad=0, ids_view=None, padding=False):
+def _embedding_case(
+    ids_shape,
+    rows,
+    hidden,
+    *,
+    vocab_start=0,
+    vocab_end=None,
+    id_range=None,
+    ids_dtype=torch.int64,
+    row_pad=0,
+    ids_view=None,
+    padding=False,
+):
     def make(dtype, device, generator):
         low, high = id_range or (vocab_start, vocab_start + rows)
         ids = torch.randint(low, high, ids_shape, generator=generator, dtype=torch.int64).to(ids_dtype).to(device)
@@ -29,6 +40,7 @@ def _embedding_case(ids_shape, rows, hidden, *, vocab_start=0, vocab_end=None, i
             table = _randn((rows, hidden), dtype, device, generator)
         layout = frozenset({"table:rows"}) if hidden == 1 or table.stride(1) == 1 else frozenset()
         return (ids, table, vocab_start, vocab_end), {"num_tokens": ids.numel(), "hidden": hidden}, layout
+
     return make
 
 
@@ -56,8 +68,9 @@ EMBEDDING_CASES = (
     Case("hidden_1000_tail", _embedding_case((9,), 512, 1000)),
     Case("hidden_5", _embedding_case((7,), 50, 5)),
     Case("shard_zero_rows", _embedding_case((40,), 400, 96, vocab_start=300, id_range=(0, 1000))),
-    Case("shard_with_padding_rows", _embedding_case((40,), 416, 96, vocab_start=300, vocab_end=700,
-                                                    id_range=(0, 1000))),
+    Case(
+        "shard_with_padding_rows", _embedding_case((40,), 416, 96, vocab_start=300, vocab_end=700, id_range=(0, 1000))
+    ),
     Case("empty_ids", _embedding_case((0,), 100, 64)),
     Case("strided_table_rows", _embedding_case((17,), 300, 256, row_pad=32)),
     # ids with a non-unit stride: a kernel reading them as contiguous gathers the wrong rows.
@@ -81,29 +94,48 @@ def _cos_sin_cache(max_position, rotary_dim, dtype, device, base=10000.0):
     return torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype).to(device)
 
 
-def _rotary_case(tokens, q_heads, k_heads, head_dim, *, rotary_dim=None, is_neox=True, fused_qkv=False,
-                 cache_in_q_dtype=False, positions_dtype=torch.int64, max_position=4096, positions_view=None,
-                 padding=False, cache_row_pad=0, qkv_pad=0, cache_tail_rows=0):
+def _rotary_case(
+    tokens,
+    q_heads,
+    k_heads,
+    head_dim,
+    *,
+    rotary_dim=None,
+    is_neox=True,
+    fused_qkv=False,
+    cache_in_q_dtype=False,
+    positions_dtype=torch.int64,
+    max_position=4096,
+    positions_view=None,
+    padding=False,
+    cache_row_pad=0,
+    qkv_pad=0,
+    cache_tail_rows=0,
+):
     def make(dtype, device, generator):
         width_q, width_k = q_heads * head_dim, k_heads * head_dim
         if fused_qkv:
             # qkv_pad extra columns per token: a token stride off the 16-byte alignment when odd
             qkv = _randn((tokens, width_q + 2 * width_k + qkv_pad), dtype, device, generator)
-            q, k = qkv[:, :width_q], qkv[:, width_q:width_q + width_k]
+            q, k = qkv[:, :width_q], qkv[:, width_q : width_q + width_k]
         else:
-            q, k = _randn((tokens, width_q), dtype, device, generator), _randn((tokens, width_k), dtype, device, generator)
-        cache = _cos_sin_cache(max_position, rotary_dim or head_dim, dtype if cache_in_q_dtype else torch.float32,
-                               device)
+            q, k = (
+                _randn((tokens, width_q), dtype, device, generator),
+                _randn((tokens, width_k), dtype, device, generator),
+            )
+        cache = _cos_sin_cache(
+            max_position, rotary_dim or head_dim, dtype if cache_in_q_dtype else torch.float32, device
+        )
         if cache_row_pad:
             # the cache as rows of a wider tensor: a row stride of its own (layout qk:rows still holds)
             wide = torch.zeros((cache.shape[0], cache.shape[1] + cache_row_pad), dtype=cache.dtype, device=device)
-            wide[:, :cache.shape[1]] = cache
-            cache = wide[:, :cache.shape[1]]
+            wide[:, : cache.shape[1]] = cache
+            cache = wide[:, : cache.shape[1]]
         if cache_tail_rows:
             # the cache as the first rows of a longer buffer (storage past its last row)
             longer = torch.zeros((cache.shape[0] + cache_tail_rows, cache.shape[1]), dtype=cache.dtype, device=device)
-            longer[:cache.shape[0]] = cache
-            cache = longer[:cache.shape[0]]
+            longer[: cache.shape[0]] = cache
+            cache = longer[: cache.shape[0]]
         positions = torch.randint(0, max_position, (tokens,), generator=generator).to(positions_dtype).to(device)
         if padding:
             positions = with_padding(positions)
@@ -112,6 +144,7 @@ def _rotary_case(tokens, q_heads, k_heads, head_dim, *, rotary_dim=None, is_neox
         args = (positions, q, k, head_dim, cache, is_neox)
         # The layout tags are the op's check's: qk:rows, and FlashInfer's qk:rows16 / cos_sin_cache:vector16.
         return args, shape, check_rotary(*args)[1]
+
     return make
 
 
@@ -142,8 +175,9 @@ def rotary_oracle(positions, q, k, head_dim, cache, is_neox):
             result = torch.cat((x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]), -1)
         else:
             x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
-            result = torch.stack((x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]),
-                                 -1).flatten(-2)
+            result = torch.stack(
+                (x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]), -1
+            ).flatten(-2)
         heads[..., :rotary_dim] = torch.where(valid[:, None, None], result, rotated)
         outs.append(heads.view(tensor.shape).to(tensor.dtype))
     return tuple(outs)
@@ -155,13 +189,17 @@ ROTARY_CASES = (
     Case("neox_partial_rotary", _rotary_case(6, 3, 1, 64, rotary_dim=32)),
     Case("gptj_partial_rotary", _rotary_case(6, 3, 1, 64, rotary_dim=16, is_neox=False)),
     Case("llama_heads_fused_qkv_views", _rotary_case(7, 32, 8, 128, fused_qkv=True)),
-    Case("cache_in_q_dtype_int32_positions", _rotary_case(4, 2, 2, 128, cache_in_q_dtype=True,
-                                                          positions_dtype=torch.int32)),
+    Case(
+        "cache_in_q_dtype_int32_positions",
+        _rotary_case(4, 2, 2, 128, cache_in_q_dtype=True, positions_dtype=torch.int32),
+    ),
     Case("one_token", _rotary_case(1, 8, 1, 128)),
     # positions with a non-unit stride: a kernel reading them as contiguous rotates by wrong angles.
     Case("positions_column_of_pairs", _rotary_case(6, 4, 2, 64, positions_view="column")),
-    Case("positions_every_other_int32", _rotary_case(5, 4, 2, 64, positions_view="every_other",
-                                                     positions_dtype=torch.int32)),
+    Case(
+        "positions_every_other_int32",
+        _rotary_case(5, 4, 2, 64, positions_view="every_other", positions_dtype=torch.int32),
+    ),
     # negative positions are padding: those tokens stay unrotated in every row.
     Case("padding_positions", _rotary_case(7, 4, 2, 64, padding=True)),
     Case("cache_rows_strided", _rotary_case(5, 4, 2, 64, cache_row_pad=16)),
@@ -169,8 +207,10 @@ ROTARY_CASES = (
     # GPT-J with a cache that has storage past its last row: the case FlashInfer's GPT-J path may serve (it
     # reads up to 4 floats past a cache row; cos_sin_cache:vector16), full and partial rotary.
     Case("gptj_cache_with_tail", _rotary_case(6, 4, 2, 64, is_neox=False, cache_tail_rows=1)),
-    Case("gptj_partial_rotary_cache_with_tail", _rotary_case(6, 3, 1, 128, rotary_dim=32, is_neox=False,
-                                                             cache_tail_rows=1, padding=True)),
+    Case(
+        "gptj_partial_rotary_cache_with_tail",
+        _rotary_case(6, 3, 1, 128, rotary_dim=32, is_neox=False, cache_tail_rows=1, padding=True),
+    ),
     Case("head_dim_256_padding_int32", _rotary_case(5, 2, 1, 256, padding=True, positions_dtype=torch.int32)),
     # FlashInfer's boundaries: rotary_dim 24 (its 8-pair vectors would mix cos and sin), a token stride of
     # q and k off the 16-byte alignment (qk:rows16), head_dim 96 (not one of its 64/128/256 kernels).

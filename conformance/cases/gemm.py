@@ -79,12 +79,12 @@ def _place(values, device, how=None):
         return values.to(device)
     shape = values.shape
     if how.startswith("wide:"):
-        view = _junk((*shape[:-1], shape[-1] + int(how[5:])), values.dtype, device)[..., :shape[-1]]
+        view = _junk((*shape[:-1], shape[-1] + int(how[5:])), values.dtype, device)[..., : shape[-1]]
     elif how == "column_major":
         view = _junk((*shape[:-2], shape[-1], shape[-2]), values.dtype, device).transpose(-1, -2)
     elif how == "tma_scales":
         aligned = (shape[-2] + 3) // 4 * 4
-        view = _junk((*shape[:-2], shape[-1], aligned), values.dtype, device)[..., :shape[-2]].transpose(-1, -2)
+        view = _junk((*shape[:-2], shape[-1], aligned), values.dtype, device)[..., : shape[-2]].transpose(-1, -2)
     elif how == "every_other":
         view = _junk((*shape[:-1], 2 * shape[-1]), values.dtype, device)[..., ::2]
     elif how == "offset":
@@ -112,10 +112,16 @@ def _block_mm_case(m, n, k, *, a=None, a_scale=None, b=None, b_scale=None, out="
     def make(dtype, device, generator):
         qa, sa = _activations((m, k), generator, outlier)
         qb, sb = _weights((n, k), generator)
-        args = (_place(qa, device, a), _place(sa, device, a_scale), _place(qb, device, b),
-                _place(sb, device, b_scale), _out((m, n), device, out))
+        args = (
+            _place(qa, device, a),
+            _place(sa, device, a_scale),
+            _place(qb, device, b),
+            _place(sb, device, b_scale),
+            _out((m, n), device, out),
+        )
         _, layout, dims = check_fp8_block_mm(*args)
         return args, dict(dims), layout
+
     return make
 
 
@@ -123,18 +129,29 @@ FP8_BLOCK_MM_CASES = (
     Case("one_token", _block_mm_case(1, 256, 256), dtypes=_DTYPES),
     # N % 128 == 64: the last row of weight blocks covers a half block.
     Case("tail_rows_n_tail_tma_scales", _block_mm_case(77, 320, 384, a_scale="tma_scales"), dtypes=_DTYPES),
-    Case("m_130_tma_scales_padded_to_132", _block_mm_case(130, 128, 256, a_scale="tma_scales", out="contiguous"),
-         dtypes=_DTYPES),
+    Case(
+        "m_130_tma_scales_padded_to_132",
+        _block_mm_case(130, 128, 256, a_scale="tma_scales", out="contiguous"),
+        dtypes=_DTYPES,
+    ),
     Case("n_not_a_multiple_of_64", _block_mm_case(5, 200, 256), dtypes=_DTYPES),
     Case("empty", _block_mm_case(0, 128, 256), dtypes=_DTYPES),
     Case("outlier_groups_subnormal_rest", _block_mm_case(9, 192, 256, outlier=1e3), dtypes=_DTYPES),
     # Strided, still what DeepGEMM accepts: 16-byte row strides, column-major weight scales.
-    Case("strided_tma_ready", _block_mm_case(33, 256, 384, a="wide:128", a_scale="every_other", b="wide:128",
-                                             b_scale="column_major", out="wide:64"), dtypes=_DTYPES),
+    Case(
+        "strided_tma_ready",
+        _block_mm_case(
+            33, 256, 384, a="wide:128", a_scale="every_other", b="wide:128", b_scale="column_major", out="wide:64"
+        ),
+        dtypes=_DTYPES,
+    ),
     # Strided beyond DeepGEMM (reference only): 8-byte row stride, gapped weight scales, unaligned scales,
     # a stored column-major.
-    Case("strided_beyond_tma", _block_mm_case(6, 128, 256, a="wide:8", a_scale="offset", b_scale="every_other",
-                                              out="wide:3"), dtypes=_DTYPES),
+    Case(
+        "strided_beyond_tma",
+        _block_mm_case(6, 128, 256, a="wide:8", a_scale="offset", b_scale="every_other", out="wide:3"),
+        dtypes=_DTYPES,
+    ),
     Case("a_column_major", _block_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
 )
 
@@ -146,7 +163,7 @@ FP8_BLOCK_MM_CASES = (
 def _group_ids(blocks):
     ids = torch.full((len(blocks) * _BLOCK,), -1, dtype=torch.int32)
     for index, (group, used) in enumerate(blocks):
-        ids[index * _BLOCK:index * _BLOCK + used] = group
+        ids[index * _BLOCK : index * _BLOCK + used] = group
     return ids
 
 
@@ -156,28 +173,65 @@ def _contiguous_case(blocks, groups, n, k, *, a=None, a_scale=None, b=None, b_sc
         qa, sa = _activations((m, k), generator)
         qb, sb = _weights((groups, n, k), generator)
         m_indices = index_view(_group_ids(blocks).to(device), ids)
-        args = (_place(qa, device, a), _place(sa, device, a_scale), _place(qb, device, b),
-                _place(sb, device, b_scale), m_indices, _out((m, n), device, out))
+        args = (
+            _place(qa, device, a),
+            _place(sa, device, a_scale),
+            _place(qb, device, b),
+            _place(sb, device, b_scale),
+            m_indices,
+            _out((m, n), device, out),
+        )
         _, layout, dims = check_fp8_grouped_mm_contiguous(*args)
         return args, dict(dims), layout
+
     return make
 
 
 FP8_GROUPED_MM_CONTIGUOUS_CASES = (
-    Case("padded_groups_tma_scales", _contiguous_case([(0, 128), (2, 77), (-1, 0), (1, 1), (2, 128)], 3, 192, 256,
-                                                      a_scale="tma_scales"), dtypes=_DTYPES),
-    Case("row_major_scales_n_tail_out", _contiguous_case([(1, 3), (0, 128)], 2, 320, 256, out="contiguous"),
-         dtypes=_DTYPES),
+    Case(
+        "padded_groups_tma_scales",
+        _contiguous_case([(0, 128), (2, 77), (-1, 0), (1, 1), (2, 128)], 3, 192, 256, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+    ),
+    Case(
+        "row_major_scales_n_tail_out",
+        _contiguous_case([(1, 3), (0, 128)], 2, 320, 256, out="contiguous"),
+        dtypes=_DTYPES,
+    ),
     Case("one_group_one_row", _contiguous_case([(0, 1)], 1, 128, 384), dtypes=_DTYPES),
     Case("all_padding", _contiguous_case([(-1, 0), (-1, 0)], 2, 128, 256, out="contiguous"), dtypes=_DTYPES),
     Case("empty", _contiguous_case([], 2, 128, 256), dtypes=_DTYPES),
     Case("n_not_a_multiple_of_64", _contiguous_case([(1, 50), (0, 128)], 2, 136, 256), dtypes=_DTYPES),
-    Case("strided_tma_ready", _contiguous_case([(1, 100), (0, 128), (1, 7)], 2, 256, 256, a="wide:128",
-                                               a_scale="every_other", b_scale="column_major", out="wide:64"),
-         dtypes=_DTYPES),
-    Case("strided_beyond_tma", _contiguous_case([(0, 20), (1, 128)], 2, 192, 256, a="wide:8", a_scale="offset",
-                                                b="wide:128", b_scale="every_other", ids="every_other",
-                                                out="wide:3"), dtypes=_DTYPES),
+    Case(
+        "strided_tma_ready",
+        _contiguous_case(
+            [(1, 100), (0, 128), (1, 7)],
+            2,
+            256,
+            256,
+            a="wide:128",
+            a_scale="every_other",
+            b_scale="column_major",
+            out="wide:64",
+        ),
+        dtypes=_DTYPES,
+    ),
+    Case(
+        "strided_beyond_tma",
+        _contiguous_case(
+            [(0, 20), (1, 128)],
+            2,
+            192,
+            256,
+            a="wide:8",
+            a_scale="offset",
+            b="wide:128",
+            b_scale="every_other",
+            ids="every_other",
+            out="wide:3",
+        ),
+        dtypes=_DTYPES,
+    ),
 )
 
 # ---------------------------------------------------------------------------
@@ -185,33 +239,66 @@ FP8_GROUPED_MM_CONTIGUOUS_CASES = (
 # ---------------------------------------------------------------------------
 
 
-def _masked_case(masked_m, max_m, n, k, *, expected_m=64, a=None, a_scale=None, b=None, b_scale=None, counts=None,
-                 out="none"):
+def _masked_case(
+    masked_m, max_m, n, k, *, expected_m=64, a=None, a_scale=None, b=None, b_scale=None, counts=None, out="none"
+):
     def make(dtype, device, generator):
         groups = len(masked_m)
         qa, sa = _activations((groups, max_m, k), generator)
         qb, sb = _weights((groups, n, k), generator)
         counts_tensor = index_view(torch.tensor(masked_m, dtype=torch.int32).to(device), counts)
-        args = (_place(qa, device, a), _place(sa, device, a_scale), _place(qb, device, b),
-                _place(sb, device, b_scale), counts_tensor, expected_m, _out((groups, max_m, n), device, out))
+        args = (
+            _place(qa, device, a),
+            _place(sa, device, a_scale),
+            _place(qb, device, b),
+            _place(sb, device, b_scale),
+            counts_tensor,
+            expected_m,
+            _out((groups, max_m, n), device, out),
+        )
         _, layout, dims = check_fp8_grouped_mm_masked(*args)
         return args, dict(dims), layout
+
     return make
 
 
 FP8_GROUPED_MM_MASKED_CASES = (
-    Case("empty_and_full_groups_tma_scales", _masked_case([0, 128, 37], 128, 192, 256, a_scale="tma_scales"),
-         dtypes=_DTYPES),
-    Case("row_major_scales_n_tail_out", _masked_case([5, 1, 128], 128, 320, 256, expected_m=8, out="contiguous"),
-         dtypes=_DTYPES),
+    Case(
+        "empty_and_full_groups_tma_scales",
+        _masked_case([0, 128, 37], 128, 192, 256, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+    ),
+    Case(
+        "row_major_scales_n_tail_out",
+        _masked_case([5, 1, 128], 128, 320, 256, expected_m=8, out="contiguous"),
+        dtypes=_DTYPES,
+    ),
     Case("single_group", _masked_case([77], 128, 128, 384, expected_m=77), dtypes=_DTYPES),
     Case("max_m_not_a_multiple_of_128", _masked_case([70, 0, 3], 70, 128, 256), dtypes=_DTYPES),
     Case("no_rows", _masked_case([0, 0], 0, 128, 256), dtypes=_DTYPES),
-    Case("strided_beyond_tma", _masked_case([3, 128], 128, 192, 256, a="wide:128", a_scale="every_other",
-                                            b="wide:128", b_scale="column_major", counts="every_other",
-                                            out="wide:64"), dtypes=_DTYPES),
-    Case("offset_scales_column_major_a", _masked_case([2, 9], 128, 128, 256, a="column_major", a_scale="offset",
-                                                      b_scale="every_other", out="contiguous"), dtypes=_DTYPES),
+    Case(
+        "strided_beyond_tma",
+        _masked_case(
+            [3, 128],
+            128,
+            192,
+            256,
+            a="wide:128",
+            a_scale="every_other",
+            b="wide:128",
+            b_scale="column_major",
+            counts="every_other",
+            out="wide:64",
+        ),
+        dtypes=_DTYPES,
+    ),
+    Case(
+        "offset_scales_column_major_a",
+        _masked_case(
+            [2, 9], 128, 128, 256, a="column_major", a_scale="offset", b_scale="every_other", out="contiguous"
+        ),
+        dtypes=_DTYPES,
+    ),
 )
 
 # ---------------------------------------------------------------------------
@@ -224,7 +311,7 @@ def _rows64(a, a_scale):
 
 
 def _weight64(b, b_scale):
-    scale = b_scale.double().repeat_interleave(_BLOCK, dim=-2)[..., :b.shape[-2], :]
+    scale = b_scale.double().repeat_interleave(_BLOCK, dim=-2)[..., : b.shape[-2], :]
     return b.double() * scale.repeat_interleave(_BLOCK, dim=-1)
 
 
@@ -270,14 +357,11 @@ ORACLES = {
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_oracle,
     FP8_GROUPED_MM_MASKED: fp8_grouped_mm_masked_oracle,
 }
-OUTPUT_MASKS = {
-    FP8_GROUPED_MM_CONTIGUOUS: _contiguous_specified,
-    FP8_GROUPED_MM_MASKED: _masked_specified,
-}
+OUTPUT_MASKS = {FP8_GROUPED_MM_CONTIGUOUS: _contiguous_specified, FP8_GROUPED_MM_MASKED: _masked_specified}
 #: k extent of one Hopper fp8 MMA step (wgmma m64nNk32 on e4m3 inputs).
 _MMA_K = 32
 #: The truncation charge of one MMA step, relative to its largest product (derivation in TOLERANCES below).
-_MMA_TRUNCATION = 2.0 ** -7
+_MMA_TRUNCATION = 2.0**-7
 
 
 def _step_max(values):
@@ -320,5 +404,5 @@ TOLERANCES = {
     # outlier_groups_subnormal_rest at out[6, 169] = 7.22 (products up to 134 in its sum), 2.4x the first term
     # there, 0.064 (perf/results/h200/libraries_2026-12-01/golden_first_run.log); elsewhere DeepGEMM met the
     # first term. A wrong scale, block or group is an O(1) error, far past both terms.
-    **{(op, "fp8_e4m3"): (2.0 ** -7, 2.0 ** -7) for op in CASES},
+    **{(op, "fp8_e4m3"): (2.0**-7, 2.0**-7) for op in CASES}
 }

@@ -29,8 +29,11 @@ def _slot_ids(tokens, rows, loc_dtype, padding, loc_view, device, generator):
 
 def _last_rows_and_others(rows, device, generator):
     """int32 ids of 64 tokens of a large-offset case: the buffer's last 32 rows, then 32 random others."""
-    return torch.cat([torch.arange(rows - 32, rows), torch.randperm(rows - 32, generator=generator)[:32]]) \
-        .to(torch.int32).to(device)
+    return (
+        torch.cat([torch.arange(rows - 32, rows), torch.randperm(rows - 32, generator=generator)[:32]])
+        .to(torch.int32)
+        .to(device)
+    )
 
 
 def _random_e4m3(rows, width, row_pad, device, generator):
@@ -46,16 +49,29 @@ def _scale_tensors(values, as_views, device):
     table), i.e. offset views."""
     if as_views:
         table = torch.tensor([v for value in values for v in (9.0, value)], device=device)
-        return tuple(table[2 * i + 1:2 * i + 2] for i in range(len(values)))
+        return tuple(table[2 * i + 1 : 2 * i + 2] for i in range(len(values)))
     return tuple(torch.tensor([value], device=device) for value in values)
 
 
-def _kv_case(tokens, rows, heads, head_dim, *, loc_dtype=torch.int32, kv_token_pad=0, buffer_row_pad=0,
-             loc_view=None, padding=False):
+def _kv_case(
+    tokens,
+    rows,
+    heads,
+    head_dim,
+    *,
+    loc_dtype=torch.int32,
+    kv_token_pad=0,
+    buffer_row_pad=0,
+    loc_view=None,
+    padding=False,
+):
     def make(dtype, device, generator):
         width = heads * head_dim
-        kv = _randn((tokens, width + kv_token_pad), dtype, device, generator)[:, :width].view(tokens, heads, head_dim) \
-            if kv_token_pad else _randn((tokens, heads, head_dim), dtype, device, generator)
+        kv = (
+            _randn((tokens, width + kv_token_pad), dtype, device, generator)[:, :width].view(tokens, heads, head_dim)
+            if kv_token_pad
+            else _randn((tokens, heads, head_dim), dtype, device, generator)
+        )
         if buffer_row_pad:
             buffer = _randn((rows, width + buffer_row_pad), dtype, device, generator)[:, :width]
             buffer = buffer.view(rows, heads, head_dim)
@@ -64,6 +80,7 @@ def _kv_case(tokens, rows, heads, head_dim, *, loc_dtype=torch.int32, kv_token_p
         loc = _slot_ids(tokens, rows, loc_dtype, padding, loc_view, device, generator)
         layout = frozenset(tag for tag, t in (("kv:rows", kv), ("buffer:rows", buffer)) if _packed(t))
         return (kv, loc, buffer), {"num_tokens": tokens, "num_kv_heads": heads // 2, "head_dim": head_dim}, layout
+
     return make
 
 
@@ -75,8 +92,11 @@ def _kv_large_offsets(dtype, device, generator):
     buffer.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
     loc = _last_rows_and_others(rows, device, generator)
     kv = _randn((64, heads, head_dim), dtype, device, generator)
-    return (kv, loc, buffer), {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim}, \
-        frozenset({"kv:rows", "buffer:rows"})
+    return (
+        (kv, loc, buffer),
+        {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim},
+        frozenset({"kv:rows", "buffer:rows"}),
+    )
 
 
 def update_kv_buffer_oracle(kv, loc, buffer):
@@ -109,10 +129,32 @@ KV_CASES = (
 # ---------------------------------------------------------------------------
 
 
-def _kv_fp8_case(tokens, rows, heads, head_dim, *, kv_scale=1.0, k_scale=0.05, v_scale=0.02, loc_dtype=torch.int32,
-                 kv_token_pad=0, loc_view=None, padding=False, scale_views=False, buffer_row_pad=0):
-    base = _kv_case(tokens, rows, heads, head_dim, loc_dtype=loc_dtype, kv_token_pad=kv_token_pad,
-                    loc_view=loc_view, padding=padding)
+def _kv_fp8_case(
+    tokens,
+    rows,
+    heads,
+    head_dim,
+    *,
+    kv_scale=1.0,
+    k_scale=0.05,
+    v_scale=0.02,
+    loc_dtype=torch.int32,
+    kv_token_pad=0,
+    loc_view=None,
+    padding=False,
+    scale_views=False,
+    buffer_row_pad=0,
+):
+    base = _kv_case(
+        tokens,
+        rows,
+        heads,
+        head_dim,
+        loc_dtype=loc_dtype,
+        kv_token_pad=kv_token_pad,
+        loc_view=loc_view,
+        padding=padding,
+    )
 
     def make(dtype, device, generator):
         (kv, loc, buffer), shape, layout = base(dtype, device, generator)
@@ -121,6 +163,7 @@ def _kv_fp8_case(tokens, rows, heads, head_dim, *, kv_scale=1.0, k_scale=0.05, v
         fp8_buffer = _random_e4m3(rows_, heads_ * head_dim_, buffer_row_pad, device, generator)
         fp8_buffer = fp8_buffer.view(rows_, heads_, head_dim_)
         return (kv, loc, fp8_buffer) + _scale_tensors((k_scale, v_scale), scale_views, device), shape, layout
+
     return make
 
 
@@ -133,8 +176,11 @@ def _kv_fp8_large_offsets(dtype, device, generator):
     loc = _last_rows_and_others(rows, device, generator)
     kv = _randn((64, heads, head_dim), dtype, device, generator)
     scales = torch.tensor([0.03], device=device), torch.tensor([0.01], device=device)
-    return (kv, loc, raw.view(torch.float8_e4m3fn)) + scales, \
-        {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim}, frozenset({"kv:rows", "buffer:rows"})
+    return (
+        (kv, loc, raw.view(torch.float8_e4m3fn)) + scales,
+        {"num_tokens": 64, "num_kv_heads": heads // 2, "head_dim": head_dim},
+        frozenset({"kv:rows", "buffer:rows"}),
+    )
 
 
 def update_kv_buffer_fp8_oracle(kv, loc, buffer, k_scale, v_scale):
@@ -171,8 +217,20 @@ KV_FP8_CASES = (
 DEEPSEEK_RANK, DEEPSEEK_ROPE = 512, 64
 
 
-def _mla_case(tokens, rows, kv_lora_rank, rope_dim, *, loc_dtype=torch.int32, fused_projection=0, latent_pad=0,
-              buffer_row_pad=0, loc_view=None, padding=False, column_major=False):
+def _mla_case(
+    tokens,
+    rows,
+    kv_lora_rank,
+    rope_dim,
+    *,
+    loc_dtype=torch.int32,
+    fused_projection=0,
+    latent_pad=0,
+    buffer_row_pad=0,
+    loc_view=None,
+    padding=False,
+    column_major=False,
+):
     """latent [T, R], rope [T, P] and a random buffer [rows, R + P] (untouched rows keep their values).
 
     fused_projection: latent and rope are column slices of one [T, R + P + fused_projection] output (as an
@@ -192,16 +250,24 @@ def _mla_case(tokens, rows, kv_lora_rank, rope_dim, *, loc_dtype=torch.int32, fu
             rope = _randn((tokens, rope_dim), dtype, device, generator)
         buffer = _randn((rows, width + buffer_row_pad), dtype, device, generator)[:, :width]
         loc = _slot_ids(tokens, rows, loc_dtype, padding, loc_view, device, generator)
-        layout = frozenset(tag for tag, ok in (("latent_rope:rows", rows_view_ok(latent) and rows_view_ok(rope)),
-                                               ("buffer:rows", rows_view_ok(buffer))) if ok)
+        layout = frozenset(
+            tag
+            for tag, ok in (
+                ("latent_rope:rows", rows_view_ok(latent) and rows_view_ok(rope)),
+                ("buffer:rows", rows_view_ok(buffer)),
+            )
+            if ok
+        )
         shape = {"num_tokens": tokens, "kv_lora_rank": kv_lora_rank, "rope_dim": rope_dim}
         return (latent, rope, loc, buffer), shape, layout
+
     return make
 
 
 def _mla_large_offsets(fp8: bool):
     """A DeepSeek latent cache past 2**31 elements (bf16, or e4m3 with `fp8`); tokens land in its last rows
     and elsewhere."""
+
     def make(dtype, device, generator):
         width = DEEPSEEK_RANK + DEEPSEEK_ROPE
         rows = (1 << 31) // width + 64
@@ -215,9 +281,12 @@ def _mla_large_offsets(fp8: bool):
         latent = _randn((64, DEEPSEEK_RANK), dtype, device, generator)
         rope = _randn((64, DEEPSEEK_ROPE), dtype, device, generator)
         scale = (torch.tensor([0.02], device=device),) if fp8 else ()
-        return (latent, rope, loc, buffer) + scale, \
-            {"num_tokens": 64, "kv_lora_rank": DEEPSEEK_RANK, "rope_dim": DEEPSEEK_ROPE}, \
-            frozenset({"latent_rope:rows", "buffer:rows"})
+        return (
+            (latent, rope, loc, buffer) + scale,
+            {"num_tokens": 64, "kv_lora_rank": DEEPSEEK_RANK, "rope_dim": DEEPSEEK_ROPE},
+            frozenset({"latent_rope:rows", "buffer:rows"}),
+        )
+
     return make
 
 
@@ -260,8 +329,9 @@ MLA_CASES = tuple(Case(case_id, _mla_case(*dims, **options)) for case_id, dims, 
 # ---------------------------------------------------------------------------
 
 
-def _mla_fp8_case(tokens, rows, kv_lora_rank, rope_dim, *, value_scale=1.0, scale=0.03, scale_view=False,
-                  buffer_row_pad=0, **layout):
+def _mla_fp8_case(
+    tokens, rows, kv_lora_rank, rope_dim, *, value_scale=1.0, scale=0.03, scale_view=False, buffer_row_pad=0, **layout
+):
     """As _mla_case (`layout`: its loc and stride options) into random e4m3 rows (buffer_row_pad: in wider
     rows), inputs times value_scale."""
     base = _mla_case(tokens, rows, kv_lora_rank, rope_dim, **layout)
@@ -272,6 +342,7 @@ def _mla_fp8_case(tokens, rows, kv_lora_rank, rope_dim, *, value_scale=1.0, scal
         rope.mul_(value_scale)
         buffer = _random_e4m3(rows, kv_lora_rank + rope_dim, buffer_row_pad, device, generator)
         return (latent, rope, loc, buffer) + _scale_tensors((scale,), scale_view, device), shape, tags
+
     return make
 
 
@@ -281,8 +352,9 @@ def update_mla_buffer_fp8_oracle(latent, rope, loc, buffer, scale):
     return update_kv_buffer_oracle(quantized.to(torch.float8_e4m3fn), loc, buffer)
 
 
-MLA_FP8_CASES = tuple(Case(case_id, _mla_fp8_case(*dims, **options))
-                      for case_id, dims, options in _MLA_LAYOUT_CASES) + (
+MLA_FP8_CASES = tuple(
+    Case(case_id, _mla_fp8_case(*dims, **options)) for case_id, dims, options in _MLA_LAYOUT_CASES
+) + (
     # |x / scale| far past 448 (clamped to +-448) and far below e4m3's smallest normal (subnormals, zeros).
     Case("saturating_values", _mla_fp8_case(11, 30, DEEPSEEK_RANK, DEEPSEEK_ROPE, value_scale=200.0)),
     Case("subnormal_values", _mla_fp8_case(11, 30, DEEPSEEK_RANK, DEEPSEEK_ROPE, value_scale=1e-3)),
@@ -291,17 +363,29 @@ MLA_FP8_CASES = tuple(Case(case_id, _mla_fp8_case(*dims, **options))
 )
 
 
-CASES = {"kvcache.update_kv_buffer": KV_CASES, "kvcache.update_kv_buffer_fp8": KV_FP8_CASES,
-         "kvcache.update_mla_buffer": MLA_CASES, "kvcache.update_mla_buffer_fp8": MLA_FP8_CASES}
-ORACLES = {"kvcache.update_kv_buffer": update_kv_buffer_oracle,
-           "kvcache.update_kv_buffer_fp8": update_kv_buffer_fp8_oracle,
-           "kvcache.update_mla_buffer": update_mla_buffer_oracle,
-           "kvcache.update_mla_buffer_fp8": update_mla_buffer_fp8_oracle}
+CASES = {
+    "kvcache.update_kv_buffer": KV_CASES,
+    "kvcache.update_kv_buffer_fp8": KV_FP8_CASES,
+    "kvcache.update_mla_buffer": MLA_CASES,
+    "kvcache.update_mla_buffer_fp8": MLA_FP8_CASES,
+}
+ORACLES = {
+    "kvcache.update_kv_buffer": update_kv_buffer_oracle,
+    "kvcache.update_kv_buffer_fp8": update_kv_buffer_fp8_oracle,
+    "kvcache.update_mla_buffer": update_mla_buffer_oracle,
+    "kvcache.update_mla_buffer_fp8": update_mla_buffer_fp8_oracle,
+}
 TOLERANCES = {
     # The fp8 KV writes: the same single rounding (x / scale cast to e4m3) as the quantization ops.
-    **{(op, dtype): (2.0 ** -9, 0.125) for op in ("kvcache.update_kv_buffer_fp8", "kvcache.update_mla_buffer_fp8")
-       for dtype in ("fp32", "fp16", "bf16")},
+    **{
+        (op, dtype): (2.0**-9, 0.125)
+        for op in ("kvcache.update_kv_buffer_fp8", "kvcache.update_mla_buffer_fp8")
+        for dtype in ("fp32", "fp16", "bf16")
+    },
     # The plain writes copy: bitwise.
-    **{(op, dtype): (0.0, 0.0) for op in ("kvcache.update_kv_buffer", "kvcache.update_mla_buffer")
-       for dtype in ("fp32", "fp16", "bf16")},
+    **{
+        (op, dtype): (0.0, 0.0)
+        for op in ("kvcache.update_kv_buffer", "kvcache.update_mla_buffer")
+        for dtype in ("fp32", "fp16", "bf16")
+    },
 }

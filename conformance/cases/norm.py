@@ -28,20 +28,23 @@ def _rows(shape, dtype, device, generator, scale, row_pad, column_offset=0):
     if not row_pad and not column_offset:
         return _randn(shape, dtype, device, generator, scale)
     wide = _randn((*shape[:-1], hidden + row_pad + column_offset), dtype, device, generator, scale)
-    return wide[..., column_offset:column_offset + hidden]
+    return wide[..., column_offset : column_offset + hidden]
 
 
-def _rms_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, column_offset=0, weight_step=1,
-              weight_offset=0):
+def _rms_case(
+    shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, column_offset=0, weight_step=1, weight_offset=0
+):
     def make(dtype, device, generator):
         hidden = shape[-1]
         x = _rows(shape, dtype, device, generator, scale, row_pad, column_offset)
-        weight = _strided_weight(hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step,
-                                 weight_offset)
+        weight = _strided_weight(
+            hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step, weight_offset
+        )
         num_tokens = x.numel() // hidden
         # The layout tags are the op's check's (x:rows, and FlashInfer's x:rows_vector / weight:vector).
         layout = check_rms_norm(x, weight, eps)[1]
         return (x, weight, eps), {"num_tokens": num_tokens, "hidden": hidden}, layout
+
     return make
 
 
@@ -103,11 +106,13 @@ def _fused_case(shape, *, scale=1.0, eps=1e-6, weight_fp32=False, row_pad=0, res
     def make(dtype, device, generator):
         hidden = shape[-1]
         x = _rows(shape, dtype, device, generator, scale, row_pad)
-        residual = _rows(shape, dtype, device, generator, scale, row_pad if residual_row_pad is None
-                         else residual_row_pad)
+        residual = _rows(
+            shape, dtype, device, generator, scale, row_pad if residual_row_pad is None else residual_row_pad
+        )
         weight = _strided_weight(hidden, torch.float32 if weight_fp32 else dtype, device, generator, weight_step)
         layout = check_fused_add_rms_norm(x, residual, weight, eps)[1]
         return (x, residual, weight, eps), {"num_tokens": x.numel() // hidden, "hidden": hidden}, layout
+
     return make
 
 

@@ -19,7 +19,7 @@ def _quant_case(shape, *, scale=1.0, zero_rows=(), group_size=None, column_major
     def make(dtype, device, generator):
         if row_pad:
             # rows of a wider buffer: a token stride of its own (layout x:rows still holds)
-            x = _randn((shape[0], shape[1] + row_pad), dtype, device, generator, scale)[:, :shape[1]]
+            x = _randn((shape[0], shape[1] + row_pad), dtype, device, generator, scale)[:, : shape[1]]
         else:
             x = _randn(shape, dtype, device, generator, scale)
         for row in zero_rows:
@@ -28,6 +28,7 @@ def _quant_case(shape, *, scale=1.0, zero_rows=(), group_size=None, column_major
             x[:, ::97] = outlier  # one (or more) per group of >= 97 columns
         args = (x,) if group_size is None else (x, group_size, column_major)
         return args, {"num_tokens": shape[0], "hidden": shape[1]}, frozenset({"x:rows"})
+
     return make
 
 
@@ -76,13 +77,22 @@ PER_TOKEN_GROUP_FP8_CASES = (
 )
 
 
-CASES = {"quantization.per_token_fp8": PER_TOKEN_FP8_CASES, "quantization.per_token_group_fp8": PER_TOKEN_GROUP_FP8_CASES}
-ORACLES = {"quantization.per_token_fp8": per_token_fp8_oracle, "quantization.per_token_group_fp8": per_token_group_fp8_oracle}
+CASES = {
+    "quantization.per_token_fp8": PER_TOKEN_FP8_CASES,
+    "quantization.per_token_group_fp8": PER_TOKEN_GROUP_FP8_CASES,
+}
+ORACLES = {
+    "quantization.per_token_fp8": per_token_fp8_oracle,
+    "quantization.per_token_group_fp8": per_token_group_fp8_oracle,
+}
 TOLERANCES = {
     # fp8 e4m3 has 3 mantissa bits: a different rounding of x / scale before the cast (fp32 in the
     # rows, float64 in the oracle) can move a value by one e4m3 step: 2**-3 relative for normal
     # values, 2**-9 absolute in the subnormal range (the step below 2**-6). The scales are one fp32
     # division (rows) or a float64 one rounded to fp32 (oracle): one fp32 ulp, 2**-23 relative.
-    **{(op, dtype): ((2.0 ** -9, 0.125), (0.0, 2.0 ** -23))
-       for op in ("quantization.per_token_fp8", "quantization.per_token_group_fp8") for dtype in ("fp32", "fp16", "bf16")},
+    **{
+        (op, dtype): ((2.0**-9, 0.125), (0.0, 2.0**-23))
+        for op in ("quantization.per_token_fp8", "quantization.per_token_group_fp8")
+        for dtype in ("fp32", "fp16", "bf16")
+    }
 }

@@ -55,21 +55,32 @@ def main(argv=None) -> int:
     for case in CASES:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, TRITON_CACHE_DIR=cache)
-            done = subprocess.run([sys.executable, "-m", "perf.profiles.attention_compile_times", "--case", case],
-                                  env=env, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [sys.executable, "-m", "perf.profiles.attention_compile_times", "--case", case],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if done.returncode:
                 rows.append({"case": case, "error": done.stderr[-500:]})
             else:
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "command": "python -m perf.profiles.attention_compile_times",
-              "cases": rows}
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "command": "python -m perf.profiles.attention_compile_times",
+        "cases": rows,
+    }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "attention_compile_times.json"), "w") as handle:
         json.dump(result, handle, indent=1)
     for row in rows:
-        print(f"{row['case']:>12}: first call {row.get('first_call_s')} s, steady {row.get('steady_us')} us "
-              f"{row.get('error', '')}")
+        print(
+            f"{row['case']:>12}: first call {row.get('first_call_s')} s, steady {row.get('steady_us')} us "
+            f"{row.get('error', '')}"
+        )
     return 0
 
 

@@ -29,9 +29,17 @@ def _decode(kv: str):
     lens = torch.full((64,), 4096, dtype=torch.int32, device="cuda")
     if kv == "fp8":
         scale = (values.abs().amax() / 448).reshape(1)
-        return "attention.decode", (q, (values / scale).to(torch.float8_e4m3fn), table, lens, 16, 128 ** -0.5, scale,
-                                    scale)
-    return "attention.decode", (q, values.bfloat16(), table, lens, 16, 128 ** -0.5)
+        return "attention.decode", (
+            q,
+            (values / scale).to(torch.float8_e4m3fn),
+            table,
+            lens,
+            16,
+            128**-0.5,
+            scale,
+            scale,
+        )
+    return "attention.decode", (q, values.bfloat16(), table, lens, 16, 128**-0.5)
 
 
 def _mla(heads: int):
@@ -40,7 +48,7 @@ def _mla(heads: int):
     cache = torch.randn((pages * 64, 576), device="cuda", generator=g).bfloat16()
     q = torch.randn((64, heads, 576), device="cuda", generator=g).bfloat16()
     lens = torch.full((64,), 4096, dtype=torch.int32, device="cuda")
-    return "attention.mla_decode", (q, cache, table, lens, 64, 192 ** -0.5)
+    return "attention.mla_decode", (q, cache, table, lens, 64, 192**-0.5)
 
 
 def _prefill(heads=32, kv_heads=8, dim=128, dim_v=128, length=4096):
@@ -50,7 +58,7 @@ def _prefill(heads=32, kv_heads=8, dim=128, dim_v=128, length=4096):
     v = torch.randn((16384, kv_heads, dim_v), device="cuda", generator=g).bfloat16()
     cu = torch.arange(0, 16385, length, dtype=torch.int32, device="cuda")
     op = "attention.mla_prefill" if dim == 192 else "attention.prefill"
-    return op, (q, k, v, cu, length, dim ** -0.5, True, False)
+    return op, (q, k, v, cu, length, dim**-0.5, True, False)
 
 
 def _prefill_paged():
@@ -60,12 +68,19 @@ def _prefill_paged():
     q = torch.randn((4 * 512, 32, 128), device="cuda", generator=g).bfloat16()
     cu = torch.arange(0, 4 * 512 + 1, 512, dtype=torch.int32, device="cuda")
     lens = torch.full((4,), 4608, dtype=torch.int32, device="cuda")
-    return "attention.prefill_paged", (q, buffer, table, cu, lens, 512, 16, 128 ** -0.5, True, False)
+    return "attention.prefill_paged", (q, buffer, table, cu, lens, 512, 16, 128**-0.5, True, False)
 
 
-CASES = {"decode_bf16": lambda: _decode("bf16"), "decode_fp8": lambda: _decode("fp8"), "mla_16": lambda: _mla(16),
-         "mla_128": lambda: _mla(128), "prefill": _prefill, "prefill_16x1024": lambda: _prefill(length=1024),
-         "mla_prefill": lambda: _prefill(16, 16, 192, 128), "prefill_paged": _prefill_paged}
+CASES = {
+    "decode_bf16": lambda: _decode("bf16"),
+    "decode_fp8": lambda: _decode("fp8"),
+    "mla_16": lambda: _mla(16),
+    "mla_128": lambda: _mla(128),
+    "prefill": _prefill,
+    "prefill_16x1024": lambda: _prefill(length=1024),
+    "mla_prefill": lambda: _prefill(16, 16, 192, 128),
+    "prefill_paged": _prefill_paged,
+}
 
 
 def main(argv=None) -> int:

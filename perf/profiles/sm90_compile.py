@@ -44,6 +44,7 @@ class _Sm90StandIn:
 
     def get_active_torch_device(self):
         import torch
+
         return torch.device("cpu")
 
 
@@ -87,8 +88,10 @@ def compile_sm90(kernel, *args, **kwargs) -> dict:
 
 def summary(report: dict, top: int = 12) -> str:
     ops = ", ".join(f"{op} {n}" for op, n in report["opcodes"].most_common(top))
-    return (f"regs {report['registers']} stack {report['stack']} STL {report['spill_stores']} "
-            f"LDL {report['spill_loads']} shared {report['shared']} | {ops}")
+    return (
+        f"regs {report['registers']} stack {report['stack']} STL {report['spill_stores']} "
+        f"LDL {report['spill_loads']} shared {report['shared']} | {ops}"
+    )
 
 
 __all__ = ["compile_sm90", "summary"]

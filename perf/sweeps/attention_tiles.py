@@ -47,8 +47,9 @@ def _planned(op, row, args):
     planner = Planner(attrs.evolve(env, force={**dict(env.force), op: row}))
     _, layout, dims = planner.check_for(op)(*args)
     try:
-        return planner.plan(op, dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[args[0].dtype],
-                            shape=dict(dims), layout=layout)
+        return planner.plan(
+            op, dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[args[0].dtype], shape=dict(dims), layout=layout
+        )
     except NoEligibleKernel as error:
         print(f"  {row}: not eligible: {str(error).splitlines()[0]}", flush=True)
         return None
@@ -91,8 +92,9 @@ def _sweep(op, row, args, grid, shape, *, graph=False, work=None):
                         if graph:
                             entry["graph_us"] = round(gpu_timing.graph_timer(lambda: planned(*args)).median_us, 2)
                         if work:
-                            entry.update({name: round(amount / entry["event_us"] / 1e6, 3)
-                                          for name, amount in work.items()})
+                            entry.update(
+                                {name: round(amount / entry["event_us"] / 1e6, 3) for name, amount in work.items()}
+                            )
         except Exception as error:  # a knob set that does not compile (shared memory) is a result too
             entry["error"] = f"{type(error).__name__}: {str(error)[:200]}"
         results.append(entry)
@@ -110,14 +112,25 @@ def sweep_decode():
         lens = torch.full((batch,), length, dtype=torch.int32, device="cuda")
         scale = (values.abs().amax() / 448).reshape(1)
         shape = {"batch": batch, "length": length}
-        for row, buffer, scales in (("native/decode", values.bfloat16(), ()),
-                                    ("native/decode_fp8", (values / scale).to(torch.float8_e4m3fn), (scale, scale))):
-            grid = [{"BLOCK_N": n, "num_warps": w, "num_stages": s}
-                    for n, w, s in itertools.product((32, 64, 128), (4, 8), (2, 3))]
+        for row, buffer, scales in (
+            ("native/decode", values.bfloat16(), ()),
+            ("native/decode_fp8", (values / scale).to(torch.float8_e4m3fn), (scale, scale)),
+        ):
+            grid = [
+                {"BLOCK_N": n, "num_warps": w, "num_stages": s}
+                for n, w, s in itertools.product((32, 64, 128), (4, 8), (2, 3))
+            ]
             grid += [{"splits": s} for s in (1, 2, 4, 8, 16, 33, 66, 132) if s > 1 or batch < 64]
             nbytes = batch * length * 16 * 128 * buffer.element_size()
-            rows += _sweep("attention.decode", row, (q, buffer, table, lens, 16, 128 ** -0.5, *scales), grid, shape,
-                           graph=batch == 1, work={"TBps": nbytes})
+            rows += _sweep(
+                "attention.decode",
+                row,
+                (q, buffer, table, lens, 16, 128**-0.5, *scales),
+                grid,
+                shape,
+                graph=batch == 1,
+                work={"TBps": nbytes},
+            )
     return rows
 
 
@@ -132,12 +145,16 @@ def sweep_mla_decode():
         work = {"TBps": batch * length * 576 * 2, "TFLOPs": 2 * batch * heads * length * (576 + 512)}
         shape = {"batch": batch, "length": length, "heads": heads}
         splits = [{"splits": s} for s in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
-        grids = {"native/mla_decode": splits, "native/mla_decode_tma": splits,
-                 "native/mla_decode_gluon": splits + [{"STAGES": 3, "ROPE_RING": False}],
-                 "native/mla_decode_gluon_pingpong": splits}
+        grids = {
+            "native/mla_decode": splits,
+            "native/mla_decode_tma": splits,
+            "native/mla_decode_gluon": splits + [{"STAGES": 3, "ROPE_RING": False}],
+            "native/mla_decode_gluon_pingpong": splits,
+        }
         for row, grid in grids.items():
-            rows += _sweep("attention.mla_decode", row, (q, cache, table, lens, 64, 192 ** -0.5), grid, shape,
-                           graph=True, work=work)
+            rows += _sweep(
+                "attention.mla_decode", row, (q, cache, table, lens, 64, 192**-0.5), grid, shape, graph=True, work=work
+            )
     return rows
 
 
@@ -150,14 +167,21 @@ def sweep_prefill():
         k, v = (torch.randn((tokens, 8, 128), device="cuda", generator=g).bfloat16() for _ in range(2))
         cu = torch.arange(0, tokens + 1, length, dtype=torch.int32, device="cuda")
         shape = {"batch": batch, "length": length}
-        work = {"TFLOPs": 2 * batch * 32 * length ** 2 * 256 / 2}
-        tiles = [{"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
-                 for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))]
-        gluon = [{"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4}, {"BLOCK_N": 64, "STAGES": 4},
-                 {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1}, {"PINGPONG": True}]
+        work = {"TFLOPs": 2 * batch * 32 * length**2 * 256 / 2}
+        tiles = [
+            {"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
+            for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
+        ]
+        gluon = [
+            {"CONSUMERS": 3, "BLOCK_N": 64, "STAGES": 4},
+            {"BLOCK_N": 64, "STAGES": 4},
+            {"BLOCK_N": 128, "STAGES": 3, "Q_SLOTS": 1},
+            {"PINGPONG": True},
+        ]
         for row, grid in (("native/prefill", tiles), ("native/prefill_tma", tiles), ("native/prefill_gluon", gluon)):
-            rows += _sweep("attention.prefill", row, (q, k, v, cu, length, 128 ** -0.5, True, False), grid, shape,
-                           work=work)
+            rows += _sweep(
+                "attention.prefill", row, (q, k, v, cu, length, 128**-0.5, True, False), grid, shape, work=work
+            )
     return rows
 
 
@@ -170,17 +194,24 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--compile-only", action="store_true")
-    parser.add_argument("--shard", default="0/1", help="I/N: with --compile-only, compile every N-th knob set "
-                        "from the I-th (N processes share a section)")
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        help="I/N: with --compile-only, compile every N-th knob set from the I-th (N processes share a section)",
+    )
     args = parser.parse_args(argv)
     COMPILE_ONLY = args.compile_only
     SHARD = tuple(int(part) for part in args.shard.split("/"))
     os.makedirs(args.out, exist_ok=True)
     FLUSH = torch.empty(gpu_timing.FLUSH_BYTES, dtype=torch.int8, device="cuda")
-    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-               "command": "python -m perf.sweeps.attention_tiles " + " ".join(argv or sys.argv[1:]),
-               "sections": {}}
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "command": "python -m perf.sweeps.attention_tiles " + " ".join(argv or sys.argv[1:]),
+        "sections": {},
+    }
     if not COMPILE_ONLY:
         results["copy"] = gpu_timing.measure_copy_bandwidth()
     suffix = "_" + "_".join(args.only) if args.only else ""
@@ -207,8 +238,17 @@ def main(argv=None) -> int:
             if key not in best or entry["event_us"] < best[key]["event_us"]:
                 best[key] = entry
         for key, entry in best.items():
-            default = next((e for e in entries if e["default"] and e["row"] == key[0] and "event_us" in e
-                            and all(e.get(k) == entry.get(k) for k in ("batch", "length", "heads"))), {})
+            default = next(
+                (
+                    e
+                    for e in entries
+                    if e["default"]
+                    and e["row"] == key[0]
+                    and "event_us" in e
+                    and all(e.get(k) == entry.get(k) for k in ("batch", "length", "heads"))
+                ),
+                {},
+            )
             print(f"{name} {key}: best {entry['event_us']} us {entry['knobs']} | default {default.get('event_us')} us")
     return 0
 

@@ -83,8 +83,9 @@ def time_graph(fn, calls=200, replays=20):
 def rms_variant(x, w, out, config):
     rows = x.view(-1, x.shape[-1])
     grid = (triton.cdiv(rows.shape[0], config["BLOCK_ROWS"]),)
-    return lambda: rms_module._rms_norm_kernel[grid](rows, w, out, rows.stride(0), w.stride(0), rows.shape[1],
-                                                     rows.shape[0], 1e-6, **config)
+    return lambda: rms_module._rms_norm_kernel[grid](
+        rows, w, out, rows.stride(0), w.stride(0), rows.shape[1], rows.shape[0], 1e-6, **config
+    )
 
 
 def scale_variant(x, out, config):
@@ -100,11 +101,16 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(0)
     FLUSH = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-               "command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-               "method": "large: CUDA events per call after a 512 MiB L2 flush, median of 60; "
-                         "small (<=64 rows): CUDA-graph replay of 200 calls, median per-call of 20 replays",
-               "cases": []}
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "command": " ".join(sys.argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "method": "large: CUDA events per call after a 512 MiB L2 flush, median of 60; "
+        "small (<=64 rows): CUDA-graph replay of 200 calls, median per-call of 20 replays",
+        "cases": [],
+    }
 
     source = torch.randn(1 << 30, dtype=torch.bfloat16, device="cuda")
     target = torch.empty_like(source)
@@ -114,17 +120,36 @@ def main():
     del source, target
 
     def record(op, impl, shape, dtype, us, nbytes, graph=False, diff=None, config=None):
-        entry = {"op": op, "impl": impl, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
-                 "us": us, "timer": "graph" if graph else "events", "GB/s": nbytes / us / 1e3,
-                 "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs, "bytes": nbytes}
+        entry = {
+            "op": op,
+            "impl": impl,
+            "shape": list(shape),
+            "dtype": str(dtype).removeprefix("torch."),
+            "us": us,
+            "timer": "graph" if graph else "events",
+            "GB/s": nbytes / us / 1e3,
+            "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs,
+            "bytes": nbytes,
+        }
         if diff is not None:
             entry["max_abs_diff_vs_reference"] = diff
         if config is not None:
             entry["config"] = {k: v for k, v in config.items()}
         results["cases"].append(entry)
 
-    rms_shapes = [(1, 4096), (16, 4096), (64, 4096), (64, 7168), (4096, 4096), (16384, 7168), (32768, 4096),
-                  (32768, 2048), (32768, 3584), (262144, 128), (8, 32768)]
+    rms_shapes = [
+        (1, 4096),
+        (16, 4096),
+        (64, 4096),
+        (64, 7168),
+        (4096, 4096),
+        (16384, 7168),
+        (32768, 4096),
+        (32768, 2048),
+        (32768, 3584),
+        (262144, 128),
+        (8, 32768),
+    ]
     for rows, hidden in rms_shapes:
         dtype = torch.bfloat16
         x = torch.randn(rows, hidden, dtype=dtype, device="cuda") * 3
@@ -137,7 +162,7 @@ def main():
         base = rms_module.launch_config(hidden)
         configs = {"heuristic": base}
         for warps in (2, 4, 8, 16):
-            for block_rows in ({1, 2, 4, base["BLOCK_ROWS"]} if base["BLOCK_HIDDEN"] <= 2048 else {1, 2}):
+            for block_rows in {1, 2, 4, base["BLOCK_ROWS"]} if base["BLOCK_HIDDEN"] <= 2048 else {1, 2}:
                 config = dict(base, num_warps=warps, BLOCK_ROWS=block_rows)
                 if config != base:
                     configs[f"w{warps}_r{block_rows}"] = config
@@ -151,8 +176,15 @@ def main():
             fn = lambda: torch.nn.functional.rms_norm(x, (hidden,), w, 1e-6)
             diff = (fn().float() - reference.float()).abs().max().item()
             record("norm.rms_norm", "peer:torch.F.rms_norm", (rows, hidden), dtype, timer(fn), nbytes, small, diff)
-        record("norm.rms_norm", "torch/rms_norm(reference)", (rows, hidden), dtype,
-               timer(lambda: rms_reference(x, w, 1e-6)), nbytes, small)
+        record(
+            "norm.rms_norm",
+            "torch/rms_norm(reference)",
+            (rows, hidden),
+            dtype,
+            timer(lambda: rms_reference(x, w, 1e-6)),
+            nbytes,
+            small,
+        )
         del x, w, out
 
     for numel in (64 * 4096, 4096 * 4096, 32768 * 4096):
@@ -178,8 +210,15 @@ def main():
                 torch.cuda.synchronize()
                 diff = (out.float() - reference.float()).abs().max().item()
                 record("elementwise.scale", f"native:{name}", (numel,), dtype, timer(fn), nbytes, small, diff, config)
-            record("elementwise.scale", "torch/scale(reference)", (numel,), dtype,
-                   timer(lambda: torch.mul(x, 0.5)), nbytes, small)
+            record(
+                "elementwise.scale",
+                "torch/scale(reference)",
+                (numel,),
+                dtype,
+                timer(lambda: torch.mul(x, 0.5)),
+                nbytes,
+                small,
+            )
             del x, out
 
     with open(f"{args.out}/tuning_sweep.json", "w") as handle:
@@ -193,9 +232,11 @@ def main():
         cases.sort(key=lambda c: c["us"])
         heuristic = next(c for c in cases if c["impl"].endswith("heuristic"))
         peer = [c for c in cases if not c["impl"].startswith("native")]
-        print(f"{key[0]:<18}{str(key[1]):<16}{key[2]:<9} best {cases[0]['impl']:<26}{cases[0]['us']:8.2f}us "
-              f"{cases[0]['pct_copy']:5.1f}% | heuristic {heuristic['us']:8.2f}us {heuristic['pct_copy']:5.1f}% | "
-              + " ".join(f"{c['impl']} {c['us']:.2f}us" for c in peer))
+        print(
+            f"{key[0]:<18}{str(key[1]):<16}{key[2]:<9} best {cases[0]['impl']:<26}{cases[0]['us']:8.2f}us "
+            f"{cases[0]['pct_copy']:5.1f}% | heuristic {heuristic['us']:8.2f}us {heuristic['pct_copy']:5.1f}% | "
+            + " ".join(f"{c['impl']} {c['us']:.2f}us" for c in peer)
+        )
 
 
 if __name__ == "__main__":

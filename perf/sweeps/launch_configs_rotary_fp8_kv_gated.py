@@ -82,7 +82,9 @@ def section(name):
             except Exception:  # keep the other sections' evidence
                 RESULTS["sections"][name] = {"error": traceback.format_exc()}
             print(f"[{name}] {time.time() - started:.1f} s", flush=True)
+
         return run
+
     return wrap
 
 
@@ -112,8 +114,14 @@ def sweep_rotary(copy_gbps):
                     config = {"BLOCK_HEADS": block_heads, "BLOCK_HALF": 64, "num_warps": warps}
                     fn = lambda: module.launch(positions, q, k, 128, cache, True, q_heads, k_heads, 128, config)  # noqa: E731
                     entry = bandwidth(timed(fn, graph=tokens <= 64), nbytes, copy_gbps)
-                    entry.update(q_heads=q_heads, k_heads=k_heads, tokens=tokens, block_heads=block_heads,
-                                 num_warps=warps, heuristic=(config == picked))
+                    entry.update(
+                        q_heads=q_heads,
+                        k_heads=k_heads,
+                        tokens=tokens,
+                        block_heads=block_heads,
+                        num_warps=warps,
+                        heuristic=(config == picked),
+                    )
                     rows.append(entry)
     return rows
 
@@ -128,9 +136,14 @@ def check_fp8(copy_gbps):
     out = {"parity": [], "timing": [], "group_sweep": []}
     g = torch.Generator(device="cuda").manual_seed(0)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        for tokens, hidden, group, column_major in ((1, 4096, None, False), (33, 7168, 128, True),
-                                                    (17, 5120, None, False), (3, 20000, None, False),
-                                                    (64, 4096, 128, False), (9, 96, 32, True)):
+        for tokens, hidden, group, column_major in (
+            (1, 4096, None, False),
+            (33, 7168, 128, True),
+            (17, 5120, None, False),
+            (3, 20000, None, False),
+            (64, 4096, 128, False),
+            (9, 96, 32, True),
+        ):
             x = (torch.randn((tokens, hidden), device="cuda", generator=g) * 7).to(dtype)
             x[:, ::97] = 3e3
             if group is None:
@@ -138,49 +151,90 @@ def check_fp8(copy_gbps):
             else:
                 got = fp8_quant.per_token_group_fp8(x, group, column_major)
                 want = q_ref.per_token_group_fp8(x, group, column_major)
-            out["parity"].append({
-                "op": "per_token_fp8" if group is None else "per_token_group_fp8", "dtype": str(dtype),
-                "shape": [tokens, hidden], "group": group, "column_major": column_major,
-                "q_bitwise_equal": torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)),
-                "scale_equal": torch.equal(got[1], want[1]), "scale_strides_equal": got[1].stride() == want[1].stride()})
+            out["parity"].append(
+                {
+                    "op": "per_token_fp8" if group is None else "per_token_group_fp8",
+                    "dtype": str(dtype),
+                    "shape": [tokens, hidden],
+                    "group": group,
+                    "column_major": column_major,
+                    "q_bitwise_equal": torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)),
+                    "scale_equal": torch.equal(got[1], want[1]),
+                    "scale_strides_equal": got[1].stride() == want[1].stride(),
+                }
+            )
         kv = (torch.randn((37, 16, 128), device="cuda", generator=g) * 3).to(dtype)
         loc = torch.randperm(300, device="cuda", generator=g)[:37].to(torch.int32)
         buffer = torch.zeros((300, 16, 128), device="cuda").to(torch.float8_e4m3fn)
         scales = torch.tensor([0.02], device="cuda"), torch.tensor([0.05], device="cuda")
         a = kv_native.update_kv_buffer_fp8(kv, loc, buffer.clone(), *scales)
         b = kv_ref.update_kv_buffer_fp8(kv, loc, buffer.clone(), *scales)
-        out["parity"].append({"op": "update_kv_buffer_fp8", "dtype": str(dtype),
-                              "bitwise_equal": torch.equal(a.view(torch.uint8), b.view(torch.uint8))})
+        out["parity"].append(
+            {
+                "op": "update_kv_buffer_fp8",
+                "dtype": str(dtype),
+                "bitwise_equal": torch.equal(a.view(torch.uint8), b.view(torch.uint8)),
+            }
+        )
 
     for tokens in (1, 64, 4096, 32768):
         for hidden in (4096, 7168):
             x = torch.randn((tokens, hidden), device="cuda", generator=g).bfloat16()
             nbytes = x.numel() * 3 + tokens * (hidden // 128) * 4
-            for name, fn in (("native/per_token_group_fp8", lambda: fp8_quant.per_token_group_fp8(x, 128, True)),
-                             ("torch/per_token_group_fp8", lambda: q_ref.per_token_group_fp8(x, 128, True)),
-                             ("native/per_token_fp8", lambda: fp8_quant.per_token_fp8(x)),
-                             ("torch/per_token_fp8", lambda: q_ref.per_token_fp8(x))):
+            for name, fn in (
+                ("native/per_token_group_fp8", lambda: fp8_quant.per_token_group_fp8(x, 128, True)),
+                ("torch/per_token_group_fp8", lambda: q_ref.per_token_group_fp8(x, 128, True)),
+                ("native/per_token_fp8", lambda: fp8_quant.per_token_fp8(x)),
+                ("torch/per_token_fp8", lambda: q_ref.per_token_fp8(x)),
+            ):
                 entry = bandwidth(timed(fn, graph=tokens <= 64), nbytes, copy_gbps)
                 entry.update(row=name, tokens=tokens, hidden=hidden)
                 out["timing"].append(entry)
             if tokens in (64, 4096, 32768):
                 scale = torch.empty((tokens, hidden // 128), device="cuda")
                 token_scale = torch.empty((tokens, 1), device="cuda")
-                variants = [("group128", 128, scale, {"BLOCK_GROUPS": bg, "BLOCK": 128, "SINGLE_PASS": True,
-                                                      "num_warps": w}) for bg in (2, 4, 8, 16, 32) for w in (1, 2, 4, 8)]
-                variants += [("per_token", hidden, token_scale, {"BLOCK_GROUPS": 1,
-                                                                 "BLOCK": triton.next_power_of_2(hidden),
-                                                                 "SINGLE_PASS": True, "num_warps": w})
-                             for w in (2, 4, 8, 16)]
-                variants += [("group128", 128, scale, {"BLOCK_GROUPS": bg, "BLOCK": 128, "SINGLE_PASS": True,
-                                                       "num_warps": w}) for bg, w in ((8, 2), (16, 2), (16, 4))]
+                variants = [
+                    ("group128", 128, scale, {"BLOCK_GROUPS": bg, "BLOCK": 128, "SINGLE_PASS": True, "num_warps": w})
+                    for bg in (2, 4, 8, 16, 32)
+                    for w in (1, 2, 4, 8)
+                ]
+                variants += [
+                    (
+                        "per_token",
+                        hidden,
+                        token_scale,
+                        {
+                            "BLOCK_GROUPS": 1,
+                            "BLOCK": triton.next_power_of_2(hidden),
+                            "SINGLE_PASS": True,
+                            "num_warps": w,
+                        },
+                    )
+                    for w in (2, 4, 8, 16)
+                ]
+                variants += [
+                    ("group128", 128, scale, {"BLOCK_GROUPS": bg, "BLOCK": 128, "SINGLE_PASS": True, "num_warps": w})
+                    for bg, w in ((8, 2), (16, 2), (16, 4))
+                ]
                 for kind, group, out_scale, config in variants:
-                    entry = bandwidth(timed_with_config(fp8_quant, config,
-                                                        lambda: fp8_quant.quantize_groups(x, group, out_scale),
-                                                        graph=tokens <= 64), nbytes, copy_gbps)
-                    entry.update(kind=kind, tokens=tokens, hidden=hidden, block_groups=config["BLOCK_GROUPS"],
-                                 num_warps=config["num_warps"],
-                                 heuristic=(config == fp8_quant.launch_config(group, tokens * hidden // group, 132)))
+                    entry = bandwidth(
+                        timed_with_config(
+                            fp8_quant,
+                            config,
+                            lambda: fp8_quant.quantize_groups(x, group, out_scale),
+                            graph=tokens <= 64,
+                        ),
+                        nbytes,
+                        copy_gbps,
+                    )
+                    entry.update(
+                        kind=kind,
+                        tokens=tokens,
+                        hidden=hidden,
+                        block_groups=config["BLOCK_GROUPS"],
+                        num_warps=config["num_warps"],
+                        heuristic=(config == fp8_quant.launch_config(group, tokens * hidden // group, 132)),
+                    )
                     out["group_sweep"].append(entry)
     for tokens in (1, 64, 32768):
         kv = torch.randn((tokens, 16, 128), device="cuda", generator=g).bfloat16()
@@ -189,8 +243,11 @@ def check_fp8(copy_gbps):
         buffer = torch.zeros((rows, 16, 128), device="cuda").to(torch.float8_e4m3fn)
         scales = torch.tensor([0.02], device="cuda"), torch.tensor([0.05], device="cuda")
         nbytes = kv.numel() * 3 + tokens * 4
-        entry = bandwidth(timed(lambda: kv_native.update_kv_buffer_fp8(kv, loc, buffer, *scales), graph=tokens <= 64),
-                          nbytes, copy_gbps)
+        entry = bandwidth(
+            timed(lambda: kv_native.update_kv_buffer_fp8(kv, loc, buffer, *scales), graph=tokens <= 64),
+            nbytes,
+            copy_gbps,
+        )
         entry.update(row="native/update_kv_buffer_fp8", tokens=tokens)
         out["timing"].append(entry)
         # The e4m3 KV write's launch knobs are swept in the kv_write section.
@@ -199,11 +256,19 @@ def check_fp8(copy_gbps):
     token_scale = torch.empty((8192, 1), device="cuda")
     for warps in (4, 8, 16):
         config = {"BLOCK_GROUPS": 1, "BLOCK": 4096, "SINGLE_PASS": False, "num_warps": warps}
-        entry = bandwidth(timed_with_config(fp8_quant, config,
-                                            lambda: fp8_quant.quantize_groups(x, 32768, token_scale)),
-                          x.numel() * 3, copy_gbps)
-        entry.update(kind="per_token_two_pass", tokens=8192, hidden=32768, block_groups=1, num_warps=warps,
-                     heuristic=(config == fp8_quant.launch_config(32768, 8192, 132)))
+        entry = bandwidth(
+            timed_with_config(fp8_quant, config, lambda: fp8_quant.quantize_groups(x, 32768, token_scale)),
+            x.numel() * 3,
+            copy_gbps,
+        )
+        entry.update(
+            kind="per_token_two_pass",
+            tokens=8192,
+            hidden=32768,
+            block_groups=1,
+            num_warps=warps,
+            heuristic=(config == fp8_quant.launch_config(32768, 8192, 132)),
+        )
         out["group_sweep"].append(entry)
     return out
 
@@ -222,14 +287,19 @@ def sweep_kv_write(copy_gbps):
             kv = torch.randn((tokens, 2 * kv_heads, 128), device="cuda", generator=g).bfloat16()
             rows = max(4 * tokens, 65536)
             loc = torch.randperm(rows, device="cuda", generator=g)[:tokens].to(torch.int32)
-            buffers = {"bf16": torch.zeros((rows, 2 * kv_heads, 128), device="cuda").bfloat16(),
-                       "fp8": torch.zeros((rows, 2 * kv_heads, 128), device="cuda").to(torch.float8_e4m3fn)}
+            buffers = {
+                "bf16": torch.zeros((rows, 2 * kv_heads, 128), device="cuda").bfloat16(),
+                "fp8": torch.zeros((rows, 2 * kv_heads, 128), device="cuda").to(torch.float8_e4m3fn),
+            }
             scales = torch.tensor([0.02], device="cuda"), torch.tensor([0.05], device="cuda")
             for kind, module in (("bf16", bf16_module), ("fp8", fp8_module)):
                 buffer = buffers[kind]
                 nbytes = kv.numel() * (4 if kind == "bf16" else 3) + tokens * 4
-                call = ((lambda: module.update_kv_buffer(kv, loc, buffer)) if kind == "bf16" else
-                        (lambda: module.update_kv_buffer_fp8(kv, loc, buffer, *scales)))
+                call = (
+                    (lambda: module.update_kv_buffer(kv, loc, buffer))
+                    if kind == "bf16"
+                    else (lambda: module.update_kv_buffer_fp8(kv, loc, buffer, *scales))
+                )
                 picked = module.launch_config(width)
                 for block_tokens in (1, 2, 4):
                     for block in (1024, 2048):
@@ -237,10 +307,18 @@ def sweep_kv_write(copy_gbps):
                             continue
                         for warps in (2, 4, 8):
                             config = {"BLOCK_TOKENS": block_tokens, "BLOCK": block, "num_warps": warps}
-                            entry = bandwidth(timed_with_config(module, config, call, graph=tokens <= 64), nbytes,
-                                              copy_gbps)
-                            entry.update(kind=kind, kv_heads=kv_heads, tokens=tokens, block_tokens=block_tokens,
-                                         block=block, num_warps=warps, heuristic=(config == picked))
+                            entry = bandwidth(
+                                timed_with_config(module, config, call, graph=tokens <= 64), nbytes, copy_gbps
+                            )
+                            entry.update(
+                                kind=kind,
+                                kv_heads=kv_heads,
+                                tokens=tokens,
+                                block_tokens=block_tokens,
+                                block=block,
+                                num_warps=warps,
+                                heuristic=(config == picked),
+                            )
                             rows_out.append(entry)
     return rows_out
 
@@ -263,11 +341,12 @@ def sweep_gated(copy_gbps):
         picked = gated.launch_config(d)
         for block, warps, flat in [(b, w, f) for b in (1024, 2048, 4096) for w in (2, 4, 8) for f in (False, True)]:
             config = {"BLOCK": block, "num_warps": warps, "FLAT": flat}
-            entry = bandwidth(timed_with_config(
-                gated, config, lambda: gated.gated_activation("silu", x, out)),
-                nbytes, copy_gbps)
-            entry.update(arm="native", d=d, tokens=tokens, block=block, num_warps=warps, flat=flat,
-                         heuristic=(config == picked))
+            entry = bandwidth(
+                timed_with_config(gated, config, lambda: gated.gated_activation("silu", x, out)), nbytes, copy_gbps
+            )
+            entry.update(
+                arm="native", d=d, tokens=tokens, block=block, num_warps=warps, flat=flat, heuristic=(config == picked)
+            )
             rows_out.append(entry)
         if flashinfer is not None:
             flashinfer.activation.silu_and_mul(x, out)
@@ -316,33 +395,59 @@ def flashinfer_side_by_side(copy_gbps):
     first_call("gelu_tanh_and_mul", lambda: flashinfer.activation.gelu_tanh_and_mul(x))
     positions, q, k, cache = _rope_inputs(64, 32, 8)
     first_call("rope", lambda: flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, 128, cache, True))
-    first_call("rope.pos_ids", lambda: flashinfer.rope.apply_rope_pos_ids_inplace(
-        q.view(64, 32, 128), k.view(64, 8, 128), positions.int()))
+    first_call(
+        "rope.pos_ids",
+        lambda: flashinfer.rope.apply_rope_pos_ids_inplace(q.view(64, 32, 128), k.view(64, 8, 128), positions.int()),
+    )
 
     for tokens in (1, 16, 64, 4096, 32768):
         graph = tokens <= 64
         x = torch.randn((tokens, 4096), device="cuda", generator=g).bfloat16()
         r = torch.randn((tokens, 4096), device="cuda", generator=g).bfloat16()
         arms = {
-            "rms_norm": (x.numel() * 4, {"native": lambda: rms_native.rms_norm(x, w, 1e-6),
-                                         "flashinfer": lambda: flashinfer.norm.rmsnorm(x, w, 1e-6)}),
-            "fused_add_rms_norm": (x.numel() * 8, {"native": lambda: fused_native.fused_add_rms_norm(x, r, w, 1e-6),
-                                                   "flashinfer": lambda: flashinfer.norm.fused_add_rmsnorm(x, r, w, 1e-6)}),
+            "rms_norm": (
+                x.numel() * 4,
+                {
+                    "native": lambda: rms_native.rms_norm(x, w, 1e-6),
+                    "flashinfer": lambda: flashinfer.norm.rmsnorm(x, w, 1e-6),
+                },
+            ),
+            "fused_add_rms_norm": (
+                x.numel() * 8,
+                {
+                    "native": lambda: fused_native.fused_add_rms_norm(x, r, w, 1e-6),
+                    "flashinfer": lambda: flashinfer.norm.fused_add_rmsnorm(x, r, w, 1e-6),
+                },
+            ),
         }
         gate = torch.randn((tokens, 2 * 14336), device="cuda", generator=g).bfloat16()
         act_out = torch.empty((tokens, 14336), device="cuda", dtype=torch.bfloat16)
-        arms["silu_and_mul"] = (gate.numel() * 3, {
-            "native": lambda: gated_native.silu_and_mul(gate, act_out),
-            "flashinfer": lambda: flashinfer.activation.silu_and_mul(gate, act_out)})
-        arms["gelu_tanh_and_mul"] = (gate.numel() * 3, {
-            "native": lambda: gated_native.gelu_tanh_and_mul(gate, act_out),
-            "flashinfer": lambda: flashinfer.activation.gelu_tanh_and_mul(gate, act_out)})
+        arms["silu_and_mul"] = (
+            gate.numel() * 3,
+            {
+                "native": lambda: gated_native.silu_and_mul(gate, act_out),
+                "flashinfer": lambda: flashinfer.activation.silu_and_mul(gate, act_out),
+            },
+        )
+        arms["gelu_tanh_and_mul"] = (
+            gate.numel() * 3,
+            {
+                "native": lambda: gated_native.gelu_tanh_and_mul(gate, act_out),
+                "flashinfer": lambda: flashinfer.activation.gelu_tanh_and_mul(gate, act_out),
+            },
+        )
         positions, q, k, cache = _rope_inputs(tokens, 32, 8)
         q3, k3, pos32 = q.view(tokens, 32, 128), k.view(tokens, 8, 128), positions.int()
-        arms["rotary"] = (2 * (q.numel() + k.numel()) * 2 + tokens * (128 * 4 + 8), {
-            "native": lambda: rotary_native.rotary(positions, q, k, 128, cache, True),
-            "flashinfer": lambda: flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, 128, cache, True),
-            "flashinfer.pos_ids": lambda: flashinfer.rope.apply_rope_pos_ids_inplace(q3, k3, pos32)})
+        arms["rotary"] = (
+            2 * (q.numel() + k.numel()) * 2 + tokens * (128 * 4 + 8),
+            {
+                "native": lambda: rotary_native.rotary(positions, q, k, 128, cache, True),
+                "flashinfer": lambda: flashinfer.rope.apply_rope_with_cos_sin_cache_inplace(
+                    positions, q, k, 128, cache, True
+                ),
+                "flashinfer.pos_ids": lambda: flashinfer.rope.apply_rope_pos_ids_inplace(q3, k3, pos32),
+            },
+        )
         for op, (nbytes, fns) in arms.items():
             for arm, fn in fns.items():
                 entry = bandwidth(timed(fn, graph=graph), nbytes, copy_gbps)
@@ -363,8 +468,14 @@ def mid_size(copy_gbps):
         dst = torch.empty_like(src)
         copy = bandwidth(timed(lambda: dst.copy_(src)), 2 * src.numel(), copy_gbps)
         native = bandwidth(timed(lambda: rms_native.rms_norm(x, w, 1e-6)), x.numel() * 4, copy_gbps)
-        rows.append({"tokens": tokens, "same_size_copy": copy, "native_rms_norm": native,
-                     "pct_of_same_size_copy": round(100 * native["TBps"] / copy["TBps"], 1)})
+        rows.append(
+            {
+                "tokens": tokens,
+                "same_size_copy": copy,
+                "native_rms_norm": native,
+                "pct_of_same_size_copy": round(100 * native["TBps"] / copy["TBps"], 1),
+            }
+        )
     return rows
 
 
@@ -376,12 +487,23 @@ def main() -> int:
     args = parser.parse_args()
     FLUSH = torch.empty(gpu_timing.FLUSH_BYTES, dtype=torch.int8, device="cuda")
     copy = gpu_timing.measure_copy_bandwidth()
-    RESULTS.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(), command=" ".join(sys.argv),
-                   device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   copy=copy)
-    for name, fn in (("fp8", check_fp8), ("rotary", sweep_rotary), ("mid_size", mid_size),
-                     ("kv_write", sweep_kv_write), ("gated", sweep_gated), ("extension", extension_explain),
-                     ("flashinfer", flashinfer_side_by_side)):
+    RESULTS.update(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        command=" ".join(sys.argv),
+        device=torch.cuda.get_device_name(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        copy=copy,
+    )
+    for name, fn in (
+        ("fp8", check_fp8),
+        ("rotary", sweep_rotary),
+        ("mid_size", mid_size),
+        ("kv_write", sweep_kv_write),
+        ("gated", sweep_gated),
+        ("extension", extension_explain),
+        ("flashinfer", flashinfer_side_by_side),
+    ):
         if name not in args.skip:
             fn(copy["GBps"])
     with open(f"{args.out}/sweep_rotary_fp8.json", "w") as handle:
@@ -402,37 +524,49 @@ def _print_summary(results):
             cases = [r for r in rotary if (r["q_heads"], r["tokens"]) == key]
             best = min(cases, key=lambda r: r.get("graph_us") or r["event_us"])
             pick = next(r for r in cases if r["heuristic"])
-            print(f"rotary {key}: best BH={best['block_heads']} w={best['num_warps']} {best['TBps']} TB/s "
-                  f"{best.get('graph_us')}; heuristic {pick['TBps']} TB/s {pick.get('graph_us')}")
+            print(
+                f"rotary {key}: best BH={best['block_heads']} w={best['num_warps']} {best['TBps']} TB/s "
+                f"{best.get('graph_us')}; heuristic {pick['TBps']} TB/s {pick.get('graph_us')}"
+            )
     fp8 = sections.get("fp8")
     if isinstance(fp8, dict) and "parity" in fp8:
-        bad = [p for p in fp8["parity"] if not all(v for k, v in p.items() if isinstance(v, bool) and k != "column_major")]
+        bad = [
+            p for p in fp8["parity"] if not all(v for k, v in p.items() if isinstance(v, bool) and k != "column_major")
+        ]
         print(f"fp8 parity: {len(fp8['parity']) - len(bad)} ok, {len(bad)} mismatched {bad[:3]}")
         for r in fp8["timing"]:
-            print(f"  {r['row']:28s} T={r['tokens']:6d} H={r.get('hidden', '')} {r['TBps']} TB/s {r['pct_copy']}% "
-                  f"graph {r.get('graph_us')}")
+            print(
+                f"  {r['row']:28s} T={r['tokens']:6d} H={r.get('hidden', '')} {r['TBps']} TB/s {r['pct_copy']}% "
+                f"graph {r.get('graph_us')}"
+            )
         keys = {(r["kind"], r["tokens"], r["hidden"]) for r in fp8["group_sweep"]}
         for key in sorted(keys):
             cases = [r for r in fp8["group_sweep"] if (r["kind"], r["tokens"], r["hidden"]) == key]
             best = min(cases, key=lambda r: r.get("graph_us") or r["event_us"])
             pick = [r for r in cases if r["heuristic"]]
-            print(f"  sweep {key}: best BG={best['block_groups']} w={best['num_warps']} {best['TBps']} TB/s "
-                  f"graph {best.get('graph_us')}; heuristic {[(p['TBps'], p.get('graph_us')) for p in pick]}")
+            print(
+                f"  sweep {key}: best BG={best['block_groups']} w={best['num_warps']} {best['TBps']} TB/s "
+                f"graph {best.get('graph_us')}; heuristic {[(p['TBps'], p.get('graph_us')) for p in pick]}"
+            )
     flash = sections.get("flashinfer")
     if isinstance(flash, dict) and "rows" in flash:
         print(f"flashinfer {flash['version']} compile {flash['compile_s']}")
         for r in flash["rows"]:
-            print(f"  {r['op']:20s} {r['arm']:20s} T={r['tokens']:6d} {r['TBps']} TB/s {r['pct_copy']}% "
-                  f"graph {r.get('graph_us')}")
+            print(
+                f"  {r['op']:20s} {r['arm']:20s} T={r['tokens']:6d} {r['TBps']} TB/s {r['pct_copy']}% "
+                f"graph {r.get('graph_us')}"
+            )
     kv = sections.get("kv_write")
     if isinstance(kv, list):
         for key in sorted({(r["kind"], r["kv_heads"], r["tokens"]) for r in kv}):
             cases = [r for r in kv if (r["kind"], r["kv_heads"], r["tokens"]) == key]
             best = min(cases, key=lambda r: r.get("graph_us") or r["event_us"])
             pick = [r for r in cases if r["heuristic"]]
-            print(f"kv {key}: best T={best['block_tokens']} B={best['block']} w={best['num_warps']} "
-                  f"{best['TBps']} TB/s graph {best.get('graph_us')}; heuristic "
-                  f"{[(p['TBps'], p.get('graph_us')) for p in pick]}")
+            print(
+                f"kv {key}: best T={best['block_tokens']} B={best['block']} w={best['num_warps']} "
+                f"{best['TBps']} TB/s graph {best.get('graph_us')}; heuristic "
+                f"{[(p['TBps'], p.get('graph_us')) for p in pick]}"
+            )
     gated_rows = sections.get("gated")
     if isinstance(gated_rows, list):
         for key in sorted({(r["d"], r["tokens"]) for r in gated_rows}):
@@ -441,18 +575,24 @@ def _print_summary(results):
             best = max(native, key=lambda r: r["TBps"])
             best_flat = max((r for r in native if r.get("flat")), key=lambda r: r["TBps"])
             best_2d = max((r for r in native if not r.get("flat")), key=lambda r: r["TBps"])
-            print(f"  2d best B={best_2d['block']} w={best_2d['num_warps']} {best_2d['TBps']}; flat best "
-                  f"B={best_flat['block']} w={best_flat['num_warps']} {best_flat['TBps']}")
+            print(
+                f"  2d best B={best_2d['block']} w={best_2d['num_warps']} {best_2d['TBps']}; flat best "
+                f"B={best_flat['block']} w={best_flat['num_warps']} {best_flat['TBps']}"
+            )
             pick = [r["TBps"] for r in native if r["heuristic"]]
             peer = [r["TBps"] for r in cases if r["arm"] == "flashinfer"]
-            print(f"gated d={key[0]} T={key[1]}: best B={best['block']} w={best['num_warps']} {best['TBps']} TB/s; "
-                  f"heuristic {pick}; flashinfer {peer}")
+            print(
+                f"gated d={key[0]} T={key[1]}: best B={best['block']} w={best['num_warps']} {best['TBps']} TB/s; "
+                f"heuristic {pick}; flashinfer {peer}"
+            )
     for text in (sections.get("extension") or {}).values():
         print(text)
     for r in sections.get("mid_size") or []:
         if isinstance(r, dict) and "tokens" in r:
-            print(f"mid rms_norm T={r['tokens']}: {r['native_rms_norm']['TBps']} TB/s, copy same size "
-                  f"{r['same_size_copy']['TBps']} TB/s -> {r['pct_of_same_size_copy']}%")
+            print(
+                f"mid rms_norm T={r['tokens']}: {r['native_rms_norm']['TBps']} TB/s, copy same size "
+                f"{r['same_size_copy']['TBps']} TB/s -> {r['pct_of_same_size_copy']}%"
+            )
 
 
 if __name__ == "__main__":

@@ -25,10 +25,30 @@ from types import MappingProxyType
 from . import dispatcher as _dispatcher
 
 _DISPATCH_API = (
-    "UNMEASURED", "CapabilityRequirement", "Device", "Environment", "GoldenRecord", "KernelSpec", "Libraries",
-    "LibraryRequirement", "NoEligibleKernel", "OpContract", "OpInputError", "OpTable", "PlannedOp", "Planner",
-    "Selection", "ShapeConstraint", "TableError", "build_tables", "clear_memo", "default_planner", "default_table",
-    "dispatch", "dispatch_for", "probe_environment",
+    "UNMEASURED",
+    "CapabilityRequirement",
+    "Device",
+    "Environment",
+    "GoldenRecord",
+    "KernelSpec",
+    "Libraries",
+    "LibraryRequirement",
+    "NoEligibleKernel",
+    "OpContract",
+    "OpInputError",
+    "OpTable",
+    "PlannedOp",
+    "Planner",
+    "Selection",
+    "ShapeConstraint",
+    "TableError",
+    "build_tables",
+    "clear_memo",
+    "default_planner",
+    "default_table",
+    "dispatch",
+    "dispatch_for",
+    "probe_environment",
 )
 
 #: {op function name: the family api module declaring it}, derived on first use (read-only).
@@ -47,11 +67,12 @@ def _op_modules():
             module = f"{__name__}.ops.{family}.api"
             for name in importlib.import_module(module).__all__:
                 if name in owners:
-                    raise ImportError(f"rapid_llm.kernels.{name} is declared twice: by {owners[name]} and by "
-                                      f"{module} (each public name has one declaring family)")
+                    raise ImportError(
+                        f"rapid_llm.kernels.{name} is declared twice: by {owners[name]} and by "
+                        f"{module} (each public name has one declaring family)"
+                    )
                 owners[name] = module
-        _OP_MODULES = MappingProxyType({name: module for name, module in owners.items()
-                                        if name not in _DISPATCH_API})
+        _OP_MODULES = MappingProxyType({name: module for name, module in owners.items() if name not in _DISPATCH_API})
     return _OP_MODULES
 
 

@@ -42,8 +42,10 @@ MODULE = "rapid_llm._C"
 NAMESPACE = "rapid_llm"
 #: The backends whose rows call the CUDA extension.
 EXTENSION_BACKENDS = ("aot", "jit")
-BUILD_HINT = ("RAPID_LLM_BUILD_EXT=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 "
-              "python -m pip install --no-deps --no-build-isolation -e .")
+BUILD_HINT = (
+    "RAPID_LLM_BUILD_EXT=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 "
+    "python -m pip install --no-deps --no-build-isolation -e ."
+)
 
 
 def extension_ops() -> tuple[str, ...]:
@@ -88,8 +90,10 @@ def _probe() -> tuple[bool, str]:
         return False, f"{MODULE} failed to load: {type(error).__name__}: {error}"
     except (ImportError, OSError) as error:
         # e.g. "undefined symbol: _ZN3c10..." when the .so was built against another torch.
-        return False, (f"{MODULE} failed to load: {type(error).__name__}: {error} "
-                       f"(built against another torch/CUDA? rebuild with: {BUILD_HINT})")
+        return False, (
+            f"{MODULE} failed to load: {type(error).__name__}: {error} "
+            f"(built against another torch/CUDA? rebuild with: {BUILD_HINT})"
+        )
     return registered_ops(NAMESPACE, extension_ops(), built_by=f"{MODULE} ({_module_file()})")
 
 
@@ -122,20 +126,24 @@ def registered_ops(namespace: str, ops, *, built_by: str) -> tuple[bool, str]:
             if schema is not None and not outputs_first(schema):
                 misordered.append(str(schema))
     if missing:
-        return False, (f"{built_by} loaded but does not register {', '.join(missing)} "
-                       "(a stale build from before the op existed, or one built for another op namespace: rebuild)")
+        return False, (
+            f"{built_by} loaded but does not register {', '.join(missing)} "
+            "(a stale build from before the op existed, or one built for another op namespace: rebuild)"
+        )
     if without_cuda:
         return False, f"{built_by} registers {', '.join(without_cuda)} without a CUDA kernel"
     if misordered:
-        return False, (f"{built_by} registers {'; '.join(misordered)}: outputs are not first "
-                       "(a stale build from before the outputs-first argument order: rebuild)")
+        return False, (
+            f"{built_by} registers {'; '.join(misordered)}: outputs are not first "
+            "(a stale build from before the outputs-first argument order: rebuild)"
+        )
     return True, ""
 
 
 def outputs_first(schema) -> bool:
     """Whether a torch FunctionSchema lists every argument it writes (`Tensor!`, `Tensor(a!)`) before the others."""
     writes = [argument.alias_info is not None and argument.alias_info.is_write for argument in schema.arguments]
-    return all(writes[:sum(writes)])
+    return all(writes[: sum(writes)])
 
 
 def _schema(namespace: str, op: str):

@@ -133,8 +133,10 @@ def build_key(root: Path, flags: Mapping[str, Sequence[str]], environment: Mappi
         add("flags " + compiler, "\0".join(flags[compiler]).encode())
     for name in sorted(environment):
         add("environment " + name, str(environment[name]).encode())
-    readable = (f"torch{environment.get('torch')}-cuda{environment.get('cuda')}-{environment.get('archs')}-"
-                f"{environment.get('python')}")
+    readable = (
+        f"torch{environment.get('torch')}-cuda{environment.get('cuda')}-{environment.get('archs')}-"
+        f"{environment.get('python')}"
+    )
     return re.sub(r"[^A-Za-z0-9._+-]", "_", readable) + "-" + digest.hexdigest()[:KEY_DIGITS]
 
 
@@ -175,8 +177,9 @@ def _target_archs() -> str:
         return archs
     import torch
 
-    return "+".join(sorted({"sm%d%d" % torch.cuda.get_device_capability(index)
-                            for index in range(torch.cuda.device_count())}))
+    return "+".join(
+        sorted({"sm%d%d" % torch.cuda.get_device_capability(index) for index in range(torch.cuda.device_count())})
+    )
 
 
 def cache_base() -> Path:
@@ -220,13 +223,17 @@ def cache_trust_problem(directory: Path, base: Path, *, uid: int | None = None) 
         if not stat.S_ISDIR(status.st_mode):
             return f"refusing the JIT cache directory {path}: it is not a directory"
         if status.st_uid != uid:
-            return (f"refusing the JIT cache directory {path}: it is owned by uid {status.st_uid}, not by this "
-                    f"user (uid {uid}), so its owner could plant a library this process would load; set "
-                    f"{CACHE_VARIABLE} to a directory of your own")
+            return (
+                f"refusing the JIT cache directory {path}: it is owned by uid {status.st_uid}, not by this "
+                f"user (uid {uid}), so its owner could plant a library this process would load; set "
+                f"{CACHE_VARIABLE} to a directory of your own"
+            )
         if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"refusing the JIT cache directory {path}: it is group/other-writable (mode "
-                    f"{oct(stat.S_IMODE(status.st_mode))}), so another user could plant a library this process "
-                    f"would load; run `chmod go-w {path}` or set {CACHE_VARIABLE} to a private directory")
+            return (
+                f"refusing the JIT cache directory {path}: it is group/other-writable (mode "
+                f"{oct(stat.S_IMODE(status.st_mode))}), so another user could plant a library this process "
+                f"would load; run `chmod go-w {path}` or set {CACHE_VARIABLE} to a private directory"
+            )
     return None
 
 
@@ -247,8 +254,9 @@ def prepare_cache_directory(directory: Path, base: Path) -> Path:
             except FileExistsError:
                 pass  # created meanwhile (or a file): the check below judges it
             except OSError as error:
-                raise RuntimeError(f"rapid_llm: cannot create the JIT cache directory {path}: "
-                                   f"{type(error).__name__}: {error.strerror}") from None
+                raise RuntimeError(
+                    f"rapid_llm: cannot create the JIT cache directory {path}: {type(error).__name__}: {error.strerror}"
+                ) from None
         problem = cache_trust_problem(directory, base)
     if problem is not None:
         raise RuntimeError(f"rapid_llm: {problem}")
@@ -281,8 +289,10 @@ def available() -> tuple[bool, str]:
     except ImportError as error:
         return False, f"torch.utils.cpp_extension is not importable: {error}"
     if not torch.cuda.is_available():
-        return False, (f"{ENABLE_VARIABLE}=1 but torch sees no CUDA device "
-                       f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+        return False, (
+            f"{ENABLE_VARIABLE}=1 but torch sees no CUDA device "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+        )
     home = cpp_extension.CUDA_HOME
     if home is None:
         return False, "no CUDA toolkit found: nvcc is not on PATH and CUDA_HOME is not set"
@@ -335,8 +345,11 @@ def _load_library_once() -> Path:
     if cached:
         logger.info("rapid_llm: loading the CUDA extension from the JIT cache %s", directory)
     else:
-        logger.warning("rapid_llm: compiling the CUDA extension (first use) from %s into %s; "
-                       "this takes about a minute", source_root(), directory)
+        logger.warning(
+            "rapid_llm: compiling the CUDA extension (first use) from %s into %s; this takes about a minute",
+            source_root(),
+            directory,
+        )
     started = time.perf_counter()
     cpp_extension.load(
         name=LIBRARY_NAME,

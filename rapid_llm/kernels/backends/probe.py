@@ -32,5 +32,8 @@ def probe(requirement, module: str, *, installed_version=_UNSET, before_import=N
             before_import()
         importlib.import_module(module)
     except Exception as error:  # ImportError, OSError (a shared library), anything a broken install raises
-        return False, f"{requirement.name} {installed_version}: importing {module} failed: {type(error).__name__}: {error}"
+        return (
+            False,
+            f"{requirement.name} {installed_version}: importing {module} failed: {type(error).__name__}: {error}",
+        )
     return True, f"{requirement.name} {installed_version}: imports ({module})"

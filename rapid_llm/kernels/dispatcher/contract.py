@@ -86,6 +86,7 @@ TOKEN_BUCKETS = TokenBuckets()
 #: The floating-point dtype labels every elementwise/norm/activation op accepts.
 FLOAT_DTYPE_LABELS = frozenset({"fp32", "fp16", "bf16"})
 
+
 class OpContract:
     """An op's one signature: parameters, dtypes, named dims with bucket rules, layout tags, check, doc.
 
@@ -98,9 +99,15 @@ class OpContract:
     __slots__ = ("op", "parameters", "dtypes", "dims", "layouts", "check", "doc", "dim_names", "dim_rules")
 
     def __init__(self, *, op: str, parameters, dtypes, dims, layouts=(), check: str | None = None, doc: str = ""):
-        for name, value in (("op", op), ("parameters", tuple(parameters)), ("dtypes", frozenset(dtypes)),
-                            ("dims", tuple(dims)), ("layouts", frozenset(layouts)), ("check", check),
-                            ("doc", doc)):
+        for name, value in (
+            ("op", op),
+            ("parameters", tuple(parameters)),
+            ("dtypes", frozenset(dtypes)),
+            ("dims", tuple(dims)),
+            ("layouts", frozenset(layouts)),
+            ("check", check),
+            ("doc", doc),
+        ):
             object.__setattr__(self, name, value)
         # (name, ...) and {name: bucket rule}: computed once, read by every plan and by the table's checks
         object.__setattr__(self, "dim_names", tuple(name for name, _ in self.dims))

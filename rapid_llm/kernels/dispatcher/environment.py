@@ -199,8 +199,7 @@ def parse_force(text: str) -> dict[str, str]:
         op, sep, row = item.partition("=")
         if not sep or "." not in op or "/" not in row:
             raise ValueError(
-                f"RAPID_LLM_FORCE: expected '<op>=<row>' items such as "
-                f"'norm.rms_norm=native/rms_norm', got {item!r}"
+                f"RAPID_LLM_FORCE: expected '<op>=<row>' items such as 'norm.rms_norm=native/rms_norm', got {item!r}"
             )
         if op.strip() in forced:
             raise ValueError(f"RAPID_LLM_FORCE names {op.strip()!r} twice")
@@ -212,9 +211,7 @@ def parse_hidden_libs(text: str) -> frozenset[str]:
     names = frozenset(_split_list(text))
     unknown = names - set(KNOWN_LIBRARIES)
     if unknown:
-        raise ValueError(
-            f"RAPID_LLM_HIDE_LIBS: unknown libraries {sorted(unknown)}; known: {sorted(KNOWN_LIBRARIES)}"
-        )
+        raise ValueError(f"RAPID_LLM_HIDE_LIBS: unknown libraries {sorted(unknown)}; known: {sorted(KNOWN_LIBRARIES)}")
     return names
 
 
@@ -395,8 +392,6 @@ def device_of(torch_device, triton_interpret: bool) -> Device:
         elif torch_device.type == "cpu":
             device = Device("cpu", triton_interpreter=triton_interpret)
         else:
-            raise ValueError(
-                f"rapid_llm serves cpu and cuda tensors; got a tensor on {torch_device}"
-            )
+            raise ValueError(f"rapid_llm serves cpu and cuda tensors; got a tensor on {torch_device}")
         _DEVICES[key] = device
     return device

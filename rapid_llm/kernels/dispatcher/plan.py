@@ -38,11 +38,22 @@ class PlannedOp:
     `impl` is the unchecked kernel; calling the PlannedOp checks first.
     """
 
-    __slots__ = ("impl", "selection", "bucket", "device", "_check", "_triton_interpret", "_dtypes", "_layout",
-                 "_shape", "_layout_tags")
+    __slots__ = (
+        "impl",
+        "selection",
+        "bucket",
+        "device",
+        "_check",
+        "_triton_interpret",
+        "_dtypes",
+        "_layout",
+        "_shape",
+        "_layout_tags",
+    )
 
-    def __init__(self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool,
-                 layout_tags):
+    def __init__(
+        self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool, layout_tags
+    ):
         self.impl = impl
         self.selection = selection
         self.bucket = bucket
@@ -80,24 +91,34 @@ class PlannedOp:
         op, row = self.selection.op, self.selection.row
         device = device_of(anchor.device, self._triton_interpret)
         if device is not self.device:
-            raise OpInputError(op, "device", f"a tensor on {self.device} (this plan's device; plan again for "
-                               f"{device})", f"a tensor on {anchor.device}")
+            raise OpInputError(
+                op,
+                "device",
+                f"a tensor on {self.device} (this plan's device; plan again for {device})",
+                f"a tensor on {anchor.device}",
+            )
         label = dtype_label(anchor.dtype)
         if label not in self._dtypes:
-            raise OpInputError(op, "dtype", f"one of {sorted(self._dtypes)} ({row.name}, selected by this plan)",
-                               label)
+            raise OpInputError(op, "dtype", f"one of {sorted(self._dtypes)} ({row.name}, selected by this plan)", label)
         missing = self._layout - layout
         if missing:
             tag = sorted(missing)[0]
-            raise OpInputError(op, tag.partition(":")[0],
-                               f"layout {tag} ({self._layout_tags.get(tag, tag)}), which {row.name} needs",
-                               "arguments without it (plan again for this layout: the reference serves any)")
+            raise OpInputError(
+                op,
+                tag.partition(":")[0],
+                f"layout {tag} ({self._layout_tags.get(tag, tag)}), which {row.name} needs",
+                "arguments without it (plan again for this layout: the reference serves any)",
+            )
         if self._shape:
             values = dict(dims)
             for constraint in self._shape:
                 if not constraint.accepts(values.get(constraint.dim)):
-                    raise OpInputError(op, constraint.dim, f"{constraint.describe()} ({row.name}'s condition)",
-                                       str(values.get(constraint.dim)))
+                    raise OpInputError(
+                        op,
+                        constraint.dim,
+                        f"{constraint.describe()} ({row.name}'s condition)",
+                        str(values.get(constraint.dim)),
+                    )
 
 
 class Planner:
@@ -106,8 +127,7 @@ class Planner:
     #: The public ops' fast path keeps at most this many exact-call keys (ever-new shapes cannot grow it).
     CALL_KEYS_LIMIT = 65536
 
-    def __init__(self, env: Environment | None = None, table: OpTable | None = None, *,
-                 graph_safe_only: bool = False):
+    def __init__(self, env: Environment | None = None, table: OpTable | None = None, *, graph_safe_only: bool = False):
         self.env = env if env is not None else probe_environment()
         self.table = table if table is not None else default_table()
         self.graph_safe_only = graph_safe_only
@@ -121,14 +141,17 @@ class Planner:
         """Fail at construction (not at the first call) on deny/force names the table lacks."""
         unknown = sorted(set(self.env.deny) - self.table.deniable_names())
         if unknown:
-            raise ValueError(f"RAPID_LLM_DENY names unknown rows or backends {unknown}; "
-                             f"backends: {sorted(BACKEND_CLASSES)}; rows: see `rapid-llm doctor`")
+            raise ValueError(
+                f"RAPID_LLM_DENY names unknown rows or backends {unknown}; "
+                f"backends: {sorted(BACKEND_CLASSES)}; rows: see `rapid-llm doctor`"
+            )
         for op, row in self.env.force:
             if op not in self.table.rows_by_op:
                 raise ValueError(f"RAPID_LLM_FORCE names unknown op {op!r}; ops: {sorted(self.table.ops)}")
             if row not in {r.name for r in self.table.rows(op)}:
-                raise ValueError(f"RAPID_LLM_FORCE: {row!r} is not a row of {op}; "
-                                 f"rows: {[r.name for r in self.table.rows(op)]}")
+                raise ValueError(
+                    f"RAPID_LLM_FORCE: {row!r} is not a row of {op}; rows: {[r.name for r in self.table.rows(op)]}"
+                )
 
     @property
     def cached_plans(self) -> int:
@@ -160,8 +183,16 @@ class Planner:
             raise KeyError(f"unknown op {op!r}; this table serves {sorted(self.table.ops)}")
         return contract
 
-    def plan(self, op: str, *, dtype: str, shape: dict, layout=frozenset(), device: Device | None = None,
-             graph_safe_only: bool | None = None) -> PlannedOp:
+    def plan(
+        self,
+        op: str,
+        *,
+        dtype: str,
+        shape: dict,
+        layout=frozenset(),
+        device: Device | None = None,
+        graph_safe_only: bool | None = None,
+    ) -> PlannedOp:
         device = device if device is not None else self.env.device
         graph_safe = self.graph_safe_only if graph_safe_only is None else graph_safe_only
         contract = self._contract(op)
@@ -183,8 +214,13 @@ class Planner:
         key = (op, anchor.device, anchor.dtype, layout, dims)
         planned = self._plans_by_call.get(key)
         if planned is None:
-            planned = self.plan(op, dtype=dtype_label(anchor.dtype), shape=dict(dims), layout=layout,
-                                device=device_of(anchor.device, self.env.triton_interpret))
+            planned = self.plan(
+                op,
+                dtype=dtype_label(anchor.dtype),
+                shape=dict(dims),
+                layout=layout,
+                device=device_of(anchor.device, self.env.triton_interpret),
+            )
             if len(self._plans_by_call) < self.CALL_KEYS_LIMIT:
                 self._plans_by_call[key] = planned
         return planned.impl(*args)
@@ -193,20 +229,40 @@ class Planner:
         representative = {name: high for name, _, high in bucket}
         try:
             selection = dispatch(
-                op, device=device, dtype=dtype, shape=representative, layout=layout, libs=self.env.libs,
-                table=self.table, force=self.env.forced_row(op), deny=self.env.deny, graph_safe=graph_safe,
+                op,
+                device=device,
+                dtype=dtype,
+                shape=representative,
+                layout=layout,
+                libs=self.env.libs,
+                table=self.table,
+                force=self.env.forced_row(op),
+                deny=self.env.deny,
+                graph_safe=graph_safe,
             )
         except NoEligibleKernel as error:
-            judged = [f"{name}={shape[name]} is in bucket {low}-{high}, judged as {high}"
-                      for name, low, high in bucket if low != high and shape.get(name) != high]
+            judged = [
+                f"{name}={shape[name]} is in bucket {low}-{high}, judged as {high}"
+                for name, low, high in bucket
+                if low != high and shape.get(name) != high
+            ]
             if not judged:
                 raise
             headline = str(error).splitlines()[0]
-            raise NoEligibleKernel(error.explanation, f"{headline} (a plan judges each bucketed dim at its "
-                                   f"bucket's upper bound: {'; '.join(judged)})") from None
+            raise NoEligibleKernel(
+                error.explanation,
+                f"{headline} (a plan judges each bucketed dim at its bucket's upper bound: {'; '.join(judged)})",
+            ) from None
         loaded = selection.load()
-        return PlannedOp(loaded.fn, loaded.selection, bucket, device, self.check_for(op), self.env.triton_interpret,
-                         self.table.layout_tags)
+        return PlannedOp(
+            loaded.fn,
+            loaded.selection,
+            bucket,
+            device,
+            self.check_for(op),
+            self.env.triton_interpret,
+            self.table.layout_tags,
+        )
 
 
 _DEFAULT_PLANNER: Planner | None = None

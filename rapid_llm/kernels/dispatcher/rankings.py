@@ -36,10 +36,16 @@ class Ranking:
     __slots__ = ("op", "dtype", "device_class", "bucket", "order", "device", "evidence", "shapes")
 
     def __init__(self, *, op, dtype, device_class, bucket, order, device, evidence, shapes=1):
-        for name, value in (("op", op), ("dtype", dtype), ("device_class", device_class),
-                            ("bucket", tuple(tuple(item) for item in bucket)),
-                            ("order", tuple((str(row), float(us)) for row, us in order)),
-                            ("device", device), ("evidence", evidence), ("shapes", int(shapes))):
+        for name, value in (
+            ("op", op),
+            ("dtype", dtype),
+            ("device_class", device_class),
+            ("bucket", tuple(tuple(item) for item in bucket)),
+            ("order", tuple((str(row), float(us)) for row, us in order)),
+            ("device", device),
+            ("evidence", evidence),
+            ("shapes", int(shapes)),
+        ):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -95,10 +101,19 @@ def parse(document: dict, source: str) -> list[Ranking]:
     if document.get("schema") != SCHEMA:
         raise ValueError(f"{source}: rankings schema {document.get('schema')!r}, expected {SCHEMA}")
     try:
-        return [Ranking(op=entry["op"], dtype=entry["dtype"], device_class=document["device_class"],
-                        bucket=entry["bucket"], order=entry["ranking"], device=document["device"],
-                        evidence=entry.get("evidence", document["evidence"]), shapes=entry.get("shapes", 1))
-                for entry in document["entries"]]
+        return [
+            Ranking(
+                op=entry["op"],
+                dtype=entry["dtype"],
+                device_class=document["device_class"],
+                bucket=entry["bucket"],
+                order=entry["ranking"],
+                device=document["device"],
+                evidence=entry.get("evidence", document["evidence"]),
+                shapes=entry.get("shapes", 1),
+            )
+            for entry in document["entries"]
+        ]
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{source}: malformed rankings entry: {error!r}") from None
 

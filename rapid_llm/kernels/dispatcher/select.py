@@ -61,18 +61,29 @@ def _measured_order(eligible, ranking):
     """Eligible rows in default rank order, except that the rows measured at this bucket trade places among
     the slots they hold, fastest first: a measurement orders the rows it timed and never moves a row it did
     not time (an unmeasured library keeps its default place)."""
-    measured = sorted((row for row in eligible if ranking.position(row.name) is not None),
-                      key=lambda row: ranking.position(row.name))
+    measured = sorted(
+        (row for row in eligible if ranking.position(row.name) is not None), key=lambda row: ranking.position(row.name)
+    )
     fastest_first = iter(measured)
     return [next(fastest_first) if ranking.position(row.name) is not None else row for row in eligible]
 
 
-def _evaluate(row: KernelSpec, device: Device, dtype: str, shape: dict, layout: frozenset,
-              libs: Libraries, deny: frozenset, graph_safe: bool, forced: bool) -> tuple[Check, ...]:
+def _evaluate(
+    row: KernelSpec,
+    device: Device,
+    dtype: str,
+    shape: dict,
+    layout: frozenset,
+    libs: Libraries,
+    deny: frozenset,
+    graph_safe: bool,
+    forced: bool,
+) -> tuple[Check, ...]:
     checks = []
     denied_by = [name for name in (row.name, row.backend) if name in deny]
-    checks.append(Check("deny", "not denied", f"denied by {denied_by[0]!r}" if denied_by else "not denied",
-                        not denied_by))
+    checks.append(
+        Check("deny", "not denied", f"denied by {denied_by[0]!r}" if denied_by else "not denied", not denied_by)
+    )
     for library in row.libraries:
         ok, observed = library.check(libs.get(library.name))
         checks.append(Check(f"library {library.name}", library.describe(), observed, ok))
@@ -89,15 +100,25 @@ def _evaluate(row: KernelSpec, device: Device, dtype: str, shape: dict, layout: 
         checks.append(Check(f"shape {constraint.dim}", constraint.describe(), observed, constraint.accepts(value)))
     provided = "{" + ", ".join(sorted(layout)) + "}"
     for tag in sorted(row.layout):
-        checks.append(Check(f"layout {tag}", "the call site provides it", f"call site provides {provided}",
-                            tag in layout))
+        checks.append(
+            Check(f"layout {tag}", "the call site provides it", f"call site provides {provided}", tag in layout)
+        )
     if graph_safe:
-        checks.append(Check("graph_safe", "capturable in a CUDA graph (plan asked graph_safe_only)",
-                            "capturable" if row.graph_safe else "not capturable (syncs or prepares host data)",
-                            row.graph_safe))
+        checks.append(
+            Check(
+                "graph_safe",
+                "capturable in a CUDA graph (plan asked graph_safe_only)",
+                "capturable" if row.graph_safe else "not capturable (syncs or prepares host data)",
+                row.graph_safe,
+            )
+        )
     golden = row.golden
     if golden.verified:
-        observed = "reference" if golden.baseline == "self" else f"verified, max_abs_diff={golden.max_abs_diff:g} ({golden.evidence})"
+        observed = (
+            "reference"
+            if golden.baseline == "self"
+            else f"verified, max_abs_diff={golden.max_abs_diff:g} ({golden.evidence})"
+        )
         checks.append(Check("golden", "a verified parity record", observed, True))
     elif forced:
         checks.append(Check("golden", "a verified parity record", "unverified (bypassed: row is forced)", True))
@@ -109,9 +130,7 @@ def _evaluate(row: KernelSpec, device: Device, dtype: str, shape: dict, layout: 
 def _check_names(table: OpTable, op: str, force: str | None, deny: frozenset) -> tuple[KernelSpec, ...]:
     rows = table.rows(op)
     if force is not None and force not in {row.name for row in rows}:
-        raise ValueError(
-            f"dispatch({op}): force={force!r} is not a row of {op}; rows: {[row.name for row in rows]}"
-        )
+        raise ValueError(f"dispatch({op}): force={force!r} is not a row of {op}; rows: {[row.name for row in rows]}")
     unknown = sorted(deny - table.deniable_names())
     if unknown:
         raise ValueError(
@@ -125,8 +144,7 @@ def _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, 
     rows = _check_names(table, op, force, deny)
     shape = dict(shape_items)
     evaluated = [
-        (row, _evaluate(row, device, dtype, shape, layout, libs, deny, graph_safe, row.name == force))
-        for row in rows
+        (row, _evaluate(row, device, dtype, shape, layout, libs, deny, graph_safe, row.name == force)) for row in rows
     ]
     eligible = sorted((row for row, checks in evaluated if all(c.ok for c in checks)), key=KernelSpec.rank_key)
     contract = table.contracts.get(op)
@@ -136,8 +154,15 @@ def _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, 
     unmeasured_bucket = f"; this bucket not measured on {device}" if table.rankings.measures(str(device)) else ""
     checks_of = {row.name: checks for row, checks in evaluated}
     query = Query(
-        op=op, device=str(device), dtype=dtype, shape=tuple(shape_items), layout=tuple(sorted(layout)),
-        libs=libs.versions, force=force, deny=tuple(sorted(deny)), graph_safe=graph_safe,
+        op=op,
+        device=str(device),
+        dtype=dtype,
+        shape=tuple(shape_items),
+        layout=tuple(sorted(layout)),
+        libs=libs.versions,
+        force=force,
+        deny=tuple(sorted(deny)),
+        graph_safe=graph_safe,
     )
     if force is not None:
         forced = table.rows_by_name[force]
@@ -149,15 +174,22 @@ def _dispatch(op, device, dtype, shape_items, layout, libs, table, force, deny, 
     notes = (ranking, unmeasured_bucket)
     explanation = _explanation(query, rows, candidates, others, checks_of, forced=force is not None, notes=notes)
     if not candidates:
-        headline = (f"{op}: forced row {force!r} is not eligible" if force is not None
-                    else f"{op}: no eligible kernel")
+        headline = f"{op}: forced row {force!r} is not eligible" if force is not None else f"{op}: no eligible kernel"
         raise NoEligibleKernel(explanation, headline)
-    return Selection(op=op, row=candidates[0], candidates=candidates, explanation=explanation,
-                     rows=rows, forced=force is not None, notes=notes)
+    return Selection(
+        op=op,
+        row=candidates[0],
+        candidates=candidates,
+        explanation=explanation,
+        rows=rows,
+        forced=force is not None,
+        notes=notes,
+    )
 
 
-def _explanation(query, rows, candidates, others, checks_of, *, forced: bool, notes=(None, ""),
-                 load_failures=None) -> Explanation:
+def _explanation(
+    query, rows, candidates, others, checks_of, *, forced: bool, notes=(None, ""), load_failures=None
+) -> Explanation:
     """Selected first, then eligible rows in rank order, then rejected rows in table order."""
     load_failures = load_failures or {}
     verdicts = []
@@ -166,8 +198,9 @@ def _explanation(query, rows, candidates, others, checks_of, *, forced: bool, no
             note = "(forced)" if forced else _priority_note(row, *notes)
             verdicts.append(RowVerdict(row.name, "selected", note, checks_of[row.name]))
         else:
-            verdicts.append(RowVerdict(row.name, "eligible", "ranked below " + _priority_note(row, *notes),
-                                       checks_of[row.name]))
+            verdicts.append(
+                RowVerdict(row.name, "eligible", "ranked below " + _priority_note(row, *notes), checks_of[row.name])
+            )
     for row in others:
         verdicts.append(RowVerdict(row.name, "eligible", "not forced", checks_of[row.name]))
     placed = {v.row for v in verdicts}
@@ -175,8 +208,9 @@ def _explanation(query, rows, candidates, others, checks_of, *, forced: bool, no
         if row.name not in placed:
             checks = checks_of[row.name]
             if row.name in load_failures:
-                checks = checks + (Check("load", "target imports and its availability probe passes",
-                                         load_failures[row.name], False),)
+                checks = checks + (
+                    Check("load", "target imports and its availability probe passes", load_failures[row.name], False),
+                )
             verdicts.append(RowVerdict(row.name, "rejected", "", checks))
     return Explanation(query=query, verdicts=tuple(verdicts))
 
@@ -245,8 +279,11 @@ class Selection:
                 return LoadedKernel(fn=fn, row=row, selection=selection)
             failures[row.name] = reason
         explanation = self._after_load_failures(failures, len(self.candidates)).explanation
-        headline = (f"{self.op}: forced row {self.row.name!r} failed to load" if self.forced
-                    else f"{self.op}: every eligible row failed to load")
+        headline = (
+            f"{self.op}: forced row {self.row.name!r} failed to load"
+            if self.forced
+            else f"{self.op}: every eligible row failed to load"
+        )
         raise NoEligibleKernel(explanation, headline)
 
     def _after_load_failures(self, failures: dict, first_good: int) -> "Selection":
@@ -255,8 +292,16 @@ class Selection:
         candidates = self.candidates[first_good:]
         by_name = {row.name: row for row in self.rows}
         others = [by_name[v.row] for v in old.verdicts if v.note == "not forced"]
-        explanation = _explanation(old.query, self.rows, candidates, others, checks_of,
-                                   forced=self.forced, notes=self.notes, load_failures=failures)
+        explanation = _explanation(
+            old.query,
+            self.rows,
+            candidates,
+            others,
+            checks_of,
+            forced=self.forced,
+            notes=self.notes,
+            load_failures=failures,
+        )
         row = candidates[0] if candidates else self.row
         return attrs.evolve(self, row=row, candidates=candidates, explanation=explanation)
 
@@ -269,9 +314,19 @@ _NO_LIBS = Libraries()
 _NOTHING = frozenset()
 
 
-def dispatch(op: str, *, device, dtype: str, shape=None, layout=_NOTHING, libs=_NO_LIBS,
-             table: OpTable | None = None, force: str | None = None, deny=_NOTHING,
-             graph_safe: bool = False) -> Selection:
+def dispatch(
+    op: str,
+    *,
+    device,
+    dtype: str,
+    shape=None,
+    layout=_NOTHING,
+    libs=_NO_LIBS,
+    table: OpTable | None = None,
+    force: str | None = None,
+    deny=_NOTHING,
+    graph_safe: bool = False,
+) -> Selection:
     """Select the row that serves `op` for this query. Pure and memoised.
 
     device: Device or its text ('cuda:sm90', 'cpu'); dtype: label ('bf16');
@@ -327,6 +382,13 @@ def dispatch_for(op: str, *tensors, layout=_NOTHING, env=None, table=None, **sha
     env = env or probe_environment()
     first = tensors[0]
     return dispatch(
-        op, device=device_of(first.device, env.triton_interpret), dtype=dtype_label(first.dtype),
-        shape=shape, layout=layout, libs=env.libs, table=table, force=env.forced_row(op), deny=env.deny,
+        op,
+        device=device_of(first.device, env.triton_interpret),
+        dtype=dtype_label(first.dtype),
+        shape=shape,
+        layout=layout,
+        libs=env.libs,
+        table=table,
+        force=env.forced_row(op),
+        deny=env.deny,
     )

@@ -152,9 +152,7 @@ def priority_rank(priority) -> tuple[int, int]:
 
 def _check_known_library(instance, attribute, value):
     if value not in KNOWN_LIBRARIES:
-        raise ValueError(
-            f"unknown library {value!r}; known: {sorted(KNOWN_LIBRARIES)}"
-        )
+        raise ValueError(f"unknown library {value!r}; known: {sorted(KNOWN_LIBRARIES)}")
 
 
 @attrs.frozen
@@ -322,9 +320,7 @@ class GoldenRecord:
     def __attrs_post_init__(self):
         if self.verified and self.baseline != "self":
             if self.max_abs_diff is None or not self.evidence or not self.baseline:
-                raise ValueError(
-                    "a verified golden record needs max_abs_diff, baseline and evidence"
-                )
+                raise ValueError("a verified golden record needs max_abs_diff, baseline and evidence")
 
     @classmethod
     def reference(cls) -> "GoldenRecord":
@@ -346,9 +342,7 @@ def _check_target(instance, attribute, value):
         return
     module, sep, function = value.partition(":")
     if not sep or not module or not function.isidentifier():
-        raise ValueError(
-            f"row {instance.name!r}: {attribute.name} must be 'module:function', got {value!r}"
-        )
+        raise ValueError(f"row {instance.name!r}: {attribute.name} must be 'module:function', got {value!r}")
 
 
 def _to_tuple(value):
@@ -394,8 +388,13 @@ class KernelSpec:
             fail("name must be '<backend>/<impl>'")
         if prefix != self.backend:
             fail(f"name prefix {prefix!r} must equal backend {self.backend!r}")
-        for field, kind in (("dtypes", frozenset), ("layout", frozenset), ("libraries", tuple),
-                            ("capability", tuple), ("shape", tuple)):
+        for field, kind in (
+            ("dtypes", frozenset),
+            ("layout", frozenset),
+            ("libraries", tuple),
+            ("capability", tuple),
+            ("shape", tuple),
+        ):
             if not isinstance(getattr(self, field), kind):
                 fail(f"{field} must be a list, tuple or set, got {getattr(self, field)!r}")
         if not isinstance(self.golden, GoldenRecord):

@@ -64,8 +64,7 @@ class OpTable:
         return f"OpTable(ops={list(self.rows_by_op)}, rows={len(self.rows_by_name)})"
 
     @classmethod
-    def from_rows(cls, rows, contracts=None, rankings: RankingStore = NO_RANKINGS,
-                  layout_tags=None) -> "OpTable":
+    def from_rows(cls, rows, contracts=None, rankings: RankingStore = NO_RANKINGS, layout_tags=None) -> "OpTable":
         """Validate `rows` against `contracts` ({op: OpContract}; default: the default families') and
         `layout_tags` ({tag: description}; default: the default families' merged tags), and build a
         table holding the contracts of the ops the rows serve, the layout tags, and `rankings`
@@ -84,8 +83,10 @@ class OpTable:
         for ranking in rankings:
             for name, _ in ranking.order:
                 if name not in names or names[name].op != ranking.op:
-                    raise TableError(f"measured ranking of {ranking.op} at {ranking.bucket} on {ranking.device_class} "
-                                     f"names {name!r}, which is not a row of {ranking.op} (re-run perf/write_rankings.py)")
+                    raise TableError(
+                        f"measured ranking of {ranking.op} at {ranking.bucket} on {ranking.device_class} "
+                        f"names {name!r}, which is not a row of {ranking.op} (re-run perf/write_rankings.py)"
+                    )
         return cls(by_op, contracts, rankings, layout_tags)
 
     @property
@@ -176,8 +177,10 @@ def family_contracts(families=FAMILIES, modules=None) -> dict:
             if contract.op in contracts:
                 raise TableError(f"op {contract.op!r} is declared by two contracts")
             if contract.op.partition(".")[0] != module.__name__.rsplit(".", 1)[1]:
-                raise TableError(f"op {contract.op!r} is declared in family {module.__name__!r}: "
-                                 "an op id starts with its family's name")
+                raise TableError(
+                    f"op {contract.op!r} is declared in family {module.__name__!r}: "
+                    "an op id starts with its family's name"
+                )
             contracts[contract.op] = contract
     return contracts
 
@@ -197,20 +200,26 @@ def family_layout_tags(families=FAMILIES, modules=None) -> dict:
         family = module.__name__.rsplit(".", 1)[1]
         tags = getattr(module, "LAYOUT_TAGS", None)
         if not isinstance(tags, dict):
-            raise TableError(f"family {family!r} declares no LAYOUT_TAGS ({{tag: description}} beside its "
-                             "CONTRACTS and ROWS)")
+            raise TableError(
+                f"family {family!r} declares no LAYOUT_TAGS ({{tag: description}} beside its CONTRACTS and ROWS)"
+            )
         named = set().union(*(contract.layouts for contract in module.CONTRACTS))
         if named - tags.keys():
-            raise TableError(f"family {family!r}: its contracts name layout tags {sorted(named - tags.keys())} "
-                             "that its LAYOUT_TAGS does not declare")
+            raise TableError(
+                f"family {family!r}: its contracts name layout tags {sorted(named - tags.keys())} "
+                "that its LAYOUT_TAGS does not declare"
+            )
         if tags.keys() - named:
-            raise TableError(f"family {family!r} declares layout tags {sorted(tags.keys() - named)} that none "
-                             "of its contracts names")
+            raise TableError(
+                f"family {family!r} declares layout tags {sorted(tags.keys() - named)} that none of its contracts names"
+            )
         for tag, description in tags.items():
             first_family, first_description = declared.setdefault(tag, (family, description))
             if first_description != description:
-                raise TableError(f"layout tag {tag!r} is declared by families {first_family!r} and {family!r} "
-                                 f"with different descriptions: {first_description!r} vs {description!r}")
+                raise TableError(
+                    f"layout tag {tag!r} is declared by families {first_family!r} and {family!r} "
+                    f"with different descriptions: {first_description!r} vs {description!r}"
+                )
     return {tag: description for tag, (_, description) in declared.items()}
 
 

@@ -21,9 +21,20 @@ import torch
 from ..dispatcher.contract import OpInputError
 from .dtypes import FLOAT_TORCH_DTYPES
 
-__all__ = ["OpInputError", "expect_tensor", "expect_float_tensor", "expect_real_number", "expect_int",
-           "expect_same_device", "rows_view_ok", "may_overlap", "expect_disjoint", "values_checked",
-           "value_checks", "tag_table"]
+__all__ = [
+    "OpInputError",
+    "expect_tensor",
+    "expect_float_tensor",
+    "expect_real_number",
+    "expect_int",
+    "expect_same_device",
+    "rows_view_ok",
+    "may_overlap",
+    "expect_disjoint",
+    "values_checked",
+    "value_checks",
+    "tag_table",
+]
 
 
 def tag_table(*names: str) -> dict:
@@ -31,8 +42,10 @@ def tag_table(*names: str) -> dict:
 
     A check computes one bool per layout tag and looks its tag set up, rather than building a set on
     every call (the check runs on every public call: `tags[(rows_ok, vector_ok)]`)."""
-    return {flags: frozenset(name for name, flag in zip(names, flags) if flag)
-            for flags in itertools.product((False, True), repeat=len(names))}
+    return {
+        flags: frozenset(name for name, flag in zip(names, flags) if flag)
+        for flags in itertools.product((False, True), repeat=len(names))
+    }
 
 
 def expect_tensor(op: str, argument: str, value) -> None:
@@ -63,8 +76,9 @@ def expect_int(op: str, argument: str, value, *, minimum: int | None = None) -> 
 
 def expect_same_device(op: str, argument: str, value, reference_argument: str, reference) -> None:
     if value.device != reference.device:
-        raise OpInputError(op, argument, f"the device of {reference_argument!r} ({reference.device})",
-                           str(value.device))
+        raise OpInputError(
+            op, argument, f"the device of {reference_argument!r} ({reference.device})", str(value.device)
+        )
 
 
 def rows_view_ok(x) -> bool:
@@ -93,8 +107,9 @@ def _byte_pattern(t):
     of the dims inside it (stride == their extent) is merged into them, the innermost run into width."""
     size = t.element_size()
     width, dims = size, []
-    for count, stride in sorted(((n, s * size) for n, s in zip(t.shape, t.stride()) if n > 1 and s != 0),
-                                key=lambda dim: dim[1]):
+    for count, stride in sorted(
+        ((n, s * size) for n, s in zip(t.shape, t.stride()) if n > 1 and s != 0), key=lambda dim: dim[1]
+    ):
         if not dims and stride == width:
             width *= count
         elif dims and stride == dims[-1][0] * dims[-1][1]:
@@ -139,8 +154,9 @@ def _patterns_meet(a, b, delta: int, steps: list) -> bool:
         return False
     (dims_a, _), (dims_b, _) = a, b
     # A pattern inside the span of a contiguous run meets it (patterns are never empty).
-    if (not dims_b and delta <= 0 and extent_a <= delta + extent_b) or (not dims_a and delta >= 0 and
-                                                                       delta + extent_b <= extent_a):
+    if (not dims_b and delta <= 0 and extent_a <= delta + extent_b) or (
+        not dims_a and delta >= 0 and delta + extent_b <= extent_a
+    ):
         return True
     if not dims_a and not dims_b:
         return True  # two contiguous runs whose spans meet
@@ -203,8 +219,12 @@ def may_overlap(a, b) -> bool:
 def expect_disjoint(op: str, argument: str, value, other_argument: str, other) -> None:
     """Reject `value` sharing memory with `other` where one of them is written by the op."""
     if may_overlap(value, other):
-        raise OpInputError(op, argument, f"memory not overlapping {other_argument!r} (the op writes one of them)",
-                           f"a tensor sharing memory with {other_argument!r}")
+        raise OpInputError(
+            op,
+            argument,
+            f"memory not overlapping {other_argument!r} (the op writes one of them)",
+            f"a tensor sharing memory with {other_argument!r}",
+        )
 
 
 # ---------------------------------------------------------------------------

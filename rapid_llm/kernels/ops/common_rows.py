@@ -9,10 +9,7 @@ RAPID_LLM_TRITON_INTERPRET=1, on the CPU through Triton's interpreter.
 from ..dispatcher.spec import CapabilityRequirement, LibraryRequirement
 
 TRITON = LibraryRequirement("triton", min_version="3.0")
-TRITON_DEVICES = (
-    CapabilityRequirement("cuda", min_sm=80),
-    CapabilityRequirement("cpu", triton_interpreter=True),
-)
+TRITON_DEVICES = (CapabilityRequirement("cuda", min_sm=80), CapabilityRequirement("cpu", triton_interpreter=True))
 
 #: Native rows whose kernels multiply bf16 tiles with tl.dot (the attention kernels): CUDA sm80+, or the
 #: CPU interpreter for fp32 and fp16 only. Triton's interpreter (triton 3.9, the top of the range
@@ -20,8 +17,9 @@ TRITON_DEVICES = (
 #: fp16 products are exact: such a row would return garbage in bf16 there, with no error.
 #: (INTERPRETER_DOT is that interpreter capability alone, for rows with their own CUDA requirement.)
 INTERPRETER_BF16_DOT = "Triton's interpreter computes tl.dot on bf16 operands wrongly (garbage, no error)"
-INTERPRETER_DOT = CapabilityRequirement("cpu", triton_interpreter=True, dtypes=("fp32", "fp16"),
-                                        reason=INTERPRETER_BF16_DOT)
+INTERPRETER_DOT = CapabilityRequirement(
+    "cpu", triton_interpreter=True, dtypes=("fp32", "fp16"), reason=INTERPRETER_BF16_DOT
+)
 TRITON_DOT_DEVICES = (CapabilityRequirement("cuda", min_sm=80), INTERPRETER_DOT)
 
 #: Native rows that cast to fp8 e4m3 need the hardware cast of sm89+ (Ada, Hopper). Not the CPU

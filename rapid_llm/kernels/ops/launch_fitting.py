@@ -51,8 +51,9 @@ def launch_fitting(kernel, grid, device: torch.device, *args, **config) -> int:
             continue
         _FITTED[key] = stages
         return stages
-    raise KernelResourceError(f"{key[0]} with {dict(config)} needs more shared memory than {device} has even at "
-                              f"one stage: {last_error}") from last_error
+    raise KernelResourceError(
+        f"{key[0]} with {dict(config)} needs more shared memory than {device} has even at one stage: {last_error}"
+    ) from last_error
 
 
 def fitted(kernel) -> list[tuple[dict, int]]:

@@ -23,7 +23,7 @@ from .common_rows import CUDA_EXTENSION_DEVICES, TRITON, TRITON_DEVICES
 #: (build_tables() merges the families' tags and rejects one tag with two descriptions).
 SHARED_LAYOUT_TAGS = {
     "x:rows": "the main input x of shape [..., n] views as [rows, n] without a copy: one row stride, unit "
-              "stride along n",
+    "stride along n"
 }
 
 #: The JIT build's description: the AOT row's kernel, compiled on first use.
@@ -34,8 +34,9 @@ def _golden(op: str, parity) -> GoldenRecord:
     if parity is None:
         return GoldenRecord.unverified()
     max_abs_diff, evidence = parity
-    return GoldenRecord(verified=True, max_abs_diff=max_abs_diff, baseline="torch/" + op.partition(".")[2],
-                        evidence=evidence)
+    return GoldenRecord(
+        verified=True, max_abs_diff=max_abs_diff, baseline="torch/" + op.partition(".")[2], evidence=evidence
+    )
 
 
 def reference_row(op: str, target: str, dtypes, *, graph_safe: bool = True, description: str) -> KernelSpec:
@@ -48,13 +49,33 @@ def reference_row(op: str, target: str, dtypes, *, graph_safe: bool = True, desc
     against. graph_safe=False where it reads device values on the host (e.g.
     selecting the valid slots of a scatter).
     """
-    return KernelSpec(name="torch/" + target.partition(":")[2], op=op, backend="torch", target=target,
-                      dtypes=dtypes, golden=GoldenRecord.reference(), graph_safe=graph_safe,
-                      description=description)
+    return KernelSpec(
+        name="torch/" + target.partition(":")[2],
+        op=op,
+        backend="torch",
+        target=target,
+        dtypes=dtypes,
+        golden=GoldenRecord.reference(),
+        graph_safe=graph_safe,
+        description=description,
+    )
 
 
-def native_row(name: str, op: str, target: str, *, dtypes, libraries=(TRITON,), capability=TRITON_DEVICES,
-               shape=(), layout=(), parity, priority, graph_safe: bool = True, description: str) -> KernelSpec:
+def native_row(
+    name: str,
+    op: str,
+    target: str,
+    *,
+    dtypes,
+    libraries=(TRITON,),
+    capability=TRITON_DEVICES,
+    shape=(),
+    layout=(),
+    parity,
+    priority,
+    graph_safe: bool = True,
+    description: str,
+) -> KernelSpec:
     """One of our own kernels (backend "native"), Triton by default.
 
     libraries and capability default to a Triton kernel's: Triton >= 3.0 on
@@ -62,13 +83,38 @@ def native_row(name: str, op: str, target: str, *, dtypes, libraries=(TRITON,), 
     more (fp8 casts, tl.dot in bf16, TMA, Gluon) names its own. The golden
     record comes from `parity` (module docstring).
     """
-    return KernelSpec(name=name, op=op, backend="native", target=target, dtypes=dtypes, libraries=libraries,
-                      capability=capability, shape=shape, layout=layout, golden=_golden(op, parity),
-                      priority=priority, graph_safe=graph_safe, description=description)
+    return KernelSpec(
+        name=name,
+        op=op,
+        backend="native",
+        target=target,
+        dtypes=dtypes,
+        libraries=libraries,
+        capability=capability,
+        shape=shape,
+        layout=layout,
+        golden=_golden(op, parity),
+        priority=priority,
+        graph_safe=graph_safe,
+        description=description,
+    )
 
 
-def library_row(name: str, op: str, target: str, *, library, capability, dtypes, shape=(), layout=(), parity,
-                priority, graph_safe: bool, description: str) -> KernelSpec:
+def library_row(
+    name: str,
+    op: str,
+    target: str,
+    *,
+    library,
+    capability,
+    dtypes,
+    shape=(),
+    layout=(),
+    parity,
+    priority,
+    graph_safe: bool,
+    description: str,
+) -> KernelSpec:
     """A row served by an external library's adapter (rapid_llm/kernels/backends/<backend>/).
 
     The backend is the name's prefix; `available` is that backend package's
@@ -80,14 +126,36 @@ def library_row(name: str, op: str, target: str, *, library, capability, dtypes,
     comes from `parity` (module docstring).
     """
     backend = name.partition("/")[0]
-    return KernelSpec(name=name, op=op, backend=backend, target=target,
-                      available=f"rapid_llm.kernels.backends.{backend}:available", libraries=(library,),
-                      capability=capability, dtypes=dtypes, shape=shape, layout=layout, golden=_golden(op, parity),
-                      priority=priority, graph_safe=graph_safe, description=description)
+    return KernelSpec(
+        name=name,
+        op=op,
+        backend=backend,
+        target=target,
+        available=f"rapid_llm.kernels.backends.{backend}:available",
+        libraries=(library,),
+        capability=capability,
+        dtypes=dtypes,
+        shape=shape,
+        layout=layout,
+        golden=_golden(op, parity),
+        priority=priority,
+        graph_safe=graph_safe,
+        description=description,
+    )
 
 
-def extension_rows(op: str, function_stem: str, *, dtypes, capability=CUDA_EXTENSION_DEVICES, shape=(), layout=(),
-                   parity, priority, description: str) -> tuple[KernelSpec, KernelSpec]:
+def extension_rows(
+    op: str,
+    function_stem: str,
+    *,
+    dtypes,
+    capability=CUDA_EXTENSION_DEVICES,
+    shape=(),
+    layout=(),
+    parity,
+    priority,
+    description: str,
+) -> tuple[KernelSpec, KernelSpec]:
     """The CUDA extension's pair of rows for one kernel: (aot/<impl>, jit/<impl>).
 
     One CUDA source (csrc/) built two ways: ahead of time into rapid_llm._C
@@ -104,10 +172,19 @@ def extension_rows(op: str, function_stem: str, *, dtypes, capability=CUDA_EXTEN
     """
     impl = function_stem.partition(":")[2]
     return tuple(
-        KernelSpec(name=f"{backend}/{impl}", op=op, backend=backend, target=f"{function_stem}_{backend}",
-                   available=f"rapid_llm.kernels.{backend}:available", dtypes=dtypes, capability=capability,
-                   shape=shape, layout=layout,
-                   golden=_golden(op, parity[backend] if isinstance(parity, dict) else parity),
-                   priority=priority, description=text)
+        KernelSpec(
+            name=f"{backend}/{impl}",
+            op=op,
+            backend=backend,
+            target=f"{function_stem}_{backend}",
+            available=f"rapid_llm.kernels.{backend}:available",
+            dtypes=dtypes,
+            capability=capability,
+            shape=shape,
+            layout=layout,
+            golden=_golden(op, parity[backend] if isinstance(parity, dict) else parity),
+            priority=priority,
+            description=text,
+        )
         for backend, text in (("aot", description), ("jit", _JIT_DESCRIPTION))
     )

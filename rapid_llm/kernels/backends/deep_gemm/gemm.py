@@ -51,9 +51,18 @@ def _launch(function: str, n: int, k: int, groups: int, m: int, device, launch) 
     first = key not in _SEEN
     if first or seconds >= COMPILE_LOG_SECONDS:
         _SEEN.add(key)
-        LOGGER.info("deep_gemm.%s %s call for N=%d K=%d groups=%d (M=%d) on %s: %.1f ms on the host "
-                    "(DeepGEMM JIT-compiles or loads the kernel for this shape)", function,
-                    "first" if first else "slow", n, k, groups, m, device, seconds * 1e3)
+        LOGGER.info(
+            "deep_gemm.%s %s call for N=%d K=%d groups=%d (M=%d) on %s: %.1f ms on the host "
+            "(DeepGEMM JIT-compiles or loads the kernel for this shape)",
+            function,
+            "first" if first else "slow",
+            n,
+            k,
+            groups,
+            m,
+            device,
+            seconds * 1e3,
+        )
 
 
 def _output(out, shape, like):
@@ -65,8 +74,15 @@ def fp8_gemm_nt(a, a_scale, b, b_scale, out=None):
 
     out = _output(out, (a.shape[0], b.shape[0]), a)
     if a.shape[0]:  # DeepGEMM returns early on M == 0 too; skipping it keeps an empty call off the log
-        _launch("fp8_gemm_nt", b.shape[0], a.shape[1], 1, a.shape[0], a.device,
-                lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out))
+        _launch(
+            "fp8_gemm_nt",
+            b.shape[0],
+            a.shape[1],
+            1,
+            a.shape[0],
+            a.device,
+            lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out),
+        )
     return out
 
 
@@ -75,8 +91,15 @@ def m_grouped_contiguous(a, a_scale, b, b_scale, m_indices, out=None):
 
     out = _output(out, (a.shape[0], b.shape[1]), a)
     if a.shape[0]:
-        _launch("m_grouped_fp8_gemm_nt_contiguous", b.shape[1], a.shape[1], b.shape[0], a.shape[0], a.device,
-                lambda: deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, a_scale), (b, b_scale), out, m_indices))
+        _launch(
+            "m_grouped_fp8_gemm_nt_contiguous",
+            b.shape[1],
+            a.shape[1],
+            b.shape[0],
+            a.shape[0],
+            a.device,
+            lambda: deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, a_scale), (b, b_scale), out, m_indices),
+        )
     return out
 
 
@@ -85,7 +108,13 @@ def m_grouped_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
 
     out = _output(out, (a.shape[0], a.shape[1], b.shape[1]), a)
     if a.shape[1]:  # DeepGEMM asserts M_max > 0: with no rows there is nothing to compute
-        _launch("m_grouped_fp8_gemm_nt_masked", b.shape[1], a.shape[2], b.shape[0], a.shape[1], a.device,
-                lambda: deep_gemm.m_grouped_fp8_gemm_nt_masked((a, a_scale), (b, b_scale), out, masked_m,
-                                                               expected_m))
+        _launch(
+            "m_grouped_fp8_gemm_nt_masked",
+            b.shape[1],
+            a.shape[2],
+            b.shape[0],
+            a.shape[1],
+            a.device,
+            lambda: deep_gemm.m_grouped_fp8_gemm_nt_masked((a, a_scale), (b, b_scale), out, masked_m, expected_m),
+        )
     return out

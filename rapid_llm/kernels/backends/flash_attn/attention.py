@@ -22,8 +22,18 @@ from fa3_fwd_interface import flash_attn_varlen_func
 
 def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
     """attention.prefill on FA3's varlen forward."""
-    out, lse = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                      softmax_scale=float(sm_scale), causal=causal, return_attn_probs=True)
+    out, lse = flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens,
+        cu_seqlens,
+        max_seqlen,
+        max_seqlen,
+        softmax_scale=float(sm_scale),
+        causal=causal,
+        return_attn_probs=True,
+    )
     return (out, lse.t()) if return_lse else out
 
 

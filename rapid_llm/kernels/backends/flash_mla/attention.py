@@ -31,14 +31,23 @@ def _paged_cache(latent_cache, page_size: int):
     """[pages, page_size, 1, 576] view of the [rows, 576] latent cache (its row stride kept, no copy)."""
     rows, width = latent_cache.shape
     row_stride = latent_cache.stride(0)
-    return latent_cache.as_strided((rows // page_size, page_size, 1, width),
-                                   (page_size * row_stride, row_stride, row_stride, 1))
+    return latent_cache.as_strided(
+        (rows // page_size, page_size, 1, width), (page_size * row_stride, row_stride, row_stride, 1)
+    )
 
 
 def _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule):
-    out, _ = flash_mla_with_kvcache(q.unsqueeze(1), _paged_cache(latent_cache, page_size), page_table, seq_lens,
-                                    HEAD_DIM_V, schedule, softmax_scale=float(sm_scale), causal=False,
-                                    use_legacy=True)
+    out, _ = flash_mla_with_kvcache(
+        q.unsqueeze(1),
+        _paged_cache(latent_cache, page_size),
+        page_table,
+        seq_lens,
+        HEAD_DIM_V,
+        schedule,
+        softmax_scale=float(sm_scale),
+        causal=False,
+        use_legacy=True,
+    )
     return out.squeeze(1)
 
 
@@ -61,7 +70,8 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     hoisted = getattr(flash_mla, "get_mla_decoding_metadata", None) if hoist else None
     if hoisted is not None:
         schedule.tile_scheduler_metadata, schedule.num_splits = hoisted(
-            seq_lens, num_q_heads, 1, h_q=num_q_heads, use_legacy=True)
+            seq_lens, num_q_heads, 1, h_q=num_q_heads, use_legacy=True
+        )
         how = f"get_mla_decoding_metadata(seq_lens, {num_q_heads}, 1, h_q={num_q_heads}, use_legacy=True)"
     else:
         _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)

@@ -66,8 +66,9 @@ def _paged_views(kv_buffer, page_size: int):
     rows, two_heads, head_dim = kv_buffer.shape
     heads = two_heads // 2
     row_stride, head_stride, _ = kv_buffer.stride()
-    paged = kv_buffer.as_strided((rows // page_size, page_size, two_heads, head_dim),
-                                 (page_size * row_stride, row_stride, head_stride, 1))
+    paged = kv_buffer.as_strided(
+        (rows // page_size, page_size, two_heads, head_dim), (page_size * row_stride, row_stride, head_stride, 1)
+    )
     return paged[:, :, :heads], paged[:, :, heads:]
 
 
@@ -94,31 +95,58 @@ def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, *, cuda
     indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
     fixed = {}
     if cuda_graph:
-        fixed = {"use_cuda_graph": True, "paged_kv_indptr_buffer": torch.empty_like(indptr),
-                 "paged_kv_indices_buffer": torch.empty_like(indices),
-                 "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len)}
+        fixed = {
+            "use_cuda_graph": True,
+            "paged_kv_indptr_buffer": torch.empty_like(indptr),
+            "paged_kv_indices_buffer": torch.empty_like(indices),
+            "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len),
+        }
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed)
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed
+    )
     num_kv_heads = kv_buffer.shape[1] // 2
     with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
-        wrapper.plan(indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2], page_size,
-                     q_data_type=q.dtype, kv_data_type=kv_buffer.dtype, sm_scale=float(sm_scale))
+        wrapper.plan(
+            indptr,
+            indices,
+            last_page_len,
+            q.shape[1],
+            num_kv_heads,
+            q.shape[2],
+            page_size,
+            q_data_type=q.dtype,
+            kv_data_type=kv_buffer.dtype,
+            sm_scale=float(sm_scale),
+        )
 
     def run(q, kv_buffer):
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
+
     return run
 
 
 def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
     """The per-step preparation of attention.prefill, exposed like plan_decode: returns run(q, k, v) -> out."""
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
+    )
     with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
-        wrapper.plan(cu_seqlens, cu_seqlens, q.shape[1], k.shape[1], q.shape[2], head_dim_vo=v.shape[2],
-                     causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype, kv_data_type=k.dtype)
+        wrapper.plan(
+            cu_seqlens,
+            cu_seqlens,
+            q.shape[1],
+            k.shape[1],
+            q.shape[2],
+            head_dim_vo=v.shape[2],
+            causal=causal,
+            sm_scale=float(sm_scale),
+            q_data_type=q.dtype,
+            kv_data_type=k.dtype,
+        )
 
     def run(q, k, v):
         return wrapper.run(q, k, v)
+
     return run
 
 
@@ -127,15 +155,28 @@ def plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_si
     out (the page lists and the plan of this step, reused by every layer)."""
     indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD")
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
+    )
     num_kv_heads = kv_buffer.shape[1] // 2
     with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
-        wrapper.plan(cu_seqlens_q, indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2],
-                     page_size, causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype,
-                     kv_data_type=kv_buffer.dtype)
+        wrapper.plan(
+            cu_seqlens_q,
+            indptr,
+            indices,
+            last_page_len,
+            q.shape[1],
+            num_kv_heads,
+            q.shape[2],
+            page_size,
+            causal=causal,
+            sm_scale=float(sm_scale),
+            q_data_type=q.dtype,
+            kv_data_type=kv_buffer.dtype,
+        )
 
     def run(q, kv_buffer):
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
+
     return run
 
 
@@ -156,20 +197,37 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     fixed = {}
     if cuda_graph:
-        fixed = {"use_cuda_graph": True, "qo_indptr": torch.empty_like(qo_indptr),
-                 "kv_indptr": torch.empty_like(indptr), "kv_indices": torch.empty_like(indices),
-                 "kv_len_arr": torch.empty_like(seq_lens)}
+        fixed = {
+            "use_cuda_graph": True,
+            "qo_indptr": torch.empty_like(qo_indptr),
+            "kv_indptr": torch.empty_like(indptr),
+            "kv_indices": torch.empty_like(indices),
+            "kv_len_arr": torch.empty_like(seq_lens),
+        }
     wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), **fixed)
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), **fixed
+    )
     width = latent_cache.shape[1]
     with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
-        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], CKV_DIM, width - CKV_DIM,
-                     page_size, False, float(sm_scale), q.dtype, latent_cache.dtype)
+        wrapper.plan(
+            qo_indptr,
+            indptr,
+            indices,
+            seq_lens,
+            q.shape[1],
+            CKV_DIM,
+            width - CKV_DIM,
+            page_size,
+            False,
+            float(sm_scale),
+            q.dtype,
+            latent_cache.dtype,
+        )
 
     def run(q, latent_cache):
         paged = _latent_pages(latent_cache, page_size)
-        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM],
-                           paged[..., CKV_DIM:])
+        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])
+
     return run
 
 
@@ -182,16 +240,36 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     num_kv_heads = kv_buffer.shape[1] // 2
     # plan() builds (JIT-compiles on first use) the module: it sits inside the logged first call
     with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
-        wrapper.plan(indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2], page_size,
-                     q_data_type=q.dtype, kv_data_type=kv_buffer.dtype, sm_scale=float(sm_scale))
+        wrapper.plan(
+            indptr,
+            indices,
+            last_page_len,
+            q.shape[1],
+            num_kv_heads,
+            q.shape[2],
+            page_size,
+            q_data_type=q.dtype,
+            kv_data_type=kv_buffer.dtype,
+            sm_scale=float(sm_scale),
+        )
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
 
 
 def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
     wrapper = _wrapper(kind, q.device, lambda ws: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD"))
     with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
-        wrapper.plan(cu_seqlens, cu_seqlens, q.shape[1], k.shape[1], q.shape[2], head_dim_vo=v.shape[2],
-                     causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype, kv_data_type=k.dtype)
+        wrapper.plan(
+            cu_seqlens,
+            cu_seqlens,
+            q.shape[1],
+            k.shape[1],
+            q.shape[2],
+            head_dim_vo=v.shape[2],
+            causal=causal,
+            sm_scale=float(sm_scale),
+            q_data_type=q.dtype,
+            kv_data_type=k.dtype,
+        )
         if not return_lse:
             return wrapper.run(q, k, v)
         out, lse = wrapper.run(q, k, v, return_lse=True)
@@ -208,17 +286,29 @@ def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_l
     return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged_mla")
 
 
-def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                  causal=True, return_lse=False):
+def prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
     """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
     the new tokens are the last of each sequence, as our contract says)."""
     wrapper = _wrapper("paged_prefill", q.device, lambda ws: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"))
     indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
     num_kv_heads = kv_buffer.shape[1] // 2
     with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
-        wrapper.plan(cu_seqlens_q, indptr, indices, last_page_len, q.shape[1], num_kv_heads, q.shape[2],
-                     page_size, causal=causal, sm_scale=float(sm_scale), q_data_type=q.dtype,
-                     kv_data_type=kv_buffer.dtype)
+        wrapper.plan(
+            cu_seqlens_q,
+            indptr,
+            indices,
+            last_page_len,
+            q.shape[1],
+            num_kv_heads,
+            q.shape[2],
+            page_size,
+            causal=causal,
+            sm_scale=float(sm_scale),
+            q_data_type=q.dtype,
+            kv_data_type=kv_buffer.dtype,
+        )
         if not return_lse:
             return wrapper.run(q, _paged_views(kv_buffer, page_size))
         out, lse = wrapper.run(q, _paged_views(kv_buffer, page_size), return_lse=True)
@@ -236,7 +326,18 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     width = latent_cache.shape[1]
     paged = _latent_pages(latent_cache, page_size)
     with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
-        wrapper.plan(qo_indptr, indptr, indices, seq_lens, q.shape[1], CKV_DIM, width - CKV_DIM,
-                     page_size, False, float(sm_scale), q.dtype, latent_cache.dtype)
-        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM],
-                           paged[..., CKV_DIM:])
+        wrapper.plan(
+            qo_indptr,
+            indptr,
+            indices,
+            seq_lens,
+            q.shape[1],
+            CKV_DIM,
+            width - CKV_DIM,
+            page_size,
+            False,
+            float(sm_scale),
+            q.dtype,
+            latent_cache.dtype,
+        )
+        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])

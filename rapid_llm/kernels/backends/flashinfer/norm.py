@@ -48,6 +48,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     num_rows = x.numel() // hidden
     if num_rows:
         with first_call_logged(_MODULE):
-            flashinfer.norm.fused_add_rmsnorm(x.view(num_rows, hidden), residual.view(num_rows, hidden), weight,
-                                              float(eps))
+            flashinfer.norm.fused_add_rmsnorm(
+                x.view(num_rows, hidden), residual.view(num_rows, hidden), weight, float(eps)
+            )
     return x, residual

@@ -52,8 +52,9 @@ _TAIL_FLOATS = 16
 _IDENTITY_ROWS: dict[tuple, torch.Tensor] = {}
 
 
-def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-           cos_sin_cache: torch.Tensor, is_neox: bool):
+def rotary(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int, cos_sin_cache: torch.Tensor, is_neox: bool
+):
     if positions.shape[0] == 0:
         return q, k
     max_position = cos_sin_cache.shape[0]

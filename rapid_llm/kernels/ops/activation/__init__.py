@@ -20,7 +20,7 @@ LAYOUT_TAGS = {
     # FlashInfer's rows
     "x:contiguous16": "x is contiguous (row-major, no gaps) with a data pointer that is a multiple of 16 bytes",
     "out:contiguous16": "the caller's out= tensor, if any, is contiguous with a data pointer that is a multiple "
-                        "of 16 bytes (always provided when out is None)",
+    "of 16 bytes (always provided when out is None)",
 }
 
 _GATED_LAYOUT = """x: [..., 2*d] holding gate | up along the last dim (num_tokens = product of
@@ -40,18 +40,26 @@ CONTRACTS = tuple(
         doc=f"{formula}\n\n{_GATED_LAYOUT}",
     )
     for op, formula in (
-        (SILU_AND_MUL, "silu_and_mul(x, out=None) -> out[..., d] = silu(x[..., :d]) * x[..., d:], "
-                       "silu(g) = g * sigmoid(g)"),
-        (GELU_TANH_AND_MUL, "gelu_tanh_and_mul(x, out=None) -> out[..., d] = gelu_tanh(x[..., :d]) * x[..., d:], "
-                            "gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))"),
+        (
+            SILU_AND_MUL,
+            "silu_and_mul(x, out=None) -> out[..., d] = silu(x[..., :d]) * x[..., d:], silu(g) = g * sigmoid(g)",
+        ),
+        (
+            GELU_TANH_AND_MUL,
+            "gelu_tanh_and_mul(x, out=None) -> out[..., d] = gelu_tanh(x[..., :d]) * x[..., d:], "
+            "gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))",
+        ),
     )
 )
 
 ROWS = (
-    reference_row(SILU_AND_MUL, f"{_HERE}.reference:silu_and_mul", FLOAT_DTYPE_LABELS,
-                  description="fp32 PyTorch reference"),
+    reference_row(
+        SILU_AND_MUL, f"{_HERE}.reference:silu_and_mul", FLOAT_DTYPE_LABELS, description="fp32 PyTorch reference"
+    ),
     native_row(
-        "native/silu_and_mul", SILU_AND_MUL, f"{_HERE}.gated:silu_and_mul",
+        "native/silu_and_mul",
+        SILU_AND_MUL,
+        f"{_HERE}.gated:silu_and_mul",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:rows", "out:rows"),
         # Largest |diff| vs torch/silu_and_mul over every case: 0.00098 (bf16, H200), 3.8e-6 (fp16/fp32,
@@ -62,10 +70,16 @@ ROWS = (
         priority=10,
         description="Triton: one program per (row, column block), fp32 math",
     ),
-    reference_row(GELU_TANH_AND_MUL, f"{_HERE}.reference:gelu_tanh_and_mul", FLOAT_DTYPE_LABELS,
-                  description="fp32 PyTorch reference"),
+    reference_row(
+        GELU_TANH_AND_MUL,
+        f"{_HERE}.reference:gelu_tanh_and_mul",
+        FLOAT_DTYPE_LABELS,
+        description="fp32 PyTorch reference",
+    ),
     native_row(
-        "native/gelu_tanh_and_mul", GELU_TANH_AND_MUL, f"{_HERE}.gated:gelu_tanh_and_mul",
+        "native/gelu_tanh_and_mul",
+        GELU_TANH_AND_MUL,
+        f"{_HERE}.gated:gelu_tanh_and_mul",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:rows", "out:rows"),
         # Largest |diff| vs torch/gelu_tanh_and_mul: 0.0625 in bf16 on the H200 (the int64-offset
@@ -88,7 +102,9 @@ ROWS = (
         # (fp16) / -3 (bf16) the cancellation in 1 + tanh makes it several output ulps from ours while the
         # absolute difference stays below ~1e-5 * |gate * up| (well inside the parity tolerance).
         library_row(
-            f"flashinfer/{impl}", op, f"rapid_llm.kernels.backends.flashinfer.activation:{impl}",
+            f"flashinfer/{impl}",
+            op,
+            f"rapid_llm.kernels.backends.flashinfer.activation:{impl}",
             library=flashinfer_backend.REQUIREMENT,
             # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py); tanh.approx.f32 needs sm75.
             capability=(CapabilityRequirement("cuda", min_sm=75),),
@@ -104,7 +120,9 @@ ROWS = (
             description=f"FlashInfer {impl}: one CTA per row, 16-byte vectors, fp32 math",
         )
         # max_abs_diff: the largest |diff| vs the torch row over its parity cases, bf16 and fp16, on the H200.
-        for op, impl, max_abs_diff in ((SILU_AND_MUL, "silu_and_mul", 0.0009765625),
-                                       (GELU_TANH_AND_MUL, "gelu_tanh_and_mul", 0.0625))
+        for op, impl, max_abs_diff in (
+            (SILU_AND_MUL, "silu_and_mul", 0.0009765625),
+            (GELU_TANH_AND_MUL, "gelu_tanh_and_mul", 0.0625),
+        )
     ),
 )

@@ -8,8 +8,15 @@ r * 2d, of out at r * d) and loads/stores 16-byte vectors.
 
 from __future__ import annotations
 
-from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_same_device, expect_tensor, \
-    rows_view_ok, tag_table
+from ..checks import (
+    OpInputError,
+    expect_disjoint,
+    expect_float_tensor,
+    expect_same_device,
+    expect_tensor,
+    rows_view_ok,
+    tag_table,
+)
 from . import GELU_TANH_AND_MUL, SILU_AND_MUL
 
 _TAGS = tag_table("x:rows", "out:rows", "x:contiguous16", "out:contiguous16")

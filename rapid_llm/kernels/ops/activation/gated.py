@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 
-
 def launch_config(intermediate: int) -> dict:
     """1024 columns over 4 warps (8 per thread: one 16-byte access of bf16 per operand), or the
     next power of two for narrower rows. Rows of several blocks use the flat grid (column blocks
@@ -48,14 +47,24 @@ def gated_activation(activation: str, x: torch.Tensor, out: torch.Tensor | None)
     config = launch_config(intermediate)
     blocks = triton.cdiv(intermediate, config["BLOCK"])
     grid = (num_rows * blocks,) if config["FLAT"] else (num_rows, blocks)
-    _gated_kernel[grid](x_rows, out_rows, x_rows.stride(0), out_rows.stride(0), intermediate, blocks,
-                        ACTIVATION=activation, **config)
+    _gated_kernel[grid](
+        x_rows, out_rows, x_rows.stride(0), out_rows.stride(0), intermediate, blocks, ACTIVATION=activation, **config
+    )
     return out
 
 
 @triton.jit
-def _gated_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, intermediate, blocks,
-                  ACTIVATION: tl.constexpr, BLOCK: tl.constexpr, FLAT: tl.constexpr):
+def _gated_kernel(
+    x_ptr,
+    out_ptr,
+    x_row_stride,
+    out_row_stride,
+    intermediate,
+    blocks,
+    ACTIVATION: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FLAT: tl.constexpr,
+):
     if FLAT:
         # One axis, column blocks fastest: consecutive programs read consecutive memory of a row.
         program = tl.program_id(0).to(tl.int64)

@@ -13,11 +13,23 @@ def prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool 
     return _call(PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
 
 
-def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q: int, page_size: int,
-                  sm_scale: float, causal: bool = True, return_lse: bool = False):
+def prefill_paged(
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q: int,
+    page_size: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+):
     """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
-    return _call(PREFILL_PAGED, (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                                 causal, return_lse))
+    return _call(
+        PREFILL_PAGED,
+        (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse),
+    )
 
 
 def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float, k_scale=None, v_scale=None):
@@ -31,7 +43,6 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size: int, sm_scale: 
     return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale))
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True,
-                return_lse: bool = False):
+def mla_prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True, return_lse: bool = False):
     """Non-absorbed MLA prefill (q/k 192, v 128); out [T, H, 128]. Contract: attention.mla_prefill."""
     return _call(MLA_PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))

@@ -22,13 +22,22 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import (OpInputError, expect_float_tensor, expect_int, expect_real_number, expect_same_device,
-                      expect_tensor, tag_table, values_checked)
+from ..checks import (
+    OpInputError,
+    expect_float_tensor,
+    expect_int,
+    expect_real_number,
+    expect_same_device,
+    expect_tensor,
+    tag_table,
+    values_checked,
+)
 from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
 
 _ALIGN_BYTES = 16
-_RAGGED_TAGS = tag_table("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma",
-                         "scale:positive")
+_RAGGED_TAGS = tag_table(
+    "q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"
+)
 _PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous")
 _DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3")
 _LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma")
@@ -54,16 +63,27 @@ def tma_array(t) -> bool:
     size = t.element_size()
     stride_t, stride_h, stride_d = t.stride()
     tokens, heads, dim = t.shape
-    return (stride_d == 1 and t.data_ptr() % _ALIGN_BYTES == 0 and (stride_t * size) % _ALIGN_BYTES == 0
-            and (stride_h * size) % _ALIGN_BYTES == 0 and stride_h >= dim and stride_t >= (heads - 1) * stride_h + dim)
+    return (
+        stride_d == 1
+        and t.data_ptr() % _ALIGN_BYTES == 0
+        and (stride_t * size) % _ALIGN_BYTES == 0
+        and (stride_h * size) % _ALIGN_BYTES == 0
+        and stride_h >= dim
+        and stride_t >= (heads - 1) * stride_h + dim
+    )
 
 
 def tma_rows(t, width: int) -> bool:
     """A [rows, width] tensor readable as a 2D TMA array: rows > 0, unit column stride, 16-byte aligned data
     pointer and row stride, rows that do not overlap."""
     row_stride, column_stride = t.stride()
-    return (t.shape[0] > 0 and column_stride == 1 and row_stride >= width and t.data_ptr() % _ALIGN_BYTES == 0
-            and (row_stride * t.element_size()) % _ALIGN_BYTES == 0)
+    return (
+        t.shape[0] > 0
+        and column_stride == 1
+        and row_stride >= width
+        and t.data_ptr() % _ALIGN_BYTES == 0
+        and (row_stride * t.element_size()) % _ALIGN_BYTES == 0
+    )
 
 
 def _expect_same_dtype(op, argument, value, reference_argument, reference):
@@ -114,8 +134,9 @@ def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max
     if int(values[-1]) != total:
         raise OpInputError(op, argument, f"last offset == {total} (the number of query tokens)", f"{int(values[-1])}")
     if lengths.numel() and int(lengths.max()) > max_seqlen:
-        raise OpInputError(op, argument, f"every length <= {max_argument} ({max_seqlen})",
-                           f"a length of {int(lengths.max())}")
+        raise OpInputError(
+            op, argument, f"every length <= {max_argument} ({max_seqlen})", f"a length of {int(lengths.max())}"
+        )
     return lengths
 
 
@@ -143,11 +164,25 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
-    tags = _RAGGED_TAGS[(heads_aligned(q), heads_aligned(k) and heads_aligned(v), v.shape[2] == head_dim,
-                         cu_seqlens.is_contiguous(), tma_array(q), tma_array(k) and tma_array(v),
-                         float(sm_scale) > 0)]
-    dims = (("num_tokens", tokens), ("max_seqlen", max_seqlen), ("num_q_heads", num_q_heads),
-            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("head_dim_v", v.shape[2]))
+    tags = _RAGGED_TAGS[
+        (
+            heads_aligned(q),
+            heads_aligned(k) and heads_aligned(v),
+            v.shape[2] == head_dim,
+            cu_seqlens.is_contiguous(),
+            tma_array(q),
+            tma_array(k) and tma_array(v),
+            float(sm_scale) > 0,
+        )
+    ]
+    dims = (
+        ("num_tokens", tokens),
+        ("max_seqlen", max_seqlen),
+        ("num_q_heads", num_q_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("head_dim_v", v.shape[2]),
+    )
     return q, tags, dims
 
 
@@ -166,8 +201,9 @@ def check_mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, re
     if v.shape[2] != 128:
         raise OpInputError(op, "v", "head_dim 128", f"shape {list(v.shape)}")
     if k.shape[1] != q.shape[1]:
-        raise OpInputError(op, "k", f"{q.shape[1]} heads (q's: MLA prefill has one KV head per query head)",
-                           f"{k.shape[1]} heads")
+        raise OpInputError(
+            op, "k", f"{q.shape[1]} heads (q's: MLA prefill has one KV head per query head)", f"{k.shape[1]} heads"
+        )
     return result
 
 
@@ -183,15 +219,23 @@ def _check_pages(op, page_table, seq_lens, page_size, rows, min_lens, min_lens_t
         bad = int(torch.nonzero(~low_ok)[0, 0])
         raise OpInputError(op, "seq_lens", min_lens_text, f"seq_lens[{bad}] = {int(lens[bad])}")
     if int(lens.max()) > capacity:
-        raise OpInputError(op, "seq_lens", f"lengths <= max_pages * page_size = {capacity} (the page table's "
-                           "reach)", f"a length of {int(lens.max())}")
+        raise OpInputError(
+            op,
+            "seq_lens",
+            f"lengths <= max_pages * page_size = {capacity} (the page table's reach)",
+            f"a length of {int(lens.max())}",
+        )
     used = torch.arange(table.shape[1]).unsqueeze(0) < ((lens + page_size - 1) // page_size).unsqueeze(1)
     pages = rows // page_size
     ids = table[used]
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= pages):
         bad = int(ids.max()) if int(ids.max()) >= pages else int(ids.min())
-        raise OpInputError(op, "page_table", f"page ids in [0, {pages}) (the buffer's {rows} rows / page_size) for "
-                           "the pages a sequence uses", f"a page id of {bad}")
+        raise OpInputError(
+            op,
+            "page_table",
+            f"page ids in [0, {pages}) (the buffer's {rows} rows / page_size) for the pages a sequence uses",
+            f"a page id of {bad}",
+        )
 
 
 def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale, allow_fp8=False):
@@ -205,8 +249,9 @@ def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_siz
     expect_same_device(op, cache_name, cache, "q", q)
     expect_int(op, "page_size", page_size, minimum=1)
     if cache.shape[0] % page_size:
-        raise OpInputError(op, cache_name, f"a number of rows divisible by page_size {page_size}",
-                           f"{cache.shape[0]} rows")
+        raise OpInputError(
+            op, cache_name, f"a number of rows divisible by page_size {page_size}", f"{cache.shape[0]} rows"
+        )
     expect_tensor(op, "page_table", page_table)
     if page_table.dtype != torch.int32:
         raise OpInputError(op, "page_table", "dtype torch.int32", str(page_table.dtype))
@@ -217,8 +262,12 @@ def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_siz
 def _kv_buffer_heads(op, kv_buffer, num_q_heads: int, head_dim: int) -> int:
     """Hk of a [rows, 2*Hk, D] KV buffer whose D is q's and whose Hk divides q's heads."""
     if kv_buffer.dim() != 3 or kv_buffer.shape[1] == 0 or kv_buffer.shape[1] % 2 or kv_buffer.shape[2] != head_dim:
-        raise OpInputError(op, "kv_buffer", f"shape [rows, 2*Hk, {head_dim}] (K heads then V heads, q's head_dim)",
-                           f"shape {list(kv_buffer.shape)}")
+        raise OpInputError(
+            op,
+            "kv_buffer",
+            f"shape [rows, 2*Hk, {head_dim}] (K heads then V heads, q's head_dim)",
+            f"shape {list(kv_buffer.shape)}",
+        )
     num_kv_heads = kv_buffer.shape[1] // 2
     if num_q_heads % num_kv_heads:
         raise OpInputError(op, "kv_buffer", f"a number of KV heads dividing q's {num_q_heads}", f"{num_kv_heads}")
@@ -234,12 +283,17 @@ def _check_kv_scales(op, kv_buffer, k_scale, v_scale, q) -> bool:
                 raise OpInputError(op, name, "None (scales belong to an fp8 kv_buffer)", type(scale).__name__)
             continue
         if scale is None:
-            raise OpInputError(op, name, "a one-element torch.float32 tensor (an fp8 kv_buffer's dequant scale)",
-                               "None")
+            raise OpInputError(
+                op, name, "a one-element torch.float32 tensor (an fp8 kv_buffer's dequant scale)", "None"
+            )
         expect_tensor(op, name, scale)
         if scale.dtype != torch.float32 or scale.numel() != 1:
-            raise OpInputError(op, name, "a one-element torch.float32 tensor (the per-tensor dequant scale)",
-                               f"{scale.dtype} with {scale.numel()} elements")
+            raise OpInputError(
+                op,
+                name,
+                "a one-element torch.float32 tensor (the per-tensor dequant scale)",
+                f"{scale.dtype} with {scale.numel()} elements",
+            )
         expect_same_device(op, name, scale, "q", q)
         if values_checked(scale):
             value = float(scale.reshape(()))
@@ -259,10 +313,22 @@ def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scal
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 1, "lengths >= 1")
-    tags = _DECODE_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
-                         page_table.is_contiguous() and seq_lens.is_contiguous(), not fp8, fp8)]
-    dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-            ("head_dim", head_dim), ("page_size", page_size))
+    tags = _DECODE_TAGS[
+        (
+            heads_aligned(q),
+            heads_aligned(kv_buffer),
+            page_table.is_contiguous() and seq_lens.is_contiguous(),
+            not fp8,
+            fp8,
+        )
+    ]
+    dims = (
+        ("num_tokens", batch),
+        ("num_q_heads", num_q_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("page_size", page_size),
+    )
     return q, tags, dims
 
 
@@ -272,23 +338,33 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
     _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale)
     batch, num_q_heads, head_dim = q.shape
     if head_dim != MLA_LATENT_DIM:
-        raise OpInputError(op, "q", f"shape [B, Hq, {MLA_LATENT_DIM}] ({MLA_VALUE_DIM} latent + 64 rope dims)",
-                           f"shape {list(q.shape)}")
+        raise OpInputError(
+            op,
+            "q",
+            f"shape [B, Hq, {MLA_LATENT_DIM}] ({MLA_VALUE_DIM} latent + 64 rope dims)",
+            f"shape {list(q.shape)}",
+        )
     if latent_cache.dim() != 2 or latent_cache.shape[1] != MLA_LATENT_DIM:
         raise OpInputError(op, "latent_cache", f"shape [rows, {MLA_LATENT_DIM}]", f"shape {list(latent_cache.shape)}")
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], 1, "lengths >= 1")
-    tags = _LATENT_TAGS[(heads_aligned(q), heads_aligned(latent_cache),
-                         page_table.is_contiguous() and seq_lens.is_contiguous(),
-                         tma_rows(latent_cache, MLA_LATENT_DIM))]
+    tags = _LATENT_TAGS[
+        (
+            heads_aligned(q),
+            heads_aligned(latent_cache),
+            page_table.is_contiguous() and seq_lens.is_contiguous(),
+            tma_rows(latent_cache, MLA_LATENT_DIM),
+        )
+    ]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("head_dim", head_dim), ("page_size", page_size))
     return q, tags, dims
 
 
-def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                        causal=True, return_lse=False):
+def check_prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
     """attention.prefill_paged's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = PREFILL_PAGED
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale)
@@ -296,8 +372,12 @@ def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_se
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     batch = _expect_offsets(op, "cu_seqlens_q", cu_seqlens_q, q)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
-        raise OpInputError(op, "page_table", f"shape [{batch}, max_pages] (one row per sequence of cu_seqlens_q)",
-                           f"shape {list(page_table.shape)}")
+        raise OpInputError(
+            op,
+            "page_table",
+            f"shape [{batch}, max_pages] (one row per sequence of cu_seqlens_q)",
+            f"shape {list(page_table.shape)}",
+        )
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
     _expect_flag(op, "causal", causal)
@@ -307,11 +387,25 @@ def check_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_se
         short = seq_lens.to("cpu", torch.int64) < new_tokens
         if bool(short.any()):
             bad = int(torch.nonzero(short)[0, 0])
-            raise OpInputError(op, "seq_lens", "seq_lens[b] >= the sequence's new tokens (they are in the cache)",
-                               f"seq_lens[{bad}] = {int(seq_lens[bad])} < {int(new_tokens[bad])} new tokens")
+            raise OpInputError(
+                op,
+                "seq_lens",
+                "seq_lens[b] >= the sequence's new tokens (they are in the cache)",
+                f"seq_lens[{bad}] = {int(seq_lens[bad])} < {int(new_tokens[bad])} new tokens",
+            )
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 0, "lengths >= 0")
-    tags = _PAGED_TAGS[(heads_aligned(q), heads_aligned(kv_buffer),
-                        page_table.is_contiguous() and seq_lens.is_contiguous() and cu_seqlens_q.is_contiguous())]
-    dims = (("num_tokens", tokens), ("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-            ("head_dim", head_dim), ("page_size", page_size))
+    tags = _PAGED_TAGS[
+        (
+            heads_aligned(q),
+            heads_aligned(kv_buffer),
+            page_table.is_contiguous() and seq_lens.is_contiguous() and cu_seqlens_q.is_contiguous(),
+        )
+    ]
+    dims = (
+        ("num_tokens", tokens),
+        ("num_q_heads", num_q_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("page_size", page_size),
+    )
     return q, tags, dims

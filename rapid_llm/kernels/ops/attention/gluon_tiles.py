@@ -1,7 +1,7 @@
 """Shared pieces of the attention family's Gluon kernels (sm90; imported only where they run).
 
-    GL_DTYPES   torch dtype -> Gluon element type of the fp16/bf16 kernels
-    cache_row   first cache row of a whole tile of positions (inside one page) through a page-table row
+GL_DTYPES   torch dtype -> Gluon element type of the fp16/bf16 kernels
+cache_row   first cache row of a whole tile of positions (inside one page) through a page-table row
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _ragged_queries(cu_seqlens, first: int, last: int, span: int, total: int):
     """Token ids [G, span] of sequences first..last-1 and which exist; a padded position is given its own
     sequence's first token (clamped to [0, total)), never a neighbour's. Also the lengths [G]."""
     starts = cu_seqlens[first:last].long()
-    lengths = cu_seqlens[first + 1:last + 1].long() - starts
+    lengths = cu_seqlens[first + 1 : last + 1].long() - starts
     offsets = torch.arange(span, device=cu_seqlens.device)
     valid = offsets.unsqueeze(0) < lengths.unsqueeze(1)
     ids = torch.where(valid, starts.unsqueeze(1) + offsets.unsqueeze(0), starts.unsqueeze(1))
@@ -191,12 +191,14 @@ def _ragged_blocks(k, v, ids, valid, rows, key_chunk: int, causal: bool):
         attended = valid[:, None, None, None, first:last]
         if causal:
             attended = attended & (positions[first:last].view(1, 1, 1, 1, -1) <= positions[rows].view(1, 1, -1, 1, 1))
-        yield (_gather(k, ids[:, first:last], valid[:, first:last]),
-               _gather(v, ids[:, first:last], valid[:, first:last]), attended)
+        yield (
+            _gather(k, ids[:, first:last], valid[:, first:last]),
+            _gather(v, ids[:, first:last], valid[:, first:last]),
+            attended,
+        )
 
 
-def _paged_blocks(k, v, ids, valid, key_chunk: int, query_positions=None, k_scale=None, v_scale=None,
-                  value_dim=None):
+def _paged_blocks(k, v, ids, valid, key_chunk: int, query_positions=None, k_scale=None, v_scale=None, value_dim=None):
     """Key blocks of a paged step: cache rows ids [G, L] of positions 0..L-1 (valid below seq_lens), attended
     when valid and, with query_positions [G, S] (causal), at or before the query's position. v None: the
     values are the keys' first value_dim dims (MLA's latent)."""
@@ -231,7 +233,8 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
                     rows = slice(row_first, row_last)
                     blocks = _ragged_blocks(k[:, kv_heads], v[:, kv_heads], ids, valid, rows, chunks[3], causal)
                     out_rows, lse_rows = _online_attention(
-                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, value_dim)
+                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, value_dim
+                    )
                     _store_rows(out, lse, q_heads, ids[:, rows], valid[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
@@ -255,9 +258,15 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     for first, last in _spans(batch, chunks[0]):
         ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
         for head_first, head_last in _spans(num_kv_heads, chunks[1]):
-            blocks = _paged_blocks(kv_buffer[:, head_first:head_last],
-                                   kv_buffer[:, num_kv_heads + head_first:num_kv_heads + head_last], ids, valid,
-                                   chunks[3], k_scale=k_scale, v_scale=v_scale)
+            blocks = _paged_blocks(
+                kv_buffer[:, head_first:head_last],
+                kv_buffer[:, num_kv_heads + head_first : num_kv_heads + head_last],
+                ids,
+                valid,
+                chunks[3],
+                k_scale=k_scale,
+                v_scale=v_scale,
+            )
             q_heads = slice(head_first * group, head_last * group)
             queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
             out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim)
@@ -272,8 +281,7 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     budget = _step_budget(q, latent_cache, page_table, out_bytes=out.numel() * out.element_size())
-    chunks = _plan(budget, batch, 1, num_q_heads, width, _key_bytes(dim, MLA_VALUE_DIM, shared=True),
-                   _row_key_bytes(1))
+    chunks = _plan(budget, batch, 1, num_q_heads, width, _key_bytes(dim, MLA_VALUE_DIM, shared=True), _row_key_bytes(1))
     latent_rows = latent_cache.unsqueeze(1)  # [rows, 1, 576]: the one KV head
     for first, last in _spans(batch, chunks[0]):
         ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last)
@@ -285,8 +293,9 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     return out
 
 
-def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                  causal=True, return_lse=False):
+def prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
     """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages."""
     tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
@@ -304,17 +313,20 @@ def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q
             rows_k, valid_k = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
             # query i of sequence b sits at position seq_lens[b] - n_b + i
             query_positions = (seq_lens[first:last].long() - new_tokens).unsqueeze(1) + torch.arange(
-                span, device=q.device)
+                span, device=q.device
+            )
             for head_first, head_last in _spans(num_kv_heads, chunks[1]):
                 k_heads = kv_buffer[:, head_first:head_last]
-                v_heads = kv_buffer[:, num_kv_heads + head_first:num_kv_heads + head_last]
+                v_heads = kv_buffer[:, num_kv_heads + head_first : num_kv_heads + head_last]
                 q_heads = slice(head_first * group, head_last * group)
                 for row_first, row_last in _spans(span, chunks[2]):
                     rows = slice(row_first, row_last)
-                    blocks = _paged_blocks(k_heads, v_heads, rows_k, valid_k, chunks[3],
-                                           query_positions[:, rows] if causal else None)
+                    blocks = _paged_blocks(
+                        k_heads, v_heads, rows_k, valid_k, chunks[3], query_positions[:, rows] if causal else None
+                    )
                     out_rows, lse_rows = _online_attention(
-                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, head_dim)
+                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, head_dim
+                    )
                     _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result

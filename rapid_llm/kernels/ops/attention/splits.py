@@ -38,8 +38,9 @@ def num_splits(batch: int, programs_per_sequence: int, capacity: int, device: to
     return _capped(-(-4 * multiprocessor_count(device) // programs), capacity)
 
 
-def one_wave_splits(batch: int, programs_per_sequence: int, capacity: int, device: torch.device,
-                    blocks_per_sm: int) -> int:
+def one_wave_splits(
+    batch: int, programs_per_sequence: int, capacity: int, device: torch.device, blocks_per_sm: int
+) -> int:
     """Splits per sequence for a kernel whose blocks all run at once when the grid fits one wave (the CUDA
     extension's fp8 decode: blocks_per_sm resident per SM). One split when the batch alone fills the
     SMs' block slots; otherwise as many splits as fill one wave without starting a second (slots // programs:
@@ -87,5 +88,13 @@ def split_partials(out: torch.Tensor, splits: int) -> tuple[torch.Tensor, torch.
     return partial, partial_lse
 
 
-__all__ = ["MAX_SPLITS", "MIN_SPLIT_POSITIONS", "MLA_MIN_SPLIT_POSITIONS", "mla_num_splits", "num_splits",
-           "one_wave_splits", "split_partials", "splits_filled_at_reach"]
+__all__ = [
+    "MAX_SPLITS",
+    "MIN_SPLIT_POSITIONS",
+    "MLA_MIN_SPLIT_POSITIONS",
+    "mla_num_splits",
+    "num_splits",
+    "one_wave_splits",
+    "split_partials",
+    "splits_filled_at_reach",
+]

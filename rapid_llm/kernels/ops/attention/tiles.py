@@ -1,12 +1,12 @@
 """Shared pieces of the attention family's Triton kernels (one definition each).
 
-    softmax_step   one online-softmax step over a tile of base-2 logits (running max m, sum l)
-    attend_tile    one key tile of a prefill query block: logits (one or two products), softmax step, P . V
-    paged_rows     cache rows of token positions through a page table (clamped: never out of bounds)
-    split_bounds   [start, end) of one split of a sequence (split-K decode)
-    merge_splits   the split-K merge: out = sum_s w_s partial_s / sum_s w_s, w_s = exp2(lse_s - max lse)
-    split_k        a split-K launch: the partial buffers, the kernel, then the merge
-    split_head_dim a head dim as D_A + D_B (two tensor-core products per tile instead of padding)
+softmax_step   one online-softmax step over a tile of base-2 logits (running max m, sum l)
+attend_tile    one key tile of a prefill query block: logits (one or two products), softmax step, P . V
+paged_rows     cache rows of token positions through a page table (clamped: never out of bounds)
+split_bounds   [start, end) of one split of a sequence (split-K decode)
+merge_splits   the split-K merge: out = sum_s w_s partial_s / sum_s w_s, w_s = exp2(lse_s - max lse)
+split_k        a split-K launch: the partial buffers, the kernel, then the merge
+split_head_dim a head dim as D_A + D_B (two tensor-core products per tile instead of padding)
 """
 
 from __future__ import annotations
@@ -46,8 +46,25 @@ def softmax_step(qk, m_i, l_i):
 
 
 @triton.jit
-def attend_tile(acc, m_i, l_i, q_a, q_b, k_rows, v_rows, key_valid, visible, offs_da, offs_db, offs_dv, qk_scale,
-                 D_B: tl.constexpr, PRECISION: tl.constexpr, MASKED: tl.constexpr, LOAD_MASK: tl.constexpr):
+def attend_tile(
+    acc,
+    m_i,
+    l_i,
+    q_a,
+    q_b,
+    k_rows,
+    v_rows,
+    key_valid,
+    visible,
+    offs_da,
+    offs_db,
+    offs_dv,
+    qk_scale,
+    D_B: tl.constexpr,
+    PRECISION: tl.constexpr,
+    MASKED: tl.constexpr,
+    LOAD_MASK: tl.constexpr,
+):
     """One key tile of the online softmax: acc, m, l updated for the keys whose rows start at k_rows / v_rows
     ([BLOCK_N, 1] pointers; base-2 logits). MASKED: apply `visible` to the logits; LOAD_MASK: load only the
     `key_valid` rows (a tile whose rows are all valid loads unmasked: straight vector loads).
@@ -77,8 +94,9 @@ def attend_tile(acc, m_i, l_i, q_a, q_b, k_rows, v_rows, key_valid, visible, off
 
 
 @triton.jit
-def paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
-               PAGE_SIZE: tl.constexpr):
+def paged_rows(
+    positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages, PAGE_SIZE: tl.constexpr
+):
     """int64 cache rows of `positions` of `sequence` through its page table row (0 where not valid), clamped
     into the page table and the buffer: index values outside the contract (unchecked on CUDA) give an
     unspecified result, never an out-of-bounds read."""
@@ -116,14 +134,35 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
     batch, heads, splits, width = partial.shape
     block_d = min(triton.next_power_of_2(width), MERGE_BLOCK_D)
     _merge_kernel[(batch, heads, triton.cdiv(width, block_d))](
-        partial, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), heads, splits, width,
-        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=block_d, num_warps=4,
+        partial,
+        partial_lse,
+        out,
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        heads,
+        splits,
+        width,
+        SPLITS_PAD=triton.next_power_of_2(splits),
+        BLOCK_D=block_d,
+        num_warps=4,
     )
 
 
 @triton.jit
-def _merge_kernel(partial_ptr, partial_lse_ptr, out_ptr, stride_ob, stride_oh, stride_od, heads, splits, width,
-                  SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+def _merge_kernel(
+    partial_ptr,
+    partial_lse_ptr,
+    out_ptr,
+    stride_ob,
+    stride_oh,
+    stride_od,
+    heads,
+    splits,
+    width,
+    SPLITS_PAD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     sequence = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -136,8 +175,14 @@ def _merge_kernel(partial_ptr, partial_lse_ptr, out_ptr, stride_ob, stride_oh, s
     total = tl.sum(weights, 0)
     weights = weights / tl.where(total == 0.0, 1.0, total)  # a NaN partial stays NaN
     offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
-    values = tl.load(partial_ptr + (slot * splits + offs_s)[:, None] * width + offs_d[None, :],
-                     mask=(offs_s < splits)[:, None] & (offs_d < width)[None, :], other=0.0)
+    values = tl.load(
+        partial_ptr + (slot * splits + offs_s)[:, None] * width + offs_d[None, :],
+        mask=(offs_s < splits)[:, None] & (offs_d < width)[None, :],
+        other=0.0,
+    )
     merged = tl.sum(values * weights[:, None], 0)
-    tl.store(out_ptr + sequence * stride_ob + head * stride_oh + offs_d * stride_od,
-             merged.to(out_ptr.dtype.element_ty), mask=offs_d < width)
+    tl.store(
+        out_ptr + sequence * stride_ob + head * stride_oh + offs_d * stride_od,
+        merged.to(out_ptr.dtype.element_ty),
+        mask=offs_d < width,
+    )

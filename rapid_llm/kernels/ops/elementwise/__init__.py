@@ -10,9 +10,7 @@ from ..rows import extension_rows, native_row, reference_row
 SCALE = "elementwise.scale"
 _HERE = __name__
 
-LAYOUT_TAGS = {
-    "x:contiguous": "the main input is contiguous (row-major, no gaps)",
-}
+LAYOUT_TAGS = {"x:contiguous": "the main input is contiguous (row-major, no gaps)"}
 
 CONTRACTS = (
     OpContract(
@@ -34,7 +32,9 @@ tensor times a Python scalar).""",
 ROWS = (
     reference_row(SCALE, f"{_HERE}.reference:scale", FLOAT_DTYPE_LABELS, description="PyTorch reference: x * factor"),
     native_row(
-        "native/scale", SCALE, f"{_HERE}.scale:scale",
+        "native/scale",
+        SCALE,
+        f"{_HERE}.scale:scale",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:contiguous",),
         # bitwise equal to torch/scale on every conformance case (H200 and CPU interpreter).
@@ -50,7 +50,8 @@ ROWS = (
     # native/scale's time in every case measured (evidence h200.extension.bench.scale), so ranked above
     # it; jit/scale measured level with aot/scale (within noise) in the same run.
     *extension_rows(
-        SCALE, f"{_HERE}.scale_cuda:scale",
+        SCALE,
+        f"{_HERE}.scale_cuda:scale",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:contiguous",),
         parity=(0.0, "h200.core.parity"),

@@ -13,7 +13,6 @@ import triton
 import triton.language as tl
 
 
-
 def launch_config(num_elements: int) -> dict:
     """1024 elements over 4 warps: 8 elements per thread, one 16-byte access in bf16.
 

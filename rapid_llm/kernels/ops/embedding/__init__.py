@@ -18,13 +18,13 @@ _HERE = __name__
 LAYOUT_TAGS = {
     "table:rows": "the embedding table [vocab, hidden] has unit stride along hidden (any row stride)",
     "qk:rows": "q [T, Hq*D], k [T, Hk*D] and cos_sin_cache [P, R] each have unit stride along their last dim "
-               "(any token stride)",
+    "(any token stride)",
     # FlashInfer's rotary row
     "qk:rows16": "q and k have unit stride along their last dim and data pointers and token strides that are "
-                 "multiples of 16 bytes",
+    "multiples of 16 bytes",
     "cos_sin_cache:vector16": "cos_sin_cache [P, R] is fp32, contiguous, 16-byte aligned, R (rotary_dim) a multiple "
-                              "of 16, and for GPT-J (is_neox=False) its storage extends >= 16 bytes past its last "
-                              "row (FlashInfer's rope reads cos/sin as 8-float vectors, up to 4 floats past a row)",
+    "of 16, and for GPT-J (is_neox=False) its storage extends >= 16 bytes past its last "
+    "row (FlashInfer's rope reads cos/sin as 8-float vectors, up to 4 floats past a row)",
 }
 
 CONTRACTS = (
@@ -51,8 +51,7 @@ zero rows; no id is an error. Row offsets are int64 (vocab x hidden exceeds
         op=ROTARY,
         parameters=("positions", "q", "k", "head_dim", "cos_sin_cache", "is_neox"),
         dtypes=FLOAT_DTYPE_LABELS,
-        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT),
-              ("head_dim", EXACT)),
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("num_kv_heads", EXACT), ("head_dim", EXACT)),
         layouts=("qk:rows", "qk:rows16", "cos_sin_cache:vector16"),
         check=f"{_HERE}.checks:check_rotary",
         doc="""rotary(positions, q, k, head_dim, cos_sin_cache, is_neox) -> (q, k), rotated in place
@@ -74,10 +73,16 @@ unchecked otherwise, when every row leaves those tokens unrotated.""",
 )
 
 ROWS = (
-    reference_row(VOCAB_EMBEDDING, f"{_HERE}.reference:vocab_embedding", FLOAT_DTYPE_LABELS,
-                  description="PyTorch reference: masked index_select (no host sync)"),
+    reference_row(
+        VOCAB_EMBEDDING,
+        f"{_HERE}.reference:vocab_embedding",
+        FLOAT_DTYPE_LABELS,
+        description="PyTorch reference: masked index_select (no host sync)",
+    ),
     native_row(
-        "native/vocab_embedding", VOCAB_EMBEDDING, f"{_HERE}.vocab_embedding:vocab_embedding",
+        "native/vocab_embedding",
+        VOCAB_EMBEDDING,
+        f"{_HERE}.vocab_embedding:vocab_embedding",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("table:rows",),
         # Bitwise equal to torch/vocab_embedding on every case (H200 and CPU interpreter).
@@ -86,10 +91,16 @@ ROWS = (
         priority=10,
         description="Triton: one program per (token, column block), int64 row offsets, no host sync",
     ),
-    reference_row(ROTARY, f"{_HERE}.reference:rotary", FLOAT_DTYPE_LABELS,
-                  description="fp32 PyTorch reference (NeoX and GPT-J), masked positions (no host sync)"),
+    reference_row(
+        ROTARY,
+        f"{_HERE}.reference:rotary",
+        FLOAT_DTYPE_LABELS,
+        description="fp32 PyTorch reference (NeoX and GPT-J), masked positions (no host sync)",
+    ),
     native_row(
-        "native/rotary", ROTARY, f"{_HERE}.rotary:rotary",
+        "native/rotary",
+        ROTARY,
+        f"{_HERE}.rotary:rotary",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("qk:rows",),
         # Largest |diff| vs torch/rotary: 0.015625 in bf16 on the H200 (one bf16 step).
@@ -109,7 +120,9 @@ ROWS = (
     # A thread rotates 8 consecutive dims with 8-float cos/sin vectors, so rotary_dim/2 must be a multiple of 8
     # (NeoX halves; cos_sin_cache:vector16).
     library_row(
-        "flashinfer/rope_cos_sin_cache", ROTARY, "rapid_llm.kernels.backends.flashinfer.rotary:rotary",
+        "flashinfer/rope_cos_sin_cache",
+        ROTARY,
+        "rapid_llm.kernels.backends.flashinfer.rotary:rotary",
         library=flashinfer_backend.REQUIREMENT,
         # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
         capability=(CapabilityRequirement("cuda", min_sm=75),),

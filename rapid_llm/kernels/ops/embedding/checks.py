@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_int, expect_same_device, \
-    expect_tensor, tag_table, values_checked
+from ..checks import (
+    OpInputError,
+    expect_disjoint,
+    expect_float_tensor,
+    expect_int,
+    expect_same_device,
+    expect_tensor,
+    tag_table,
+    values_checked,
+)
 from . import ROTARY, VOCAB_EMBEDDING
 
 _TABLE_ROWS = frozenset({"table:rows"})
@@ -38,8 +46,12 @@ def check_vocab_embedding(ids, table, vocab_start=0, vocab_end=None):
     if vocab_end is not None:
         expect_int(op, "vocab_end", vocab_end)
         if not vocab_start <= vocab_end <= vocab_start + rows:
-            raise OpInputError(op, "vocab_end", f"an int in [vocab_start, vocab_start + table rows] = "
-                               f"[{vocab_start}, {vocab_start + rows}]", repr(vocab_end))
+            raise OpInputError(
+                op,
+                "vocab_end",
+                f"an int in [vocab_start, vocab_start + table rows] = [{vocab_start}, {vocab_start + rows}]",
+                repr(vocab_end),
+            )
     hidden = table.shape[1]
     tags = _TABLE_ROWS if hidden == 1 or table.stride(1) == 1 else _NO_TAGS
     return table, tags, (("num_tokens", ids.numel()), ("hidden", hidden))
@@ -57,8 +69,9 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
     op = ROTARY
     expect_tensor(op, "positions", positions)
     if positions.dtype not in _INDEX_DTYPES or positions.dim() != 1:
-        raise OpInputError(op, "positions", "a 1-D int32/int64 tensor [T]",
-                           f"{positions.dtype} of shape {list(positions.shape)}")
+        raise OpInputError(
+            op, "positions", "a 1-D int32/int64 tensor [T]", f"{positions.dtype} of shape {list(positions.shape)}"
+        )
     expect_int(op, "head_dim", head_dim, minimum=1)
     tokens = positions.shape[0]
     heads = []
@@ -73,8 +86,12 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
         raise OpInputError(op, "is_neox", "a bool", type(is_neox).__name__)
     expect_float_tensor(op, "cos_sin_cache", cos_sin_cache)
     if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] % 2 or not 0 < cos_sin_cache.shape[1] <= head_dim:
-        raise OpInputError(op, "cos_sin_cache", f"shape [max_position, rotary_dim], rotary_dim even and <= {head_dim}",
-                           f"shape {list(cos_sin_cache.shape)}")
+        raise OpInputError(
+            op,
+            "cos_sin_cache",
+            f"shape [max_position, rotary_dim], rotary_dim even and <= {head_dim}",
+            f"shape {list(cos_sin_cache.shape)}",
+        )
     if cos_sin_cache.dtype not in (torch.float32, q.dtype):
         expected = "dtype torch.float32" + ("" if q.dtype == torch.float32 else f" or q's {q.dtype}")
         raise OpInputError(op, "cos_sin_cache", expected, str(cos_sin_cache.dtype))
@@ -87,8 +104,12 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
     if tokens and values_checked(positions):
         high = int(positions.max())
         if high >= cos_sin_cache.shape[0]:
-            raise OpInputError(op, "positions", f"positions < {cos_sin_cache.shape[0]} (the cache's rows; "
-                               "negative positions are padding)", f"a position of {high}")
+            raise OpInputError(
+                op,
+                "positions",
+                f"positions < {cos_sin_cache.shape[0]} (the cache's rows; negative positions are padding)",
+                f"a position of {high}",
+            )
     unit = all(t.shape[1] == 1 or t.stride(1) == 1 for t in (q, k, cos_sin_cache))
     tags = _ROTARY_TAGS[(unit, rows16(q) and rows16(k), cache_vector16(cos_sin_cache, is_neox))]
     dims = (("num_tokens", tokens), ("num_q_heads", heads[0]), ("num_kv_heads", heads[1]), ("head_dim", head_dim))
@@ -108,5 +129,8 @@ def cache_vector16(cache, is_neox: bool) -> bool:
 def rows16(tensor) -> bool:
     """[T, width] with unit stride along width, a 16-byte aligned data pointer and (T > 1) token stride."""
     size = tensor.element_size()
-    return (tensor.stride(1) == 1 and tensor.data_ptr() % 16 == 0
-            and (tensor.shape[0] <= 1 or tensor.stride(0) * size % 16 == 0))
+    return (
+        tensor.stride(1) == 1
+        and tensor.data_ptr() % 16 == 0
+        and (tensor.shape[0] <= 1 or tensor.stride(0) * size % 16 == 0)
+    )

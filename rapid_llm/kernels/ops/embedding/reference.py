@@ -16,8 +16,9 @@ import torch
 from .checks import shard_end
 
 
-def vocab_embedding(ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0,
-                    vocab_end: int | None = None) -> torch.Tensor:
+def vocab_embedding(
+    ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0, vocab_end: int | None = None
+) -> torch.Tensor:
     rows, hidden = table.shape
     vocab_end = shard_end(table, vocab_start, vocab_end)
     out = torch.zeros((*ids.shape, hidden), dtype=table.dtype, device=table.device)
@@ -29,8 +30,9 @@ def vocab_embedding(ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0
     return gathered.masked_fill_(~in_shard.unsqueeze(-1), 0)
 
 
-def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-           cos_sin_cache: torch.Tensor, is_neox: bool):
+def rotary(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int, cos_sin_cache: torch.Tensor, is_neox: bool
+):
     """Rotary embedding in place on q [T, Hq*D] and k [T, Hk*D] (contract: embedding.rotary)."""
     tokens = positions.shape[0]
     if tokens == 0:

@@ -23,7 +23,6 @@ import triton
 import triton.language as tl
 
 
-
 #: Self-test hook of ci/gpu_perf_gate, the only caller that sets the variable: a deliberately worse launch
 #: config (4 heads x 4 warps per program: measurably slower at prefill sizes; evidence
 #: h200.core.sweep.rotary_fp8) that the GPU perf gate must catch and name.
@@ -44,18 +43,32 @@ def launch_config(q_heads: int, k_heads: int, rotary_dim: int) -> dict:
     if PLANTED_SLOWDOWN:
         return {"BLOCK_HEADS": 4, "BLOCK_HALF": block_half, "num_warps": 4}
     block_heads = max(1, min(triton.next_power_of_2(max(q_heads, k_heads)), 512 // block_half))
-    return {"BLOCK_HEADS": block_heads, "BLOCK_HALF": block_half,
-            "num_warps": max(1, min(8, block_heads * block_half // 256))}
+    return {
+        "BLOCK_HEADS": block_heads,
+        "BLOCK_HALF": block_half,
+        "num_warps": max(1, min(8, block_heads * block_half // 256)),
+    }
 
 
-def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int,
-           cos_sin_cache: torch.Tensor, is_neox: bool):
+def rotary(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, head_dim: int, cos_sin_cache: torch.Tensor, is_neox: bool
+):
     """Unchecked kernel entry (the op's check ran: layout qk:rows)."""
     tokens = positions.shape[0]
     q_heads, k_heads, rotary_dim = q.shape[1] // head_dim, k.shape[1] // head_dim, cos_sin_cache.shape[1]
     if tokens:
-        launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, rotary_dim,
-               launch_config(q_heads, k_heads, rotary_dim))
+        launch(
+            positions,
+            q,
+            k,
+            head_dim,
+            cos_sin_cache,
+            is_neox,
+            q_heads,
+            k_heads,
+            rotary_dim,
+            launch_config(q_heads, k_heads, rotary_dim),
+        )
     return q, k
 
 
@@ -65,17 +78,45 @@ def launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, 
     q_blocks = triton.cdiv(q_heads, block_heads)
     grid = (positions.shape[0], q_blocks + triton.cdiv(k_heads, block_heads))
     _rotary_kernel[grid](
-        positions, q, k, cos_sin_cache, positions.stride(0), q.stride(0), k.stride(0), cos_sin_cache.stride(0),
-        q_heads, k_heads, q_blocks, cos_sin_cache.shape[0], rotary_dim // 2, head_dim,
-        IS_NEOX=is_neox, **config,
+        positions,
+        q,
+        k,
+        cos_sin_cache,
+        positions.stride(0),
+        q.stride(0),
+        k.stride(0),
+        cos_sin_cache.stride(0),
+        q_heads,
+        k_heads,
+        q_blocks,
+        cos_sin_cache.shape[0],
+        rotary_dim // 2,
+        head_dim,
+        IS_NEOX=is_neox,
+        **config,
     )
 
 
 @triton.jit
-def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, positions_stride, q_token_stride, k_token_stride,
-                   cache_row_stride,
-                   q_heads, k_heads, q_blocks, max_position, half, head_dim,
-                   BLOCK_HEADS: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
+def _rotary_kernel(
+    positions_ptr,
+    q_ptr,
+    k_ptr,
+    cache_ptr,
+    positions_stride,
+    q_token_stride,
+    k_token_stride,
+    cache_row_stride,
+    q_heads,
+    k_heads,
+    q_blocks,
+    max_position,
+    half,
+    head_dim,
+    BLOCK_HEADS: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    IS_NEOX: tl.constexpr,
+):
     token = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     position = tl.load(positions_ptr + token * positions_stride).to(tl.int64)
@@ -84,8 +125,9 @@ def _rotary_kernel(positions_ptr, q_ptr, k_ptr, cache_ptr, positions_stride, q_t
     position_block = tl.zeros([BLOCK_HALF], dtype=tl.int64) + position
     pair_mask = (pairs < half) & (position_block >= 0) & (position_block < max_position)
     cos = tl.load(cache_ptr + position_block * cache_row_stride + pairs, mask=pair_mask, other=1.0).to(tl.float32)
-    sin = tl.load(cache_ptr + position_block * cache_row_stride + half + pairs, mask=pair_mask,
-                  other=0.0).to(tl.float32)
+    sin = tl.load(cache_ptr + position_block * cache_row_stride + half + pairs, mask=pair_mask, other=0.0).to(
+        tl.float32
+    )
     # Blocks [0, q_blocks) cover q's heads, the rest k's.
     if block < q_blocks:
         base = q_ptr + token * q_token_stride

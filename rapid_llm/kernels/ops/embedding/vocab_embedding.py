@@ -20,14 +20,14 @@ import triton.language as tl
 from .checks import shard_end
 
 
-
 def launch_config(hidden: int) -> dict:
     """1024 columns over 4 warps (one 16-byte access per thread in bf16), as the copy-like kernels."""
     return {"BLOCK": min(1024, triton.next_power_of_2(hidden)), "num_warps": 4}
 
 
-def vocab_embedding(ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0,
-                    vocab_end: int | None = None) -> torch.Tensor:
+def vocab_embedding(
+    ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0, vocab_end: int | None = None
+) -> torch.Tensor:
     """Unchecked kernel entry (the op's check ran: table has layout table:rows)."""
     hidden = table.shape[1]
     vocab_end = shard_end(table, vocab_start, vocab_end)
@@ -38,14 +38,16 @@ def vocab_embedding(ids: torch.Tensor, table: torch.Tensor, vocab_start: int = 0
     flat_ids = ids.reshape(-1)  # a strided view when one exists; a tiny copy otherwise (4-8 bytes a token)
     config = launch_config(hidden)
     grid = (num_tokens, triton.cdiv(hidden, config["BLOCK"]))
-    _vocab_embedding_kernel[grid](flat_ids, table, out, flat_ids.stride(0), table.stride(0), hidden, vocab_start,
-                                  vocab_end, **config)
+    _vocab_embedding_kernel[grid](
+        flat_ids, table, out, flat_ids.stride(0), table.stride(0), hidden, vocab_start, vocab_end, **config
+    )
     return out
 
 
 @triton.jit
-def _vocab_embedding_kernel(ids_ptr, table_ptr, out_ptr, ids_stride, table_row_stride, hidden, vocab_start, vocab_end,
-                            BLOCK: tl.constexpr):
+def _vocab_embedding_kernel(
+    ids_ptr, table_ptr, out_ptr, ids_stride, table_row_stride, hidden, vocab_start, vocab_end, BLOCK: tl.constexpr
+):
     token = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     token_id = tl.load(ids_ptr + token * ids_stride).to(tl.int64)

@@ -53,13 +53,13 @@ FP8_DTYPES = frozenset({"fp8_e4m3"})
 
 LAYOUT_TAGS = {
     "a:tma": "the fp8 operand a has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
-             "overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA loads read",
+    "overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA loads read",
     "b:tma": "the fp8 weight b has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
-             "overlap, and (3-D) groups packed without gaps (as a:tma)",
+    "overlap, and (3-D) groups packed without gaps (as a:tma)",
     "out:tma": "the caller's out= (if any) has unit stride along N, a 16-byte-aligned start and row stride, rows that "
-               "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
+    "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
     "a_scale:aligned": "the activation scales start at a 16-byte-aligned address (DeepGEMM hands scales already in "
-                       "its TMA-aligned layout to TMA as they are)",
+    "its TMA-aligned layout to TMA as they are)",
     "b_scale:dense": "the weight scales are row-major or column-major without gaps (3-D: groups packed without gaps)",
     "m_indices:contiguous": "the per-row group ids m_indices are contiguous",
     "masked_m:contiguous": "the per-group row counts masked_m are contiguous",
@@ -166,23 +166,47 @@ def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) ->
     max_abs_diff: the largest |diff| vs the op's torch row over its parity cases on the H200 (evidence
     h200.libraries.parity); priority 10: the only measured non-reference row of its op (evidence
     h200.libraries.bench)."""
-    return library_row(f"deep_gemm/{function}", op, f"{_ADAPTERS}:{function}",
-                       library=deep_gemm_backend.REQUIREMENT, capability=DEEP_GEMM_DEVICES, dtypes=FP8_DTYPES, shape=shape, layout=layout,
-                       parity=(max_abs_diff, "h200.libraries.parity"), priority=10, graph_safe=True,
-                       description=description)
+    return library_row(
+        f"deep_gemm/{function}",
+        op,
+        f"{_ADAPTERS}:{function}",
+        library=deep_gemm_backend.REQUIREMENT,
+        capability=DEEP_GEMM_DEVICES,
+        dtypes=FP8_DTYPES,
+        shape=shape,
+        layout=layout,
+        parity=(max_abs_diff, "h200.libraries.parity"),
+        priority=10,
+        graph_safe=True,
+        description=description,
+    )
 
 
 ROWS = (
-    reference_row(FP8_BLOCK_MM, f"{_HERE}.reference:fp8_block_mm", FP8_DTYPES,
-                  description="PyTorch reference: dequantize a and b to fp32, fp32 matmul, one rounding to bf16"),
-    reference_row(FP8_GROUPED_MM_CONTIGUOUS, f"{_HERE}.reference:fp8_grouped_mm_contiguous", FP8_DTYPES,
-                  description="PyTorch reference: one fp32 matmul of every row per group, rows kept by a device "
-                              "mask (no host sync; G times the work of the GEMM)"),
-    reference_row(FP8_GROUPED_MM_MASKED, f"{_HERE}.reference:fp8_grouped_mm_masked", FP8_DTYPES,
-                  description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m "
-                              "zeroed by a device mask (no host sync)"),
+    reference_row(
+        FP8_BLOCK_MM,
+        f"{_HERE}.reference:fp8_block_mm",
+        FP8_DTYPES,
+        description="PyTorch reference: dequantize a and b to fp32, fp32 matmul, one rounding to bf16",
+    ),
+    reference_row(
+        FP8_GROUPED_MM_CONTIGUOUS,
+        f"{_HERE}.reference:fp8_grouped_mm_contiguous",
+        FP8_DTYPES,
+        description="PyTorch reference: one fp32 matmul of every row per group, rows kept by a device "
+        "mask (no host sync; G times the work of the GEMM)",
+    ),
+    reference_row(
+        FP8_GROUPED_MM_MASKED,
+        f"{_HERE}.reference:fp8_grouped_mm_masked",
+        FP8_DTYPES,
+        description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m "
+        "zeroed by a device mask (no host sync)",
+    ),
     _deep_gemm_row(
-        "fp8_gemm_nt", FP8_BLOCK_MM, shape=(_DEEP_GEMM_N,),
+        "fp8_gemm_nt",
+        FP8_BLOCK_MM,
+        shape=(_DEEP_GEMM_N,),
         layout=("a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense"),
         # Largest |diff| vs torch/fp8_block_mm on the H200: 1.0 on the outlier case, whose outputs reach 260
         # (median 65) and whose accumulation term is >= 1.5 everywhere; 0.0156 elsewhere.
@@ -190,14 +214,17 @@ ROWS = (
         description="deep_gemm.fp8_gemm_nt: sm90 1D2D block-scaled fp8 GEMM (TMA, WGMMA, fp32 promotion per 128 K)",
     ),
     _deep_gemm_row(
-        "m_grouped_contiguous", FP8_GROUPED_MM_CONTIGUOUS, shape=(_DEEP_GEMM_N,),
+        "m_grouped_contiguous",
+        FP8_GROUPED_MM_CONTIGUOUS,
+        shape=(_DEEP_GEMM_N,),
         layout=("a:tma", "b:tma", "out:tma", "a_scale:aligned", "b_scale:dense", "m_indices:contiguous"),
         max_abs_diff=0.03125,
         description="deep_gemm.m_grouped_fp8_gemm_nt_contiguous: one 128-row block per group tile, padding "
-                    "blocks skipped",
+        "blocks skipped",
     ),
     _deep_gemm_row(
-        "m_grouped_masked", FP8_GROUPED_MM_MASKED,
+        "m_grouped_masked",
+        FP8_GROUPED_MM_MASKED,
         # M_max: DeepGEMM stores out through one TMA view of [G * M_max, N] in tiles of 64 or 128 rows, so
         # the last tile of a group with M_max % 128 != 0 would spill into the next group's rows.
         shape=(_DEEP_GEMM_N, ShapeConstraint("max_m", multiple_of=128)),

@@ -29,8 +29,12 @@ def _expect_shape(op, argument, value, shape, meaning):
 def _check_k(op, a):
     k = a.shape[-1]
     if k == 0 or k % SCALE_BLOCK:
-        raise OpInputError(op, "a", f"K (the last dim) a positive multiple of {SCALE_BLOCK} (the scale block)",
-                           f"shape {list(a.shape)}")
+        raise OpInputError(
+            op,
+            "a",
+            f"K (the last dim) a positive multiple of {SCALE_BLOCK} (the scale block)",
+            f"shape {list(a.shape)}",
+        )
     return k
 
 
@@ -97,15 +101,20 @@ def _check_operands(op, a, a_scale, b, b_scale, *, grouped_b: bool, a_dims: int)
     _expect_dtype(op, "b", b, _FP8, "fp8 e4m3 weights")
     weight_shape = "[G, N, K]" if grouped_b else "[N, K]"
     if b.dim() != (3 if grouped_b else 2) or b.shape[-1] != k or b.shape[-2] == 0 or (grouped_b and b.shape[0] == 0):
-        raise OpInputError(op, "b", f"shape {weight_shape} with K = {k} (a's K), N >= 1"
-                           + (", G >= 1" if grouped_b else ""), f"shape {list(b.shape)}")
+        raise OpInputError(
+            op,
+            "b",
+            f"shape {weight_shape} with K = {k} (a's K), N >= 1" + (", G >= 1" if grouped_b else ""),
+            f"shape {list(b.shape)}",
+        )
     expect_same_device(op, "b", b, "a", a)
     n = b.shape[-2]
     groups = b.shape[0] if grouped_b else None
     _expect_dtype(op, "b_scale", b_scale, torch.float32, "one scale per 128x128 block of b")
     scale_shape = (*b.shape[:-2], -(-n // SCALE_BLOCK), k_blocks)
-    _expect_shape(op, "b_scale", b_scale, scale_shape,
-                  "ceil(N / 128) x K / 128 blocks" + (" per group" if grouped_b else ""))
+    _expect_shape(
+        op, "b_scale", b_scale, scale_shape, "ceil(N / 128) x K / 128 blocks" + (" per group" if grouped_b else "")
+    )
     expect_same_device(op, "b_scale", b_scale, "a", a)
     return k, n, groups
 
@@ -114,8 +123,7 @@ def check_fp8_block_mm(a, a_scale, b, b_scale, out=None):
     """fp8_block_mm's check: (a, DeepGEMM layout tags, (num_tokens, n, k))."""
     op = FP8_BLOCK_MM
     k, n, _ = _check_operands(op, a, a_scale, b, b_scale, grouped_b=False, a_dims=2)
-    _check_out(op, out, (a.shape[0], n), a,
-               (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)))
+    _check_out(op, out, (a.shape[0], n), a, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)))
     return a, _tags(a, a_scale, b, b_scale, out), (("num_tokens", a.shape[0]), ("n", n), ("k", k))
 
 
@@ -149,21 +157,37 @@ def check_fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None)
     k, n, groups = _check_operands(op, a, a_scale, b, b_scale, grouped_b=True, a_dims=2)
     rows = a.shape[0]
     if rows % M_ALIGNMENT:
-        raise OpInputError(op, "a", f"M (rows) a multiple of {M_ALIGNMENT} (groups are padded to aligned blocks)",
-                           f"shape {list(a.shape)}")
+        raise OpInputError(
+            op,
+            "a",
+            f"M (rows) a multiple of {M_ALIGNMENT} (groups are padded to aligned blocks)",
+            f"shape {list(a.shape)}",
+        )
     _expect_dtype(op, "m_indices", m_indices, torch.int32, "one group id per row")
     _expect_shape(op, "m_indices", m_indices, (rows,), "one group id per row of a")
     expect_same_device(op, "m_indices", m_indices, "a", a)
-    _check_out(op, out, (rows, n), a, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
-                                       ("m_indices", m_indices)))
+    _check_out(
+        op,
+        out,
+        (rows, n),
+        a,
+        (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("m_indices", m_indices)),
+    )
     if rows and values_checked(m_indices):
         violation = _group_block_violation(m_indices, groups)
         if violation is not None:
-            raise OpInputError(op, "m_indices", f"group ids < G = {groups} (negative: padding), each block of "
-                               f"{M_ALIGNMENT} rows holding rows of one group followed only by padding rows",
-                               violation)
-    return a, _tags(a, a_scale, b, b_scale, out, "m_indices", m_indices), (
-        ("num_tokens", rows), ("n", n), ("k", k), ("num_groups", groups))
+            raise OpInputError(
+                op,
+                "m_indices",
+                f"group ids < G = {groups} (negative: padding), each block of "
+                f"{M_ALIGNMENT} rows holding rows of one group followed only by padding rows",
+                violation,
+            )
+    return (
+        a,
+        _tags(a, a_scale, b, b_scale, out, "m_indices", m_indices),
+        (("num_tokens", rows), ("n", n), ("k", k), ("num_groups", groups)),
+    )
 
 
 def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
@@ -178,12 +202,21 @@ def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, ou
     _expect_shape(op, "masked_m", masked_m, (groups,), "one row count per group")
     expect_same_device(op, "masked_m", masked_m, "a", a)
     expect_int(op, "expected_m", expected_m, minimum=1)
-    _check_out(op, out, (groups, max_m, n), a, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
-                                                ("masked_m", masked_m)))
+    _check_out(
+        op,
+        out,
+        (groups, max_m, n),
+        a,
+        (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("masked_m", masked_m)),
+    )
     if values_checked(masked_m):
         low, high = torch.stack([masked_m.min(), masked_m.max()]).tolist()
         if low < 0 or high > max_m:
-            raise OpInputError(op, "masked_m", f"row counts in [0, M_max = {max_m}]",
-                               f"a count of {low if low < 0 else high}")
-    return a, _tags(a, a_scale, b, b_scale, out, "masked_m", masked_m), (
-        ("num_groups", groups), ("max_m", max_m), ("n", n), ("k", k))
+            raise OpInputError(
+                op, "masked_m", f"row counts in [0, M_max = {max_m}]", f"a count of {low if low < 0 else high}"
+            )
+    return (
+        a,
+        _tags(a, a_scale, b, b_scale, out, "masked_m", masked_m),
+        (("num_groups", groups), ("max_m", max_m), ("n", n), ("k", k)),
+    )

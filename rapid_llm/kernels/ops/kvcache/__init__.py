@@ -19,10 +19,10 @@ _HERE = __name__
 LAYOUT_TAGS = {
     "kv:rows": "kv [T, 2*Hk, D] views as [T, 2*Hk*D] without a copy (one token stride, heads packed)",
     "buffer:rows": "a KV write's buffer views as [rows, row width] with unit stride along the row (any row "
-                   "stride): [rows, 2*Hk, D] as [rows, 2*Hk*D] without a copy (as kv:rows), the MLA buffer "
-                   "[rows, R + P] as it is",
+    "stride): [rows, 2*Hk, D] as [rows, 2*Hk*D] without a copy (as kv:rows), the MLA buffer "
+    "[rows, R + P] as it is",
     "latent_rope:rows": "latent [T, R] and rope [T, P] of an MLA cache write each have unit stride along their "
-                        "last dim (any token stride)",
+    "last dim (any token stride)",
 }
 _DIMS = (("num_tokens", TOKEN_BUCKETS), ("num_kv_heads", EXACT), ("head_dim", EXACT))
 _MLA_DIMS = (("num_tokens", TOKEN_BUCKETS), ("kv_lora_rank", EXACT), ("rope_dim", EXACT))
@@ -128,10 +128,17 @@ attention.mla_decode reads a latent cache of q's dtype); scale: s.
 # The torch rows are not graph-safe: selecting the tokens with valid slots (padding and unchecked ids
 # dropped) reads loc on the host.
 ROWS = (
-    reference_row(UPDATE_KV_BUFFER, f"{_HERE}.reference:update_kv_buffer", FLOAT_DTYPE_LABELS, graph_safe=False,
-                  description="PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)"),
+    reference_row(
+        UPDATE_KV_BUFFER,
+        f"{_HERE}.reference:update_kv_buffer",
+        FLOAT_DTYPE_LABELS,
+        graph_safe=False,
+        description="PyTorch reference: index_copy_ of the tokens with valid slots (one host sync)",
+    ),
     native_row(
-        "native/update_kv_buffer", UPDATE_KV_BUFFER, f"{_HERE}.update_kv_buffer:update_kv_buffer",
+        "native/update_kv_buffer",
+        UPDATE_KV_BUFFER,
+        f"{_HERE}.update_kv_buffer:update_kv_buffer",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("kv:rows", "buffer:rows"),
         # Bitwise equal to torch/update_kv_buffer on every case, the whole buffer compared.
@@ -146,19 +153,26 @@ ROWS = (
     # below it (priority 5; evidence h200.extension.bench.kv_write). Bitwise equal to torch/update_kv_buffer
     # on every case (strided loc, padding slots, 2**31+ elements included), both builds.
     *extension_rows(
-        UPDATE_KV_BUFFER, f"{_HERE}.update_kv_buffer_cuda:update_kv_buffer",
+        UPDATE_KV_BUFFER,
+        f"{_HERE}.update_kv_buffer_cuda:update_kv_buffer",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("kv:rows", "buffer:rows"),
         parity=(0.0, "h200.core.parity"),
         priority=5,
         description="CUDA extension rapid_llm._C: one block per token, 16-byte vectors, int64 offsets",
     ),
-    reference_row(UPDATE_KV_BUFFER_FP8, f"{_HERE}.reference:update_kv_buffer_fp8", FLOAT_DTYPE_LABELS,
-                  graph_safe=False,
-                  description="PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, "
-                              "byte index_copy_"),
+    reference_row(
+        UPDATE_KV_BUFFER_FP8,
+        f"{_HERE}.reference:update_kv_buffer_fp8",
+        FLOAT_DTYPE_LABELS,
+        graph_safe=False,
+        description="PyTorch reference: fp32 multiply by the k/v scale's reciprocal, clamp, e4m3 cast, "
+        "byte index_copy_",
+    ),
     native_row(
-        "native/update_kv_buffer_fp8", UPDATE_KV_BUFFER_FP8, f"{_HERE}.update_kv_buffer_fp8:update_kv_buffer_fp8",
+        "native/update_kv_buffer_fp8",
+        UPDATE_KV_BUFFER_FP8,
+        f"{_HERE}.update_kv_buffer_fp8:update_kv_buffer_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
         capability=TRITON_FP8_DEVICES,
         layout=("kv:rows", "buffer:rows"),
@@ -172,23 +186,34 @@ ROWS = (
     # buffer compared, 2**31+ element offsets included) in the H200 parity run their evidence names;
     # priority 10, above the torch row: several times faster than it at prefill sizes, bf16 and fp8, and
     # graph-safe (evidence h200.attention.bench).
-    reference_row(UPDATE_MLA_BUFFER, f"{_HERE}.reference:update_mla_buffer", FLOAT_DTYPE_LABELS, graph_safe=False,
-                  description="PyTorch reference: latent | rope of the tokens with valid slots, index_copy_ "
-                              "(one host sync)"),
+    reference_row(
+        UPDATE_MLA_BUFFER,
+        f"{_HERE}.reference:update_mla_buffer",
+        FLOAT_DTYPE_LABELS,
+        graph_safe=False,
+        description="PyTorch reference: latent | rope of the tokens with valid slots, index_copy_ (one host sync)",
+    ),
     native_row(
-        "native/update_mla_buffer", UPDATE_MLA_BUFFER, f"{_HERE}.update_mla_buffer:update_mla_buffer",
+        "native/update_mla_buffer",
+        UPDATE_MLA_BUFFER,
+        f"{_HERE}.update_mla_buffer:update_mla_buffer",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=_MLA_LAYOUTS,
         parity=(0.0, "h200.attention.parity.native_update_mla_buffer"),
         priority=10,
         description="Triton: one program per token, latent and rope copied into its row, int64 offsets, no host sync",
     ),
-    reference_row(UPDATE_MLA_BUFFER_FP8, f"{_HERE}.reference:update_mla_buffer_fp8", FLOAT_DTYPE_LABELS,
-                  graph_safe=False,
-                  description="PyTorch reference: fp32 multiply by the scale's reciprocal, clamp, e4m3 cast, byte "
-                              "index_copy_"),
+    reference_row(
+        UPDATE_MLA_BUFFER_FP8,
+        f"{_HERE}.reference:update_mla_buffer_fp8",
+        FLOAT_DTYPE_LABELS,
+        graph_safe=False,
+        description="PyTorch reference: fp32 multiply by the scale's reciprocal, clamp, e4m3 cast, byte index_copy_",
+    ),
     native_row(
-        "native/update_mla_buffer_fp8", UPDATE_MLA_BUFFER_FP8, f"{_HERE}.update_mla_buffer_fp8:update_mla_buffer_fp8",
+        "native/update_mla_buffer_fp8",
+        UPDATE_MLA_BUFFER_FP8,
+        f"{_HERE}.update_mla_buffer_fp8:update_mla_buffer_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
         # sm89+ only: the e4m3 cast (TRITON_FP8_DEVICES says why not the interpreter).
         capability=TRITON_FP8_DEVICES,

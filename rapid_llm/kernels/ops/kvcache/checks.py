@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_same_device, expect_tensor, \
-    rows_view_ok, tag_table, values_checked
+from ..checks import (
+    OpInputError,
+    expect_disjoint,
+    expect_float_tensor,
+    expect_same_device,
+    expect_tensor,
+    rows_view_ok,
+    tag_table,
+    values_checked,
+)
 from . import UPDATE_KV_BUFFER, UPDATE_KV_BUFFER_FP8, UPDATE_MLA_BUFFER, UPDATE_MLA_BUFFER_FP8
 
 _TAGS = tag_table("kv:rows", "buffer:rows")
@@ -54,8 +62,12 @@ def _check_scatter(op, kv, loc, buffer, buffer_dtype):
     _check_loc(op, loc, tokens)
     expect_tensor(op, "buffer", buffer)
     if buffer.dim() != 3 or tuple(buffer.shape[1:]) != tuple(kv.shape[1:]):
-        raise OpInputError(op, "buffer", f"shape [rows, {kv.shape[1]}, {kv.shape[2]}] (kv's per-token shape)",
-                           f"shape {list(buffer.shape)}")
+        raise OpInputError(
+            op,
+            "buffer",
+            f"shape [rows, {kv.shape[1]}, {kv.shape[2]}] (kv's per-token shape)",
+            f"shape {list(buffer.shape)}",
+        )
     _check_buffer_and_slots(op, loc, buffer, buffer_dtype, (("kv", kv),))
     tags = _TAGS[(_packed_token_rows(kv), _packed_token_rows(buffer))]
     return kv, tags, (("num_tokens", tokens), ("num_kv_heads", kv.shape[1] // 2), ("head_dim", kv.shape[2]))
@@ -71,14 +83,19 @@ def _check_mla_write(op, latent, rope, loc, buffer, buffer_dtype):
     if rope.dtype != latent.dtype:
         raise OpInputError(op, "rope", f"latent's dtype {latent.dtype}", str(rope.dtype))
     if rope.dim() != 2 or rope.shape[0] != tokens or rope.shape[1] == 0:
-        raise OpInputError(op, "rope", f"shape [{tokens}, rope_dim] (latent's tokens; rope_dim >= 1)",
-                           f"shape {list(rope.shape)}")
+        raise OpInputError(
+            op, "rope", f"shape [{tokens}, rope_dim] (latent's tokens; rope_dim >= 1)", f"shape {list(rope.shape)}"
+        )
     rope_dim = rope.shape[1]
     _check_loc(op, loc, tokens)
     expect_tensor(op, "buffer", buffer)
     if buffer.dim() != 2 or buffer.shape[1] != kv_lora_rank + rope_dim:
-        raise OpInputError(op, "buffer", f"shape [rows, {kv_lora_rank + rope_dim}] (kv_lora_rank {kv_lora_rank} + "
-                           f"rope_dim {rope_dim})", f"shape {list(buffer.shape)}")
+        raise OpInputError(
+            op,
+            "buffer",
+            f"shape [rows, {kv_lora_rank + rope_dim}] (kv_lora_rank {kv_lora_rank} + rope_dim {rope_dim})",
+            f"shape {list(buffer.shape)}",
+        )
     _check_buffer_and_slots(op, loc, buffer, buffer_dtype, (("latent", latent), ("rope", rope)))
     # 2-D tensors: rows_view_ok is unit stride along the row, any row stride
     tags = _MLA_TAGS[(rows_view_ok(latent) and rows_view_ok(rope), rows_view_ok(buffer))]
@@ -108,8 +125,12 @@ def _check_buffer_and_slots(op, loc, buffer, buffer_dtype, sources):
     if loc.shape[0] and values_checked(loc):
         high = int(loc.max())
         if high >= buffer.shape[0]:
-            raise OpInputError(op, "loc", f"row ids < {buffer.shape[0]} (the buffer's rows; negative ids are "
-                               "padding)", f"a row id of {high}")
+            raise OpInputError(
+                op,
+                "loc",
+                f"row ids < {buffer.shape[0]} (the buffer's rows; negative ids are padding)",
+                f"a row id of {high}",
+            )
 
 
 def _check_scale(op, name, scale, anchor_name, anchor, buffer):
@@ -117,8 +138,12 @@ def _check_scale(op, name, scale, anchor_name, anchor, buffer):
     (when values are checked)."""
     expect_tensor(op, name, scale)
     if scale.dtype != torch.float32 or scale.numel() != 1:
-        raise OpInputError(op, name, "a one-element torch.float32 tensor (the per-tensor dequant scale)",
-                           f"{scale.dtype} with {scale.numel()} elements")
+        raise OpInputError(
+            op,
+            name,
+            "a one-element torch.float32 tensor (the per-tensor dequant scale)",
+            f"{scale.dtype} with {scale.numel()} elements",
+        )
     expect_same_device(op, name, scale, anchor_name, anchor)
     expect_disjoint(op, name, scale, "buffer", buffer)
     if values_checked(scale):

@@ -43,8 +43,9 @@ def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) 
     return buffer
 
 
-def update_kv_buffer_fp8(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor,
-                         v_scale: torch.Tensor) -> torch.Tensor:
+def update_kv_buffer_fp8(
+    kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor
+) -> torch.Tensor:
     """buffer[loc[i]] = e4m3(clamp(kv[i] * (1 / scale), +-448)), scale = k_scale for the K heads, v_scale for V."""
     if kv.shape[0]:
         tokens = _valid_tokens(loc, buffer.shape[0])
@@ -59,8 +60,9 @@ def _mla_rows(latent: torch.Tensor, rope: torch.Tensor, tokens: torch.Tensor) ->
     return torch.cat((latent.index_select(0, tokens), rope.index_select(0, tokens)), dim=1)
 
 
-def update_mla_buffer(latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor,
-                      buffer: torch.Tensor) -> torch.Tensor:
+def update_mla_buffer(
+    latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor
+) -> torch.Tensor:
     """buffer[loc[i], :R] = latent[i], buffer[loc[i], R:] = rope[i]."""
     if latent.shape[0]:
         tokens = _valid_tokens(loc, buffer.shape[0])
@@ -68,8 +70,9 @@ def update_mla_buffer(latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tenso
     return buffer
 
 
-def update_mla_buffer_fp8(latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor,
-                          scale: torch.Tensor) -> torch.Tensor:
+def update_mla_buffer_fp8(
+    latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
     """buffer[loc[i]] = e4m3(clamp((latent[i] | rope[i]) * (1 / scale), +-448)), fp32 math."""
     if latent.shape[0]:
         tokens = _valid_tokens(loc, buffer.shape[0])

@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 
-
 def launch_config(row_width: int) -> dict:
     """Row blocks of up to 1024 elements, one token per program; 2 warps for rows of <= 1024
     elements (4 KV heads x 128), else 4: 2 warps are faster on narrow rows, wider rows are
@@ -34,8 +33,17 @@ def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) 
     if num_tokens:
         config = launch_config(width)
         _update_kv_buffer_kernel[scatter_grid(num_tokens, width, config)](
-            kv_rows, loc, buffer_rows, kv_rows.stride(0), loc.stride(0), buffer_rows.stride(0), buffer.shape[0],
-            num_tokens, width, **config)
+            kv_rows,
+            loc,
+            buffer_rows,
+            kv_rows.stride(0),
+            loc.stride(0),
+            buffer_rows.stride(0),
+            buffer.shape[0],
+            num_tokens,
+            width,
+            **config,
+        )
     return buffer
 
 
@@ -51,8 +59,19 @@ def scatter_grid(num_tokens: int, width: int, config: dict) -> tuple[int, int]:
 
 
 @triton.jit
-def _update_kv_buffer_kernel(kv_ptr, loc_ptr, buffer_ptr, kv_row_stride, loc_stride, buffer_row_stride, buffer_rows,
-                             num_tokens, width, BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
+def _update_kv_buffer_kernel(
+    kv_ptr,
+    loc_ptr,
+    buffer_ptr,
+    kv_row_stride,
+    loc_stride,
+    buffer_row_stride,
+    buffer_rows,
+    num_tokens,
+    width,
+    BLOCK_TOKENS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     token_mask = tokens < num_tokens

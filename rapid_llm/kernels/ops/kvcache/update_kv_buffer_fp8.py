@@ -27,27 +27,58 @@ def launch_config(row_width: int) -> dict:
     than the bf16 copy's 1024), one token per program, 4 warps; 2 for rows of <= 1024 elements.
     2048-element blocks beat 1024 on wide rows, 2 warps beat 4 on narrow ones, and 2-4 tokens per
     program measured no better (evidence h200.core.sweep.fp8_kv, h200.core.sweep.kv_write)."""
-    return {"BLOCK_TOKENS": 1, "BLOCK": min(2048, triton.next_power_of_2(row_width)),
-            "num_warps": 2 if row_width <= 1024 else 4}
+    return {
+        "BLOCK_TOKENS": 1,
+        "BLOCK": min(2048, triton.next_power_of_2(row_width)),
+        "num_warps": 2 if row_width <= 1024 else 4,
+    }
 
 
-def update_kv_buffer_fp8(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor,
-                         v_scale: torch.Tensor) -> torch.Tensor:
+def update_kv_buffer_fp8(
+    kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor
+) -> torch.Tensor:
     """Unchecked kernel entry (the op's check ran: layouts kv:rows and buffer:rows)."""
     kv_rows, buffer_rows = scatter_rows(kv, buffer)
     num_tokens, width = kv_rows.shape
     if num_tokens:
         config = launch_config(width)
         _update_kv_buffer_fp8_kernel[scatter_grid(num_tokens, width, config)](
-            kv_rows, loc, buffer_rows, k_scale, v_scale, kv_rows.stride(0), loc.stride(0), buffer_rows.stride(0),
-            buffer.shape[0], num_tokens, width, width // 2, E4M3_MAX, **config)
+            kv_rows,
+            loc,
+            buffer_rows,
+            k_scale,
+            v_scale,
+            kv_rows.stride(0),
+            loc.stride(0),
+            buffer_rows.stride(0),
+            buffer.shape[0],
+            num_tokens,
+            width,
+            width // 2,
+            E4M3_MAX,
+            **config,
+        )
     return buffer
 
 
 @triton.jit
-def _update_kv_buffer_fp8_kernel(kv_ptr, loc_ptr, buffer_ptr, k_scale_ptr, v_scale_ptr, kv_row_stride,
-                                 loc_stride, buffer_row_stride, buffer_rows, num_tokens, width, k_width, fp8_max,
-                                 BLOCK_TOKENS: tl.constexpr, BLOCK: tl.constexpr):
+def _update_kv_buffer_fp8_kernel(
+    kv_ptr,
+    loc_ptr,
+    buffer_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    kv_row_stride,
+    loc_stride,
+    buffer_row_stride,
+    buffer_rows,
+    num_tokens,
+    width,
+    k_width,
+    fp8_max,
+    BLOCK_TOKENS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     token_mask = tokens < num_tokens
@@ -58,8 +89,10 @@ def _update_kv_buffer_fp8_kernel(kv_ptr, loc_ptr, buffer_ptr, k_scale_ptr, v_sca
     v_inverse = tl.math.div_rn(1.0, tl.load(v_scale_ptr))
     inverse = tl.where(columns < k_width, k_inverse, v_inverse)
     values = tl.load(kv_ptr + tokens[:, None] * kv_row_stride + columns[None, :], mask=mask, other=0.0)
-    quantized = tl.clamp(values.to(tl.float32) * inverse[None, :], -fp8_max, fp8_max,
-                         propagate_nan=tl.PropagateNan.ALL)
+    quantized = tl.clamp(values.to(tl.float32) * inverse[None, :], -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
     store_mask = mask & ((rows >= 0) & (rows < buffer_rows))[:, None]
-    tl.store(buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :],
-             quantized.to(buffer_ptr.dtype.element_ty), mask=store_mask)
+    tl.store(
+        buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :],
+        quantized.to(buffer_ptr.dtype.element_ty),
+        mask=store_mask,
+    )

@@ -20,8 +20,9 @@ import torch
 from .update_mla_buffer import launch_mla_write
 
 
-def update_mla_buffer_fp8(latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor,
-                          scale: torch.Tensor) -> torch.Tensor:
+def update_mla_buffer_fp8(
+    latent: torch.Tensor, rope: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
     """Unchecked kernel entry (the op's check ran: layouts latent_rope:rows and buffer:rows)."""
     launch_mla_write(latent, rope, loc, buffer, scale)
     return buffer

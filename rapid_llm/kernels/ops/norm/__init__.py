@@ -19,11 +19,11 @@ LAYOUT_TAGS = {
     "residual:rows": "the residual of shape [..., n] views as [rows, n] without a copy (as x:rows)",
     # FlashInfer's rows
     "x:rows_vector": "x:rows, and x's data pointer and row stride are multiples of gcd(16, n * element size) "
-                     "bytes (FlashInfer's norm vector width), with (rows - 1) * row stride + n <= 2**32 and "
-                     "rows * n <= 2**32 (its element offsets are 32-bit)",
+    "bytes (FlashInfer's norm vector width), with (rows - 1) * row stride + n <= 2**32 and "
+    "rows * n <= 2**32 (its element offsets are 32-bit)",
     "residual:rows_vector": "the residual meets x:rows_vector's conditions (as x)",
     "weight:vector": "the norm weight [n] has x's dtype, unit stride and a data pointer that is a multiple of "
-                     "gcd(16, n * element size) bytes",
+    "gcd(16, n * element size) bytes",
 }
 
 CONTRACTS = (
@@ -70,7 +70,9 @@ in every row.""",
 ROWS = (
     reference_row(RMS_NORM, f"{_HERE}.reference:rms_norm", FLOAT_DTYPE_LABELS, description="fp32 PyTorch reference"),
     native_row(
-        "native/rms_norm", RMS_NORM, f"{_HERE}.rms_norm:rms_norm",
+        "native/rms_norm",
+        RMS_NORM,
+        f"{_HERE}.rms_norm:rms_norm",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:rows",),
         # Largest |diff| vs torch/rms_norm over every conformance case: 0.03125 in bf16 in the cited
@@ -81,10 +83,16 @@ ROWS = (
         priority=10,
         description="Triton: one pass per row tile, fp32 accumulation",
     ),
-    reference_row(FUSED_ADD_RMS_NORM, f"{_HERE}.reference:fused_add_rms_norm", FLOAT_DTYPE_LABELS,
-                  description="fp32 PyTorch reference (unfused add, then rms_norm of the stored residual)"),
+    reference_row(
+        FUSED_ADD_RMS_NORM,
+        f"{_HERE}.reference:fused_add_rms_norm",
+        FLOAT_DTYPE_LABELS,
+        description="fp32 PyTorch reference (unfused add, then rms_norm of the stored residual)",
+    ),
     native_row(
-        "native/fused_add_rms_norm", FUSED_ADD_RMS_NORM, f"{_HERE}.fused_add_rms_norm:fused_add_rms_norm",
+        "native/fused_add_rms_norm",
+        FUSED_ADD_RMS_NORM,
+        f"{_HERE}.fused_add_rms_norm:fused_add_rms_norm",
         dtypes=FLOAT_DTYPE_LABELS,
         layout=("x:rows", "residual:rows"),
         # Largest |diff| vs torch/fused_add_rms_norm over both written tensors and every case:
@@ -102,7 +110,9 @@ ROWS = (
     # strided weight goes to another row rather than being converted (converting would round the weight to
     # x's dtype before the product: a second rounding the contract does not have).
     library_row(
-        "flashinfer/rmsnorm", RMS_NORM, "rapid_llm.kernels.backends.flashinfer.norm:rms_norm",
+        "flashinfer/rmsnorm",
+        RMS_NORM,
+        "rapid_llm.kernels.backends.flashinfer.norm:rms_norm",
         library=flashinfer_backend.REQUIREMENT,
         # FlashInfer's JIT refuses GPUs below sm75 (flashinfer/jit/core.py check_cuda_arch).
         capability=(CapabilityRequirement("cuda", min_sm=75),),
@@ -118,7 +128,8 @@ ROWS = (
         description="FlashInfer rmsnorm: one CTA per row, fp32 sum of squares, one rounding",
     ),
     library_row(
-        "flashinfer/fused_add_rmsnorm", FUSED_ADD_RMS_NORM,
+        "flashinfer/fused_add_rmsnorm",
+        FUSED_ADD_RMS_NORM,
         "rapid_llm.kernels.backends.flashinfer.norm:fused_add_rms_norm",
         library=flashinfer_backend.REQUIREMENT,
         # The kernel keeps the row's fp32 sums in dynamic shared memory, (32 + hidden) * 4 bytes: hidden <=

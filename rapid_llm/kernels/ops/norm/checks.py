@@ -14,8 +14,15 @@ import math
 
 import torch
 
-from ..checks import OpInputError, expect_disjoint, expect_float_tensor, expect_real_number, expect_same_device, \
-    rows_view_ok, tag_table
+from ..checks import (
+    OpInputError,
+    expect_disjoint,
+    expect_float_tensor,
+    expect_real_number,
+    expect_same_device,
+    rows_view_ok,
+    tag_table,
+)
 from . import FUSED_ADD_RMS_NORM, RMS_NORM
 
 #: FlashInfer's norm kernels compute row * stride + column in uint32 (norm.cuh).
@@ -96,7 +103,13 @@ def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
     expect_disjoint(op, "weight", weight, "x", x)
     expect_disjoint(op, "weight", weight, "residual", residual)
     x_rows, residual_rows = rows_view_ok(x), rows_view_ok(residual)
-    tags = _FUSED_TAGS[(x_rows, residual_rows, x_rows and rows_vector_ok(x, num_tokens, hidden),
-                        residual_rows and rows_vector_ok(residual, num_tokens, hidden),
-                        weight_vector_ok(weight, x, hidden))]
+    tags = _FUSED_TAGS[
+        (
+            x_rows,
+            residual_rows,
+            x_rows and rows_vector_ok(x, num_tokens, hidden),
+            residual_rows and rows_vector_ok(residual, num_tokens, hidden),
+            weight_vector_ok(weight, x, hidden),
+        )
+    ]
     return x, tags, (("num_tokens", num_tokens), ("hidden", hidden))

@@ -32,7 +32,14 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     config = launch_config(hidden)
     grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
     _fused_add_rms_norm_kernel[grid](
-        x_rows, residual_rows, weight, x_rows.stride(0), residual_rows.stride(0), weight.stride(0), hidden, num_rows,
+        x_rows,
+        residual_rows,
+        weight,
+        x_rows.stride(0),
+        residual_rows.stride(0),
+        weight.stride(0),
+        hidden,
+        num_rows,
         float(eps),
         **config,
     )
@@ -41,9 +48,18 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
 @triton.jit
 def _fused_add_rms_norm_kernel(
-    x_ptr, residual_ptr, weight_ptr,
-    x_row_stride, residual_row_stride, weight_stride, hidden, num_rows, eps,
-    BLOCK_ROWS: tl.constexpr, BLOCK_HIDDEN: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    x_row_stride,
+    residual_row_stride,
+    weight_stride,
+    hidden,
+    num_rows,
+    eps,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_HIDDEN: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < num_rows
@@ -77,7 +93,6 @@ def _fused_add_rms_norm_kernel(
         for start in range(0, hidden, BLOCK_HIDDEN):
             mask = row_mask[:, None] & (start + columns < hidden)
             summed = tl.load(residual_rows + start + columns, mask=mask, other=0.0).to(tl.float32)
-            weight = tl.load(weight_ptr + (start + columns) * weight_stride, mask=start + columns < hidden,
-                             other=0.0)
+            weight = tl.load(weight_ptr + (start + columns) * weight_stride, mask=start + columns < hidden, other=0.0)
             y = summed * inverse_rms[:, None] * weight.to(tl.float32)
             tl.store(x_rows + start + columns, y.to(x_ptr.dtype.element_ty), mask=mask)

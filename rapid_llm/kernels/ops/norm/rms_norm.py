@@ -36,8 +36,12 @@ def launch_config(hidden: int) -> dict:
     if hidden <= MAX_SINGLE_PASS_HIDDEN:
         block_hidden = triton.next_power_of_2(hidden)
         block_rows = max(1, min(16, 2048 // block_hidden))
-        return {"BLOCK_ROWS": block_rows, "BLOCK_HIDDEN": block_hidden, "SINGLE_PASS": True,
-                "num_warps": max(1, min(16, block_rows * block_hidden // 512))}
+        return {
+            "BLOCK_ROWS": block_rows,
+            "BLOCK_HIDDEN": block_hidden,
+            "SINGLE_PASS": True,
+            "num_warps": max(1, min(16, block_rows * block_hidden // 512)),
+        }
     return {"BLOCK_ROWS": 1, "BLOCK_HIDDEN": CHUNK_HIDDEN, "SINGLE_PASS": False, "num_warps": 16}
 
 
@@ -51,17 +55,23 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         return out
     config = launch_config(hidden)
     grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
-    _rms_norm_kernel[grid](
-        rows, weight, out, rows.stride(0), weight.stride(0), hidden, num_rows, float(eps), **config,
-    )
+    _rms_norm_kernel[grid](rows, weight, out, rows.stride(0), weight.stride(0), hidden, num_rows, float(eps), **config)
     return out
 
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, weight_ptr, out_ptr,
-    x_row_stride, weight_stride, hidden, num_rows, eps,
-    BLOCK_ROWS: tl.constexpr, BLOCK_HIDDEN: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    x_ptr,
+    weight_ptr,
+    out_ptr,
+    x_row_stride,
+    weight_stride,
+    hidden,
+    num_rows,
+    eps,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_HIDDEN: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < num_rows

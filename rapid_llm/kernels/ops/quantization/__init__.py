@@ -58,12 +58,22 @@ activation-scale layout DeepGEMM's block-scaled fp8 GEMMs read.""",
 )
 
 ROWS = (
-    reference_row(PER_TOKEN_FP8, f"{_HERE}.reference:per_token_fp8", FLOAT_DTYPE_LABELS,
-                  description="PyTorch reference: fp32 absmax per row, reciprocal multiply, clamp, cast to e4m3"),
-    reference_row(PER_TOKEN_GROUP_FP8, f"{_HERE}.reference:per_token_group_fp8", FLOAT_DTYPE_LABELS,
-                  description="PyTorch reference: fp32 absmax per group, reciprocal multiply, clamp, cast to e4m3"),
+    reference_row(
+        PER_TOKEN_FP8,
+        f"{_HERE}.reference:per_token_fp8",
+        FLOAT_DTYPE_LABELS,
+        description="PyTorch reference: fp32 absmax per row, reciprocal multiply, clamp, cast to e4m3",
+    ),
+    reference_row(
+        PER_TOKEN_GROUP_FP8,
+        f"{_HERE}.reference:per_token_group_fp8",
+        FLOAT_DTYPE_LABELS,
+        description="PyTorch reference: fp32 absmax per group, reciprocal multiply, clamp, cast to e4m3",
+    ),
     native_row(
-        "native/per_token_fp8", PER_TOKEN_FP8, f"{_HERE}.fp8_quant:per_token_fp8",
+        "native/per_token_fp8",
+        PER_TOKEN_FP8,
+        f"{_HERE}.fp8_quant:per_token_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
         capability=TRITON_FP8_DEVICES,
         layout=("x:rows",),
@@ -75,7 +85,9 @@ ROWS = (
         description="Triton: one row per program in registers (two passes past 16384 columns), RNE cast",
     ),
     native_row(
-        "native/per_token_group_fp8", PER_TOKEN_GROUP_FP8, f"{_HERE}.fp8_quant:per_token_group_fp8",
+        "native/per_token_group_fp8",
+        PER_TOKEN_GROUP_FP8,
+        f"{_HERE}.fp8_quant:per_token_group_fp8",
         dtypes=FLOAT_DTYPE_LABELS,
         capability=TRITON_FP8_DEVICES,
         layout=("x:rows",),

@@ -68,8 +68,9 @@ def per_token_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize_groups(x, x.shape[1], scale), scale
 
 
-def per_token_group_fp8(x: torch.Tensor, group_size: int = 128,
-                        column_major_scales: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_group_fp8(
+    x: torch.Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked kernel entry (the op's check ran: x has layout x:rows, group_size divides H); needs sm89+."""
     tokens, hidden = x.shape
     scale = group_scale_storage(tokens, hidden // group_size, column_major_scales, x.device)
@@ -87,17 +88,40 @@ def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor) 
     config = launch_config(group_size, total_groups, multiprocessor_count(x_rows.device))
     grid = (triton.cdiv(total_groups, config["BLOCK_GROUPS"]),)
     _quantize_groups_kernel[grid](
-        x_rows, q, scale, x_rows.stride(0), scale.stride(0), scale.stride(1), hidden, group_size,
-        groups_per_token, total_groups, SCALE_FLOOR, E4M3_MAX, **config,
+        x_rows,
+        q,
+        scale,
+        x_rows.stride(0),
+        scale.stride(0),
+        scale.stride(1),
+        hidden,
+        group_size,
+        groups_per_token,
+        total_groups,
+        SCALE_FLOOR,
+        E4M3_MAX,
+        **config,
     )
     return q
 
 
 @triton.jit
 def _quantize_groups_kernel(
-    x_ptr, q_ptr, scale_ptr, x_token_stride, scale_token_stride, scale_group_stride,
-    hidden, group_size, groups_per_token, total_groups, scale_floor, fp8_max,
-    BLOCK_GROUPS: tl.constexpr, BLOCK: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    x_token_stride,
+    scale_token_stride,
+    scale_group_stride,
+    hidden,
+    group_size,
+    groups_per_token,
+    total_groups,
+    scale_floor,
+    fp8_max,
+    BLOCK_GROUPS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
 ):
     # int64 throughout: T * H passes 2**31 elements for long prefill chunks.
     flat = tl.program_id(0).to(tl.int64) * BLOCK_GROUPS + tl.arange(0, BLOCK_GROUPS)

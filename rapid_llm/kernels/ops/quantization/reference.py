@@ -28,8 +28,9 @@ def per_token_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quantize(x.float())
 
 
-def per_token_group_fp8(x: torch.Tensor, group_size: int = 128,
-                        column_major_scales: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_group_fp8(
+    x: torch.Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, hidden = x.shape
     groups = hidden // group_size
     q, scale = _quantize(x.float().reshape(tokens, groups, group_size))

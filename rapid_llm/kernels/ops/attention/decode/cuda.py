@@ -49,13 +49,25 @@ def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale
     head_blocks = -(-(num_q_heads // num_kv_heads) // HEADS_PER_BLOCK)
     capacity = page_table.shape[1] * int(page_size)
     splits = splits_filled_at_reach(
-        one_wave_splits(batch, num_kv_heads * head_blocks, capacity, q.device, blocks_per_sm(q.device)), capacity,
-        CHUNK)
+        one_wave_splits(batch, num_kv_heads * head_blocks, capacity, q.device, blocks_per_sm(q.device)), capacity, CHUNK
+    )
     scratch = (batch, num_q_heads, splits) if splits > 1 else (0, 0, 0)
     partial = torch.empty((*scratch, head_dim), dtype=torch.float32, device=q.device)
     partial_lse = torch.empty(scratch, dtype=torch.float32, device=q.device)
-    op(out, partial, partial_lse, q, kv_buffer, page_table, seq_lens, k_scale, v_scale, int(page_size),
-       float(sm_scale), splits)
+    op(
+        out,
+        partial,
+        partial_lse,
+        q,
+        kv_buffer,
+        page_table,
+        seq_lens,
+        k_scale,
+        v_scale,
+        int(page_size),
+        float(sm_scale),
+        splits,
+    )
     return out
 
 

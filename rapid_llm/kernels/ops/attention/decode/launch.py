@@ -25,16 +25,21 @@ def decode(batch: int, num_kv_heads: int, head_dim: int, capacity: int, device: 
     return apply("native/decode", knobs)
 
 
-def decode_fp8(batch: int, num_kv_heads: int, head_dim: int, capacity: int, q_dtype: torch.dtype,
-               device: torch.device) -> dict:
+def decode_fp8(
+    batch: int, num_kv_heads: int, head_dim: int, capacity: int, q_dtype: torch.dtype, device: torch.device
+) -> dict:
     """native/decode_fp8: twice decode's positions a tile (the same bytes); for head dims <= 128 registers
     capped at 128 a thread (four programs an SM instead of two); CVT_ASM, the inline-PTX e4m3 -> fp16
     conversion, on CUDA with fp16 products (a bf16 or fp16 q)."""
     if device.type != "cuda":
         knobs = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "CVT_ASM": False}
     else:
-        knobs = {"BLOCK_N": 128 if head_dim <= 128 else 64, "num_warps": 4, "num_stages": 2,
-                 "CVT_ASM": q_dtype != torch.float32}
+        knobs = {
+            "BLOCK_N": 128 if head_dim <= 128 else 64,
+            "num_warps": 4,
+            "num_stages": 2,
+            "CVT_ASM": q_dtype != torch.float32,
+        }
         if head_dim <= 128:
             knobs["maxnreg"] = 128
     knobs["splits"] = num_splits(batch, num_kv_heads, capacity, device)

@@ -61,8 +61,9 @@ def decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    knobs = launch.decode_fp8(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size),
-                              q.dtype, q.device)
+    knobs = launch.decode_fp8(
+        batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.dtype, q.device
+    )
     _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8=True)
     return out
 
@@ -72,17 +73,46 @@ def _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_
     num_kv_heads = kv_buffer.shape[1] // 2
     group = num_q_heads // num_kv_heads
     splits = knobs.pop("splits")
+
     def launch_kernel(partial, partial_lse):
         d_a, d_b = split_head_dim(head_dim)
-        launch_fitting(_decode_kernel, (batch, num_kv_heads, splits), q.device,
-            q, kv_buffer, page_table, seq_lens, out, partial, partial_lse, k_scale, v_scale,
-            q.stride(0), q.stride(1), q.stride(2), kv_buffer.stride(0), kv_buffer.stride(1), kv_buffer.stride(2),
-            page_table.stride(0), page_table.stride(1), seq_lens.stride(0),
-            num_kv_heads, group, float(sm_scale) * LOG2E,
-            splits, kv_buffer.shape[0], page_table.shape[1],
-            PAGE_SIZE=int(page_size), SINGLE=splits == 1, G_PAD=max(16, triton.next_power_of_2(group)),
-            D_A=d_a, D_B=d_b, D_B_PAD=max(d_b, 16), FP8=fp8,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **knobs,
+        launch_fitting(
+            _decode_kernel,
+            (batch, num_kv_heads, splits),
+            q.device,
+            q,
+            kv_buffer,
+            page_table,
+            seq_lens,
+            out,
+            partial,
+            partial_lse,
+            k_scale,
+            v_scale,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            kv_buffer.stride(0),
+            kv_buffer.stride(1),
+            kv_buffer.stride(2),
+            page_table.stride(0),
+            page_table.stride(1),
+            seq_lens.stride(0),
+            num_kv_heads,
+            group,
+            float(sm_scale) * LOG2E,
+            splits,
+            kv_buffer.shape[0],
+            page_table.shape[1],
+            PAGE_SIZE=int(page_size),
+            SINGLE=splits == 1,
+            G_PAD=max(16, triton.next_power_of_2(group)),
+            D_A=d_a,
+            D_B=d_b,
+            D_B_PAD=max(d_b, 16),
+            FP8=fp8,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            **knobs,
         )
 
     split_k(out, splits, launch_kernel)
@@ -94,7 +124,12 @@ def _e4m3_to_fp16(x):
     packed bytes, fewer integer instructions than the compiler's conversion. Opaque to the compiler."""
     return tl.inline_asm_elementwise(
         asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
-        constraints="=r,=r,r", args=[x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=4)
+        constraints="=r,=r,r",
+        args=[x.to(tl.uint8, bitcast=True)],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
 
 
 @triton.jit
@@ -108,13 +143,40 @@ def _kv_to(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, kv_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr, k_scale_ptr, v_scale_ptr,
-    stride_qb, stride_qh, stride_qd, stride_row, stride_head, stride_d, table_stride0, table_stride1,
-    stride_sl, num_kv_heads, group, qk_scale,
-    num_splits, num_rows, max_pages,
-    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, G_PAD: tl.constexpr,
-    D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, FP8: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_N: tl.constexpr, CVT_ASM: tl.constexpr = False,
+    q_ptr,
+    kv_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_row,
+    stride_head,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    stride_sl,
+    num_kv_heads,
+    group,
+    qk_scale,
+    num_splits,
+    num_rows,
+    max_pages,
+    PAGE_SIZE: tl.constexpr,
+    SINGLE: tl.constexpr,
+    G_PAD: tl.constexpr,
+    D_A: tl.constexpr,
+    D_B: tl.constexpr,
+    D_B_PAD: tl.constexpr,
+    FP8: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CVT_ASM: tl.constexpr = False,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -155,28 +217,37 @@ def _decode_kernel(
     for tile in range(start, end, BLOCK_N):
         positions = tile + offs_n
         valid = positions < end
-        rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
-                          PAGE_SIZE)
-        k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None],
-                      other=0.0)
+        rows = paged_rows(
+            positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages, PAGE_SIZE
+        )
+        k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None], other=0.0)
         if FP8:
             k_a = _kv_to(k_a, q_a.dtype, CVT_ASM)
         qk = tl.dot(q_a, tl.trans(k_a), input_precision=PRECISION)
         if D_B > 0:
-            k_b = tl.load(k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None],
-                          other=0.0)
+            k_b = tl.load(
+                k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None], other=0.0
+            )
             if FP8:
                 k_b = _kv_to(k_b, q_a.dtype, CVT_ASM)
             qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
         qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
-        v_a = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d,
-                             mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
+        v_a = _kv_to(
+            tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None], other=0.0),
+            q_a.dtype,
+            CVT_ASM,
+        )
         acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
         if D_B > 0:
-            v_b = _kv_to(tl.load(v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d,
-                                 mask=valid[:, None], other=0.0), q_a.dtype, CVT_ASM)
+            v_b = _kv_to(
+                tl.load(
+                    v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None], other=0.0
+                ),
+                q_a.dtype,
+                CVT_ASM,
+            )
             acc_b = tl.dot(p.to(q_a.dtype), v_b, acc_b * alpha[:, None], input_precision=PRECISION)
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -200,5 +271,3 @@ def _decode_kernel(
             tl.store(partial_rows + offs_db[None, :], out_b, mask=head_valid[:, None])
         lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(l_safe))
         tl.store(partial_lse_ptr + slots, lse, mask=head_valid)
-
-

@@ -33,8 +33,13 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..gluon_tiles import GL_DTYPES, cache_row
@@ -52,9 +57,14 @@ def _layouts(dtype: torch.dtype) -> dict:
     """Shared-memory layouts per element type (computed once: they are part of every launch)."""
     element = GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"value": default([BLOCK_N, VALUE_HALF], element), "rope": default([BLOCK_N, MLA_ROPE_DIM], element),
-            "DTYPE": element, "Q_VALUE_LAYOUT": default([BLOCK_H, VALUE_HALF], element),
-            "Q_ROPE_LAYOUT": default([BLOCK_H, MLA_ROPE_DIM], element), "P_LAYOUT": default([BLOCK_N, BLOCK_H], element)}
+    return {
+        "value": default([BLOCK_N, VALUE_HALF], element),
+        "rope": default([BLOCK_N, MLA_ROPE_DIM], element),
+        "DTYPE": element,
+        "Q_VALUE_LAYOUT": default([BLOCK_H, VALUE_HALF], element),
+        "Q_ROPE_LAYOUT": default([BLOCK_H, MLA_ROPE_DIM], element),
+        "P_LAYOUT": default([BLOCK_N, BLOCK_H], element),
+    }
 
 
 def mla_decode_gluon(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
@@ -65,19 +75,47 @@ def mla_decode_gluon(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
         return out
     knobs = launch.gluon(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
     splits = knobs.pop("splits")
+
     def launch_kernel(partial, partial_lse):
         layouts = _layouts(latent_cache.dtype)
         shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
         values = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, VALUE_HALF], layouts["value"])
         rope = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, MLA_ROPE_DIM], layouts["rope"])
         _mla_decode_gluon_kernel[(batch, triton.cdiv(num_q_heads, BLOCK_H), splits)](
-            q, values, rope, latent_cache, page_table, seq_lens, out, partial, partial_lse,
-            q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
-            page_table.stride(0), page_table.stride(1), seq_lens.stride(0), num_q_heads, float(sm_scale) * LOG2E,
-            splits, latent_cache.shape[0], page_table.shape[1],
-            PAGE_SIZE=int(page_size), SINGLE=splits == 1, DTYPE=layouts["DTYPE"], Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
-            Q_ROPE_LAYOUT=layouts["Q_ROPE_LAYOUT"], P_LAYOUT=layouts["P_LAYOUT"],
-            HALF=VALUE_HALF, DR=MLA_ROPE_DIM, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=4, **knobs,
+            q,
+            values,
+            rope,
+            latent_cache,
+            page_table,
+            seq_lens,
+            out,
+            partial,
+            partial_lse,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            latent_cache.stride(0),
+            latent_cache.stride(1),
+            page_table.stride(0),
+            page_table.stride(1),
+            seq_lens.stride(0),
+            num_q_heads,
+            float(sm_scale) * LOG2E,
+            splits,
+            latent_cache.shape[0],
+            page_table.shape[1],
+            PAGE_SIZE=int(page_size),
+            SINGLE=splits == 1,
+            DTYPE=layouts["DTYPE"],
+            Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
+            Q_ROPE_LAYOUT=layouts["Q_ROPE_LAYOUT"],
+            P_LAYOUT=layouts["P_LAYOUT"],
+            HALF=VALUE_HALF,
+            DR=MLA_ROPE_DIM,
+            BLOCK_H=BLOCK_H,
+            BLOCK_N=BLOCK_N,
+            num_warps=4,
+            **knobs,
         )
 
     return split_k(out, splits, launch_kernel)
@@ -109,7 +147,7 @@ def _logits(lo, hi, rope_smem, q_lo, q_hi, q_rope, s_zero):
     s = warpgroup_mma(lo, q_lo.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma(hi, q_hi.permute((1, 0)), s, is_async=True)
     s = warpgroup_mma(rope_smem, q_rope.permute((1, 0)), s, is_async=True)
-    return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    return warpgroup_mma_wait(num_outstanding=0, deps=(s,))
 
 
 @gluon.jit
@@ -134,17 +172,42 @@ def _softmax_and_values(s, valid, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_s
 
 @gluon.jit
 def _mla_decode_gluon_kernel(
-    q_ptr, value_desc, rope_desc, cache_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr,
-    stride_qb, stride_qh, stride_qd, stride_row, stride_d, table_stride0, table_stride1, stride_sl,
-    num_q_heads, qk_scale,
-    num_splits, num_rows, max_pages,
-    PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr, DTYPE: gl.constexpr,
-    Q_VALUE_LAYOUT: gl.constexpr, Q_ROPE_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr,
-    HALF: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    q_ptr,
+    value_desc,
+    rope_desc,
+    cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_row,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    stride_sl,
+    num_q_heads,
+    qk_scale,
+    num_splits,
+    num_rows,
+    max_pages,
+    PAGE_SIZE: gl.constexpr,
+    SINGLE: gl.constexpr,
+    DTYPE: gl.constexpr,
+    Q_VALUE_LAYOUT: gl.constexpr,
+    Q_ROPE_LAYOUT: gl.constexpr,
+    P_LAYOUT: gl.constexpr,
+    HALF: gl.constexpr,
+    DR: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
     ROPE_RING: gl.constexpr,
 ):
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, BLOCK_H, 16])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_H, 16])
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [*, 256] tiles
     rope_rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [*, 64] tiles
 
@@ -163,17 +226,33 @@ def _mla_decode_gluon_kernel(
     q_dims = gl.arange(0, HALF, layout=gl.SliceLayout(0, rows_layout))
     q_rows = q_ptr + sequence * stride_qb + gl.expand_dims(q_heads, 1) * stride_qh
     q_mask = gl.expand_dims(q_heads < num_q_heads, 1)
-    q_lo = gl.allocate_shared_memory(DTYPE, [BLOCK_H, HALF], Q_VALUE_LAYOUT,
-                                     gl.load(q_rows + gl.expand_dims(q_dims, 0) * stride_qd, mask=q_mask, other=0.0))
-    q_hi = gl.allocate_shared_memory(DTYPE, [BLOCK_H, HALF], Q_VALUE_LAYOUT,
-                                     gl.load(q_rows + gl.expand_dims(HALF + q_dims, 0) * stride_qd, mask=q_mask,
-                                             other=0.0))
+    q_lo = gl.allocate_shared_memory(
+        DTYPE,
+        [BLOCK_H, HALF],
+        Q_VALUE_LAYOUT,
+        gl.load(q_rows + gl.expand_dims(q_dims, 0) * stride_qd, mask=q_mask, other=0.0),
+    )
+    q_hi = gl.allocate_shared_memory(
+        DTYPE,
+        [BLOCK_H, HALF],
+        Q_VALUE_LAYOUT,
+        gl.load(q_rows + gl.expand_dims(HALF + q_dims, 0) * stride_qd, mask=q_mask, other=0.0),
+    )
     r_heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, rope_rows_layout))
     r_dims = 2 * HALF + gl.arange(0, DR, layout=gl.SliceLayout(0, rope_rows_layout))
     q_rope = gl.allocate_shared_memory(
-        DTYPE, [BLOCK_H, DR], Q_ROPE_LAYOUT,
-        gl.load(q_ptr + sequence * stride_qb + gl.expand_dims(r_heads, 1) * stride_qh
-                + gl.expand_dims(r_dims, 0) * stride_qd, mask=gl.expand_dims(r_heads < num_q_heads, 1), other=0.0))
+        DTYPE,
+        [BLOCK_H, DR],
+        Q_ROPE_LAYOUT,
+        gl.load(
+            q_ptr
+            + sequence * stride_qb
+            + gl.expand_dims(r_heads, 1) * stride_qh
+            + gl.expand_dims(r_dims, 0) * stride_qd,
+            mask=gl.expand_dims(r_heads < num_q_heads, 1),
+            other=0.0,
+        ),
+    )
 
     lo_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HALF], value_desc.layout)
     hi_ring = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HALF], value_desc.layout)
@@ -221,11 +300,13 @@ def _mla_decode_gluon_kernel(
             s = _logits(lo, hi, rope_smem, q_lo, q_hi, q_rope, s_zero)
             gl.thread_barrier()  # every warp is done with the rope slot before it is refilled
             _issue_rope(rope_desc, rope_smem, rope_ready, row_1, t + 1 < n_full, HALF)
-        acc_lo, acc_hi, m_i, l_i = _softmax_and_values(s, always, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_scale,
-                                                       False)
+        acc_lo, acc_hi, m_i, l_i = _softmax_and_values(
+            s, always, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_scale, False
+        )
         gl.thread_barrier()  # every warp is done with this slot before tile t + STAGES lands in it
-        _issue_values(value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next, t + STAGES < n_full,
-                      ROPE_RING)
+        _issue_values(
+            value_desc, rope_desc, lo_ring, hi_ring, rope_ring, ready, slot, row_next, t + STAGES < n_full, ROPE_RING
+        )
         row_1 = row_2
         row_2 = row_next
 
@@ -235,30 +316,39 @@ def _mla_decode_gluon_kernel(
     if tail < end:
         positions = tail + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
         valid = positions < end
-        pages = gl.load(table_row + gl.minimum(positions // PAGE_SIZE, max_pages - 1) * table_stride1, mask=valid,
-                        other=0)
+        pages = gl.load(
+            table_row + gl.minimum(positions // PAGE_SIZE, max_pages - 1) * table_stride1, mask=valid, other=0
+        )
         rows = gl.minimum(gl.maximum(pages.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE, 0), num_rows - 1)
         row_ptrs = cache_ptr + gl.expand_dims(rows, 1) * stride_row
         dims = gl.arange(0, HALF, layout=gl.SliceLayout(0, rows_layout))
         lo = lo_ring.index(0)
         hi = hi_ring.index(0)
         lo.store(gl.load(row_ptrs + gl.expand_dims(dims, 0) * stride_d, mask=gl.expand_dims(valid, 1), other=0.0))
-        hi.store(gl.load(row_ptrs + gl.expand_dims(HALF + dims, 0) * stride_d, mask=gl.expand_dims(valid, 1),
-                         other=0.0))
+        hi.store(
+            gl.load(row_ptrs + gl.expand_dims(HALF + dims, 0) * stride_d, mask=gl.expand_dims(valid, 1), other=0.0)
+        )
         r_positions = tail + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rope_rows_layout))
         r_valid = r_positions < end
-        r_pages = gl.load(table_row + gl.minimum(r_positions // PAGE_SIZE, max_pages - 1) * table_stride1,
-                          mask=r_valid, other=0)
+        r_pages = gl.load(
+            table_row + gl.minimum(r_positions // PAGE_SIZE, max_pages - 1) * table_stride1, mask=r_valid, other=0
+        )
         r_rows = gl.minimum(gl.maximum(r_pages.to(gl.int64) * PAGE_SIZE + r_positions % PAGE_SIZE, 0), num_rows - 1)
         r_cols = 2 * HALF + gl.arange(0, DR, layout=gl.SliceLayout(0, rope_rows_layout))
-        rope_smem.store(gl.load(cache_ptr + gl.expand_dims(r_rows, 1) * stride_row + gl.expand_dims(r_cols, 0) * stride_d,
-                                mask=gl.expand_dims(r_valid, 1), other=0.0))
+        rope_smem.store(
+            gl.load(
+                cache_ptr + gl.expand_dims(r_rows, 1) * stride_row + gl.expand_dims(r_cols, 0) * stride_d,
+                mask=gl.expand_dims(r_valid, 1),
+                other=0.0,
+            )
+        )
         fence_async_shared()
         gl.thread_barrier()
         s = _logits(lo, hi, rope_smem, q_lo, q_hi, q_rope, s_zero)
         s_valid = (tail + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))) < end
-        acc_lo, acc_hi, m_i, l_i = _softmax_and_values(s, s_valid, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_scale,
-                                                       True)
+        acc_lo, acc_hi, m_i, l_i = _softmax_and_values(
+            s, s_valid, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_scale, True
+        )
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))

@@ -44,8 +44,13 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..gluon_tiles import GL_DTYPES, cache_row
@@ -61,9 +66,13 @@ BLOCK_H = 64
 def _layouts(dtype: torch.dtype) -> dict:
     element = GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"half": default([BLOCK_N, VALUE_HALF], element), "rope": default([BLOCK_N, MLA_ROPE_DIM], element),
-            "DTYPE": element, "Q_VALUE_LAYOUT": default([BLOCK_H, VALUE_HALF], element),
-            "Q_ROPE_LAYOUT": default([BLOCK_H, MLA_ROPE_DIM], element)}
+    return {
+        "half": default([BLOCK_N, VALUE_HALF], element),
+        "rope": default([BLOCK_N, MLA_ROPE_DIM], element),
+        "DTYPE": element,
+        "Q_VALUE_LAYOUT": default([BLOCK_H, VALUE_HALF], element),
+        "Q_ROPE_LAYOUT": default([BLOCK_H, MLA_ROPE_DIM], element),
+    }
 
 
 def mla_decode_gluon_pingpong(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
@@ -75,43 +84,98 @@ def mla_decode_gluon_pingpong(q, latent_cache, page_table, seq_lens, page_size, 
         return out
     knobs = launch.gluon_pingpong(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
     splits = knobs.pop("splits")
+
     def launch_kernel(partial, partial_lse):
         layouts = _layouts(latent_cache.dtype)
         shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
         halves = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, VALUE_HALF], layouts["half"])
         rope = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, MLA_ROPE_DIM], layouts["rope"])
         _mla_decode_pingpong_kernel[(batch, triton.cdiv(num_q_heads, BLOCK_H), splits)](
-            q, halves, rope, page_table, seq_lens, out, partial, partial_lse,
-            q.stride(0), q.stride(1), q.stride(2), page_table.stride(0), page_table.stride(1), seq_lens.stride(0),
-            num_q_heads, float(sm_scale) * LOG2E, splits, page_table.shape[1],
-            PAGE_SIZE=int(page_size), SINGLE=splits == 1, DTYPE=layouts["DTYPE"], Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
-            Q_ROPE_LAYOUT=layouts["Q_ROPE_LAYOUT"], HALF=VALUE_HALF, DR=MLA_ROPE_DIM, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N,
-            num_warps=4, **knobs,
+            q,
+            halves,
+            rope,
+            page_table,
+            seq_lens,
+            out,
+            partial,
+            partial_lse,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            page_table.stride(0),
+            page_table.stride(1),
+            seq_lens.stride(0),
+            num_q_heads,
+            float(sm_scale) * LOG2E,
+            splits,
+            page_table.shape[1],
+            PAGE_SIZE=int(page_size),
+            SINGLE=splits == 1,
+            DTYPE=layouts["DTYPE"],
+            Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
+            Q_ROPE_LAYOUT=layouts["Q_ROPE_LAYOUT"],
+            HALF=VALUE_HALF,
+            DR=MLA_ROPE_DIM,
+            BLOCK_H=BLOCK_H,
+            BLOCK_N=BLOCK_N,
+            num_warps=4,
+            **knobs,
         )
 
     return split_k(out, splits, launch_kernel)
 
 
 @gluon.jit
-def _q_to_shared(q_ptr, sequence, stride_qb, stride_qh, stride_qd, head0, num_q_heads, DTYPE: gl.constexpr,
-                 Q_VALUE_LAYOUT: gl.constexpr, Q_ROPE_LAYOUT: gl.constexpr, ROWS: gl.constexpr,
-                 ROPE_ROWS: gl.constexpr, BLOCK_H: gl.constexpr, HALF: gl.constexpr, DR: gl.constexpr):
+def _q_to_shared(
+    q_ptr,
+    sequence,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    head0,
+    num_q_heads,
+    DTYPE: gl.constexpr,
+    Q_VALUE_LAYOUT: gl.constexpr,
+    Q_ROPE_LAYOUT: gl.constexpr,
+    ROWS: gl.constexpr,
+    ROPE_ROWS: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    HALF: gl.constexpr,
+    DR: gl.constexpr,
+):
     """The program's BLOCK_H query heads as three [heads, dims] tiles in shared memory (value halves, rope);
     heads past num_q_heads read as zeros. ROWS / ROPE_ROWS: register layouts of [*, HALF] / [*, DR] tiles."""
     heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
     dims = gl.arange(0, HALF, layout=gl.SliceLayout(0, ROWS))
     rows = q_ptr + sequence * stride_qb + gl.expand_dims(heads, 1) * stride_qh
     mask = gl.expand_dims(heads < num_q_heads, 1)
-    q_lo = gl.allocate_shared_memory(DTYPE, [BLOCK_H, HALF], Q_VALUE_LAYOUT,
-                                     gl.load(rows + gl.expand_dims(dims, 0) * stride_qd, mask=mask, other=0.0))
-    q_hi = gl.allocate_shared_memory(DTYPE, [BLOCK_H, HALF], Q_VALUE_LAYOUT,
-                                     gl.load(rows + gl.expand_dims(HALF + dims, 0) * stride_qd, mask=mask, other=0.0))
+    q_lo = gl.allocate_shared_memory(
+        DTYPE,
+        [BLOCK_H, HALF],
+        Q_VALUE_LAYOUT,
+        gl.load(rows + gl.expand_dims(dims, 0) * stride_qd, mask=mask, other=0.0),
+    )
+    q_hi = gl.allocate_shared_memory(
+        DTYPE,
+        [BLOCK_H, HALF],
+        Q_VALUE_LAYOUT,
+        gl.load(rows + gl.expand_dims(HALF + dims, 0) * stride_qd, mask=mask, other=0.0),
+    )
     r_heads = head0 + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROPE_ROWS))
     r_dims = 2 * HALF + gl.arange(0, DR, layout=gl.SliceLayout(0, ROPE_ROWS))
     q_rope = gl.allocate_shared_memory(
-        DTYPE, [BLOCK_H, DR], Q_ROPE_LAYOUT,
-        gl.load(q_ptr + sequence * stride_qb + gl.expand_dims(r_heads, 1) * stride_qh
-                + gl.expand_dims(r_dims, 0) * stride_qd, mask=gl.expand_dims(r_heads < num_q_heads, 1), other=0.0))
+        DTYPE,
+        [BLOCK_H, DR],
+        Q_ROPE_LAYOUT,
+        gl.load(
+            q_ptr
+            + sequence * stride_qb
+            + gl.expand_dims(r_heads, 1) * stride_qh
+            + gl.expand_dims(r_dims, 0) * stride_qd,
+            mask=gl.expand_dims(r_heads < num_q_heads, 1),
+            other=0.0,
+        ),
+    )
     return q_lo, q_hi, q_rope
 
 
@@ -123,12 +187,12 @@ def _issue_part(desc, column, bar, dst, row, pred):
 
 
 @gluon.jit
-def _tile_row(table_row, table_stride1, max_pages, start, tile, n_tiles, PAGE_SIZE: gl.constexpr,
-              BLOCK_N: gl.constexpr):
+def _tile_row(
+    table_row, table_stride1, max_pages, start, tile, n_tiles, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr
+):
     """First cache row of the split's tile `tile`; a tile past the split's last (the odd count's padding tile)
     re-reads the last one (its result is masked away)."""
-    return cache_row(table_row, table_stride1, max_pages, start + gl.minimum(tile, n_tiles - 1) * BLOCK_N,
-                      PAGE_SIZE)
+    return cache_row(table_row, table_stride1, max_pages, start + gl.minimum(tile, n_tiles - 1) * BLOCK_N, PAGE_SIZE)
 
 
 @gluon.jit
@@ -167,16 +231,54 @@ def _own_logits(q_first, q_second, q_rope, first, second, rope, bar_first, bar_s
     s = warpgroup_mma(q_second, second.permute((1, 0)), s, is_async=True)
     mbarrier.wait(bar_rope, phase)
     s = warpgroup_mma(q_rope, rope.permute((1, 0)), s, is_async=True)
-    return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    return warpgroup_mma_wait(num_outstanding=0, deps=(s,))
 
 
 @gluon.jit
-def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, scale0_ready, scale1_ready,
-                    p0_ready, p1_ready, l_even_ready, l_odd_ready, shared_max, shared_scale0, shared_scale1,
-                    shared_l_even, shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages,
-                    start, end, n_tiles, qk_scale, out_ptr, partial_ptr, sequence, head0, num_q_heads,
-                    num_splits, split, PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr, HALF: gl.constexpr,
-                    BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr):
+def _even_partition(
+    q_lo,
+    q_hi,
+    q_rope,
+    values,
+    ropes,
+    bar_lo,
+    bar_hi,
+    bar_rope,
+    scale0_ready,
+    scale1_ready,
+    p0_ready,
+    p1_ready,
+    l_even_ready,
+    l_odd_ready,
+    shared_max,
+    shared_scale0,
+    shared_scale1,
+    shared_l_even,
+    shared_l_odd,
+    halves_desc,
+    rope_desc,
+    table_row,
+    table_stride1,
+    max_pages,
+    start,
+    end,
+    n_tiles,
+    qk_scale,
+    out_ptr,
+    partial_ptr,
+    sequence,
+    head0,
+    num_q_heads,
+    num_splits,
+    split,
+    PAGE_SIZE: gl.constexpr,
+    SINGLE: gl.constexpr,
+    HALF: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    S_LAYOUT: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
     """Warpgroup 0: the even tiles (buffer 0) and O[:, :HALF]."""
     rows: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     o_rows: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
@@ -188,8 +290,19 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
     for pair in range((n_tiles + 1) // 2):
         phase = pair & 1
         tile_start = start + 2 * pair * BLOCK_N
-        s = _own_logits(q_lo, q_hi, q_rope, own.slice(0, HALF, dim=1), own.slice(HALF, HALF, dim=1),
-                        ropes.index(0), bar_lo.index(0), bar_hi.index(0), bar_rope.index(0), phase, s)
+        s = _own_logits(
+            q_lo,
+            q_hi,
+            q_rope,
+            own.slice(0, HALF, dim=1),
+            own.slice(HALF, HALF, dim=1),
+            ropes.index(0),
+            bar_lo.index(0),
+            bar_hi.index(0),
+            bar_rope.index(0),
+            phase,
+            s,
+        )
         s = _masked_logits(s, qk_scale, tile_start, end, S_LAYOUT, BLOCK_N)
         m_old = shared_max.load(rows)  # M of the previous pair (warpgroup 1 wrote it before SCALE1)
         m_new = gl.maximum(m_old, gl.max(s, 1))
@@ -202,8 +315,9 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
         mbarrier.arrive(scale0_ready)
         _zero_rows_past_end(own, tile_start, end, BLOCK_N, HALF)
         acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
-        acc = warpgroup_mma(gl.convert_layout(p.to(own.dtype), p_operand), own.slice(0, HALF, dim=1), acc,
-                            is_async=True)
+        acc = warpgroup_mma(
+            gl.convert_layout(p.to(own.dtype), p_operand), own.slice(0, HALF, dim=1), acc, is_async=True
+        )
         # P0 rescaled to warpgroup 1's maximum, into this tile's rope slot for warpgroup 1's product
         mbarrier.wait(scale1_ready, phase)
         scale1 = shared_scale1.load(rows)
@@ -211,7 +325,7 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(p0_ready)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         gl.thread_barrier()  # every warp's product is done with columns 0-255 of buffer 0: the next even tile's
         more = 2 * pair + 2 < n_tiles
         next_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 2, n_tiles, PAGE_SIZE, BLOCK_N)
@@ -220,25 +334,77 @@ def _even_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope,
         l_i = l_i * scale1
         mbarrier.wait(p1_ready, phase)
         acc = warpgroup_mma(ropes.index(1), other.slice(0, HALF, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         gl.thread_barrier()  # done with buffer 1's columns 0-255 and its rope slot (P1): the next odd tile's
         more_odd = 2 * pair + 2 < n_tiles  # a next pair (its odd tile may be the padding tile)
         odd_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 3, n_tiles, PAGE_SIZE, BLOCK_N)
         _issue_part(halves_desc, 0, bar_lo.index(1), other.slice(0, HALF, dim=1), odd_row, more_odd)
         _issue_part(rope_desc, 2 * HALF, bar_rope.index(1), ropes.index(1), odd_row, more_odd)
     l_total = _both_row_sums(l_i, shared_l_even, shared_l_odd, l_even_ready, l_odd_ready, rows)
-    _store_half(acc, gl.where(l_total == 0.0, 1.0, l_total), 0, out_ptr, partial_ptr, sequence, head0, num_q_heads,
-                num_splits, split, SINGLE, HALF, BLOCK_H, O_LAYOUT)
+    _store_half(
+        acc,
+        gl.where(l_total == 0.0, 1.0, l_total),
+        0,
+        out_ptr,
+        partial_ptr,
+        sequence,
+        head0,
+        num_q_heads,
+        num_splits,
+        split,
+        SINGLE,
+        HALF,
+        BLOCK_H,
+        O_LAYOUT,
+    )
 
 
 @gluon.jit
-def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, scale0_ready, scale1_ready,
-                   p0_ready, p1_ready, l_even_ready, l_odd_ready, shared_max, shared_scale0, shared_scale1,
-                   shared_l_even, shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages,
-                   start, end, n_tiles, qk_scale, out_ptr, partial_ptr, partial_lse_ptr, sequence, head0,
-                   num_q_heads, num_splits, split, PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr,
-                   HALF: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr,
-                   O_LAYOUT: gl.constexpr):
+def _odd_partition(
+    q_lo,
+    q_hi,
+    q_rope,
+    values,
+    ropes,
+    bar_lo,
+    bar_hi,
+    bar_rope,
+    scale0_ready,
+    scale1_ready,
+    p0_ready,
+    p1_ready,
+    l_even_ready,
+    l_odd_ready,
+    shared_max,
+    shared_scale0,
+    shared_scale1,
+    shared_l_even,
+    shared_l_odd,
+    halves_desc,
+    rope_desc,
+    table_row,
+    table_stride1,
+    max_pages,
+    start,
+    end,
+    n_tiles,
+    qk_scale,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    sequence,
+    head0,
+    num_q_heads,
+    num_splits,
+    split,
+    PAGE_SIZE: gl.constexpr,
+    SINGLE: gl.constexpr,
+    HALF: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    S_LAYOUT: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
     """Warpgroup 1: the odd tiles (buffer 1) and O[:, HALF:]; writes the split's log-sum-exp."""
     rows: gl.constexpr = gl.SliceLayout(1, S_LAYOUT)
     o_rows: gl.constexpr = gl.SliceLayout(1, O_LAYOUT)
@@ -251,8 +417,19 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
     for pair in range((n_tiles + 1) // 2):
         phase = pair & 1
         tile_start = start + (2 * pair + 1) * BLOCK_N
-        s = _own_logits(q_hi, q_lo, q_rope, own.slice(HALF, HALF, dim=1), own.slice(0, HALF, dim=1),
-                        ropes.index(1), bar_hi.index(1), bar_lo.index(1), bar_rope.index(1), phase, s)
+        s = _own_logits(
+            q_hi,
+            q_lo,
+            q_rope,
+            own.slice(HALF, HALF, dim=1),
+            own.slice(0, HALF, dim=1),
+            ropes.index(1),
+            bar_hi.index(1),
+            bar_lo.index(1),
+            bar_rope.index(1),
+            phase,
+            s,
+        )
         s = _masked_logits(s, qk_scale, tile_start, end, S_LAYOUT, BLOCK_N)
         mbarrier.wait(scale0_ready, phase)
         m_mid = shared_max.load(rows)
@@ -268,20 +445,21 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
         l_i = l_i * both + gl.sum(p, 1)
         _zero_rows_past_end(own, tile_start, end, BLOCK_N, HALF)
         acc = acc * gl.expand_dims(gl.convert_layout(both, o_rows), 1)
-        acc = warpgroup_mma(gl.convert_layout(p.to(own.dtype), p_operand), own.slice(HALF, HALF, dim=1), acc,
-                            is_async=True)
+        acc = warpgroup_mma(
+            gl.convert_layout(p.to(own.dtype), p_operand), own.slice(HALF, HALF, dim=1), acc, is_async=True
+        )
         ropes.index(1).store(p.to(own.dtype))  # P1 into this tile's rope slot for warpgroup 0's product
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(p1_ready)
         mbarrier.wait(p0_ready, phase)
         acc = warpgroup_mma(ropes.index(0), other.slice(HALF, HALF, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         gl.thread_barrier()  # done with buffer 1's columns 256-511: the next odd tile's
         more_odd = 2 * pair + 2 < n_tiles
         odd_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 3, n_tiles, PAGE_SIZE, BLOCK_N)
         _issue_part(halves_desc, HALF, bar_hi.index(1), own.slice(HALF, HALF, dim=1), odd_row, more_odd)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         gl.thread_barrier()  # done with buffer 0's columns 256-511 and its rope slot (P0): the next even tile's
         more = 2 * pair + 2 < n_tiles
         next_row = _tile_row(table_row, table_stride1, max_pages, start, 2 * pair + 2, n_tiles, PAGE_SIZE, BLOCK_N)
@@ -289,13 +467,26 @@ def _odd_partition(q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, 
         _issue_part(rope_desc, 2 * HALF, bar_rope.index(0), ropes.index(0), next_row, more)
     l_total = _both_row_sums(l_i, shared_l_odd, shared_l_even, l_odd_ready, l_even_ready, rows)
     l_safe = gl.where(l_total == 0.0, 1.0, l_total)
-    _store_half(acc, l_safe, HALF, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split, SINGLE,
-                HALF, BLOCK_H, O_LAYOUT)
+    _store_half(
+        acc,
+        l_safe,
+        HALF,
+        out_ptr,
+        partial_ptr,
+        sequence,
+        head0,
+        num_q_heads,
+        num_splits,
+        split,
+        SINGLE,
+        HALF,
+        BLOCK_H,
+        O_LAYOUT,
+    )
     if not SINGLE:
         heads = head0 + gl.arange(0, BLOCK_H, layout=rows)
         lse = gl.where(l_total == 0.0, float("-inf"), m_i + gl.log2(l_safe))
-        gl.store(partial_lse_ptr + (sequence * num_q_heads + heads) * num_splits + split, lse,
-                 mask=heads < num_q_heads)
+        gl.store(partial_lse_ptr + (sequence * num_q_heads + heads) * num_splits + split, lse, mask=heads < num_q_heads)
 
 
 @gluon.jit
@@ -310,8 +501,22 @@ def _both_row_sums(l_i, mine, theirs, mine_ready, theirs_ready, ROWS: gl.constex
 
 
 @gluon.jit
-def _store_half(acc, l_safe, column0, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split,
-                SINGLE: gl.constexpr, HALF: gl.constexpr, BLOCK_H: gl.constexpr, O_LAYOUT: gl.constexpr):
+def _store_half(
+    acc,
+    l_safe,
+    column0,
+    out_ptr,
+    partial_ptr,
+    sequence,
+    head0,
+    num_q_heads,
+    num_splits,
+    split,
+    SINGLE: gl.constexpr,
+    HALF: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
     """A warpgroup's half O[:, column0 : column0 + HALF] = acc / l (l_safe: the row sums, 1 where none) into out
     (SINGLE: new contiguous [B, Hq, 2 * HALF]) or the split's fp32 partial [B, Hq, splits, 2 * HALF]."""
     o = acc / gl.expand_dims(gl.convert_layout(l_safe, gl.SliceLayout(1, O_LAYOUT)), 1)
@@ -328,19 +533,40 @@ def _store_half(acc, l_safe, column0, out_ptr, partial_ptr, sequence, head0, num
 
 @gluon.jit
 def _mla_decode_pingpong_kernel(
-    q_ptr, halves_desc, rope_desc, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr,
-    stride_qb, stride_qh, stride_qd, table_stride0, table_stride1, stride_sl,
-    num_q_heads, qk_scale, num_splits, max_pages,
-    PAGE_SIZE: gl.constexpr, SINGLE: gl.constexpr, DTYPE: gl.constexpr,
-    Q_VALUE_LAYOUT: gl.constexpr, Q_ROPE_LAYOUT: gl.constexpr,
-    HALF: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
+    q_ptr,
+    halves_desc,
+    rope_desc,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    table_stride0,
+    table_stride1,
+    stride_sl,
+    num_q_heads,
+    qk_scale,
+    num_splits,
+    max_pages,
+    PAGE_SIZE: gl.constexpr,
+    SINGLE: gl.constexpr,
+    DTYPE: gl.constexpr,
+    Q_VALUE_LAYOUT: gl.constexpr,
+    Q_ROPE_LAYOUT: gl.constexpr,
+    HALF: gl.constexpr,
+    DR: gl.constexpr,
+    BLOCK_H: gl.constexpr,
+    BLOCK_N: gl.constexpr,
     WORKER_REGISTERS: gl.constexpr,
 ):
     # one warpgroup's products: S [64 heads, 64 positions] and its half of O [64 heads, 256]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HALF, 16])
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
     rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [*, 256] tiles, 4 warps
     rope_rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # [*, 64] tiles
     vector_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -356,8 +582,23 @@ def _mla_decode_pingpong_kernel(
     table_row = table_ptr + sequence * table_stride0
 
     # Q [heads, dims] in shared memory: both warpgroups' logit products read it (heads past Hq as zeros)
-    q_lo, q_hi, q_rope = _q_to_shared(q_ptr, sequence, stride_qb, stride_qh, stride_qd, head0, num_q_heads, DTYPE,
-                                      Q_VALUE_LAYOUT, Q_ROPE_LAYOUT, rows_layout, rope_rows_layout, BLOCK_H, HALF, DR)
+    q_lo, q_hi, q_rope = _q_to_shared(
+        q_ptr,
+        sequence,
+        stride_qb,
+        stride_qh,
+        stride_qd,
+        head0,
+        num_q_heads,
+        DTYPE,
+        Q_VALUE_LAYOUT,
+        Q_ROPE_LAYOUT,
+        rows_layout,
+        rope_rows_layout,
+        BLOCK_H,
+        HALF,
+        DR,
+    )
 
     # two tile buffers (value columns [positions, 2 * HALF], rope columns), a barrier per part and buffer
     values = gl.allocate_shared_memory(DTYPE, [2, BLOCK_N, 2 * HALF], halves_desc.layout)
@@ -372,9 +613,12 @@ def _mla_decode_pingpong_kernel(
         mbarrier.init(bar_rope.index(i), count=1)
     for i in gl.static_range(6):
         mbarrier.init(handshakes.index(i), count=1)
-    shared_max = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vector_layout,
-                                           gl.full([BLOCK_H], -1.0e30, gl.float32,
-                                                   layout=gl.SliceLayout(1, rows_layout)))
+    shared_max = gl.allocate_shared_memory(
+        gl.float32,
+        [BLOCK_H],
+        vector_layout,
+        gl.full([BLOCK_H], -1.0e30, gl.float32, layout=gl.SliceLayout(1, rows_layout)),
+    )
     shared_scale0 = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vector_layout)
     shared_scale1 = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vector_layout)
     shared_l_even = gl.allocate_shared_memory(gl.float32, [BLOCK_H], vector_layout)
@@ -385,24 +629,112 @@ def _mla_decode_pingpong_kernel(
     for side in gl.static_range(2):
         row = _tile_row(table_row, table_stride1, max_pages, start, side, n_tiles, PAGE_SIZE, BLOCK_N)
         _issue_part(halves_desc, 0, bar_lo.index(side), values.index(side).slice(0, HALF, dim=1), row, n_tiles > 0)
-        _issue_part(halves_desc, HALF, bar_hi.index(side), values.index(side).slice(HALF, HALF, dim=1), row,
-                    n_tiles > 0)
+        _issue_part(
+            halves_desc, HALF, bar_hi.index(side), values.index(side).slice(HALF, HALF, dim=1), row, n_tiles > 0
+        )
         _issue_part(rope_desc, 2 * HALF, bar_rope.index(side), ropes.index(side), row, n_tiles > 0)
 
-    gl.warp_specialize([
-        (_even_partition, (q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, handshakes.index(0),
-                           handshakes.index(1), handshakes.index(2), handshakes.index(3), handshakes.index(4),
-                           handshakes.index(5), shared_max, shared_scale0, shared_scale1, shared_l_even,
-                           shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages, start, end,
-                           n_tiles, qk_scale, out_ptr, partial_ptr, sequence, head0, num_q_heads, num_splits, split,
-                           PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N, s_layout, o_layout)),
-        (_odd_partition, (q_lo, q_hi, q_rope, values, ropes, bar_lo, bar_hi, bar_rope, handshakes.index(0),
-                          handshakes.index(1), handshakes.index(2), handshakes.index(3), handshakes.index(4),
-                          handshakes.index(5), shared_max, shared_scale0, shared_scale1, shared_l_even,
-                          shared_l_odd, halves_desc, rope_desc, table_row, table_stride1, max_pages, start, end,
-                          n_tiles, qk_scale, out_ptr, partial_ptr, partial_lse_ptr, sequence, head0, num_q_heads,
-                          num_splits, split, PAGE_SIZE, SINGLE, HALF, BLOCK_H, BLOCK_N, s_layout, o_layout)),
-    ], [4], [WORKER_REGISTERS])
+    gl.warp_specialize(
+        [
+            (
+                _even_partition,
+                (
+                    q_lo,
+                    q_hi,
+                    q_rope,
+                    values,
+                    ropes,
+                    bar_lo,
+                    bar_hi,
+                    bar_rope,
+                    handshakes.index(0),
+                    handshakes.index(1),
+                    handshakes.index(2),
+                    handshakes.index(3),
+                    handshakes.index(4),
+                    handshakes.index(5),
+                    shared_max,
+                    shared_scale0,
+                    shared_scale1,
+                    shared_l_even,
+                    shared_l_odd,
+                    halves_desc,
+                    rope_desc,
+                    table_row,
+                    table_stride1,
+                    max_pages,
+                    start,
+                    end,
+                    n_tiles,
+                    qk_scale,
+                    out_ptr,
+                    partial_ptr,
+                    sequence,
+                    head0,
+                    num_q_heads,
+                    num_splits,
+                    split,
+                    PAGE_SIZE,
+                    SINGLE,
+                    HALF,
+                    BLOCK_H,
+                    BLOCK_N,
+                    s_layout,
+                    o_layout,
+                ),
+            ),
+            (
+                _odd_partition,
+                (
+                    q_lo,
+                    q_hi,
+                    q_rope,
+                    values,
+                    ropes,
+                    bar_lo,
+                    bar_hi,
+                    bar_rope,
+                    handshakes.index(0),
+                    handshakes.index(1),
+                    handshakes.index(2),
+                    handshakes.index(3),
+                    handshakes.index(4),
+                    handshakes.index(5),
+                    shared_max,
+                    shared_scale0,
+                    shared_scale1,
+                    shared_l_even,
+                    shared_l_odd,
+                    halves_desc,
+                    rope_desc,
+                    table_row,
+                    table_stride1,
+                    max_pages,
+                    start,
+                    end,
+                    n_tiles,
+                    qk_scale,
+                    out_ptr,
+                    partial_ptr,
+                    partial_lse_ptr,
+                    sequence,
+                    head0,
+                    num_q_heads,
+                    num_splits,
+                    split,
+                    PAGE_SIZE,
+                    SINGLE,
+                    HALF,
+                    BLOCK_H,
+                    BLOCK_N,
+                    s_layout,
+                    o_layout,
+                ),
+            ),
+        ],
+        [4],
+        [WORKER_REGISTERS],
+    )
 
 
 __all__ = ["BLOCK_H", "BLOCK_N", "mla_decode_gluon_pingpong"]

@@ -29,8 +29,7 @@ _INTERPRETER = (16, 32, 4, 1, 1)
 def _knobs(tiles, batch, num_q_heads, capacity, device, **extra) -> dict:
     block_h, block_n, warps, stages, resident = tiles
     splits = mla_num_splits(batch, triton.cdiv(num_q_heads, block_h), capacity, resident, device)
-    return {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, **extra,
-            "splits": splits}
+    return {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, **extra, "splits": splits}
 
 
 def pointer(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, device: torch.device) -> dict:
@@ -38,8 +37,9 @@ def pointer(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, dev
     takes 64-position tiles on long splits and 32 on short ones (B=1's many splits); fp32 halves BLOCK_H and
     takes one stage (IEEE products, twice the bytes). UNMASKED_BODY: whole tiles load without masks."""
     if device.type != "cuda":
-        return apply("native/mla_decode", _knobs(_INTERPRETER, batch, num_q_heads, capacity, device,
-                                                 UNMASKED_BODY=True))
+        return apply(
+            "native/mla_decode", _knobs(_INTERPRETER, batch, num_q_heads, capacity, device, UNMASKED_BODY=True)
+        )
     tiles = _MANY_HEADS if num_q_heads >= 64 else _FEW_HEADS_LONG
     if dtype == torch.float32:
         tiles = (max(16, tiles[0] // 2), tiles[1], tiles[2], 1, tiles[4])
@@ -53,16 +53,14 @@ def tma(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> di
     """native/mla_decode_tma: 64 heads x 64 positions at Hq >= 64; 16 heads x 32 positions below (32-position
     boxes issue without address arithmetic and beat 64-position ones there)."""
     tiles = _MANY_HEADS if num_q_heads >= 64 else _FEW_HEADS_SHORT
-    return apply("native/mla_decode_tma", _knobs(tiles, batch, num_q_heads, capacity,
-                                                 device))
+    return apply("native/mla_decode_tma", _knobs(tiles, batch, num_q_heads, capacity, device))
 
 
 def gluon(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> dict:
     """native/mla_decode_gluon (Hq < 64): 16 heads x 64 positions, 4 warps, one program per SM; a 2-slot ring
     of whole tiles with the rope columns in the ring (ROPE_RING), 164 KiB. STAGES=3 without ROPE_RING (three
     value slots, one rope slot, 220 KiB) measured 3-14% slower."""
-    knobs = _knobs((16, 64, 4, 2, 1), batch, num_q_heads, capacity, device,
-                   ROPE_RING=True)
+    knobs = _knobs((16, 64, 4, 2, 1), batch, num_q_heads, capacity, device, ROPE_RING=True)
     knobs["STAGES"] = knobs.pop("num_stages")
     del knobs["BLOCK_H"], knobs["BLOCK_N"], knobs["num_warps"]  # fixed by the kernel's layouts
     return apply("native/mla_decode_gluon", knobs)
@@ -71,8 +69,7 @@ def gluon(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> 
 def gluon_pingpong(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> dict:
     """native/mla_decode_gluon_pingpong (Hq >= 64): 64 heads x 64 positions, two warp-specialised warpgroups,
     one program per SM (217 KiB); the second warpgroup's register budget is a knob."""
-    knobs = _knobs((64, 64, 4, 2, 1), batch, num_q_heads, capacity, device,
-                   WORKER_REGISTERS=232)
+    knobs = _knobs((64, 64, 4, 2, 1), batch, num_q_heads, capacity, device, WORKER_REGISTERS=232)
     for fixed in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
         del knobs[fixed]
     return apply("native/mla_decode_gluon_pingpong", knobs)

@@ -34,29 +34,75 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
         return out
     knobs = launch.pointer(batch, num_q_heads, page_table.shape[1] * int(page_size), q.dtype, q.device)
     splits = knobs.pop("splits")
+
     def launch_kernel(partial, partial_lse):
-        launch_fitting(_mla_decode_kernel, (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits), q.device,
-            q, latent_cache, page_table, seq_lens, out, partial, partial_lse,
-            q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
-            page_table.stride(0), page_table.stride(1), seq_lens.stride(0), num_q_heads, float(sm_scale) * LOG2E,
-            splits, latent_cache.shape[0], page_table.shape[1],
-            PAGE_SIZE=int(page_size), SINGLE=splits == 1, DV=MLA_VALUE_DIM, DR=MLA_ROPE_DIM,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **knobs,
+        launch_fitting(
+            _mla_decode_kernel,
+            (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits),
+            q.device,
+            q,
+            latent_cache,
+            page_table,
+            seq_lens,
+            out,
+            partial,
+            partial_lse,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            latent_cache.stride(0),
+            latent_cache.stride(1),
+            page_table.stride(0),
+            page_table.stride(1),
+            seq_lens.stride(0),
+            num_q_heads,
+            float(sm_scale) * LOG2E,
+            splits,
+            latent_cache.shape[0],
+            page_table.shape[1],
+            PAGE_SIZE=int(page_size),
+            SINGLE=splits == 1,
+            DV=MLA_VALUE_DIM,
+            DR=MLA_ROPE_DIM,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            **knobs,
         )
 
     return split_k(out, splits, launch_kernel)
 
 
 @triton.jit
-def _latent_tile(acc, m_i, l_i, q_nope, q_rope, positions, end, sequence, cache_ptr, table_ptr, stride_row, stride_d,
-                 table_stride0, table_stride1, num_rows, max_pages, offs_v, offs_r, qk_scale,
-                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, MASKED: tl.constexpr):
+def _latent_tile(
+    acc,
+    m_i,
+    l_i,
+    q_nope,
+    q_rope,
+    positions,
+    end,
+    sequence,
+    cache_ptr,
+    table_ptr,
+    stride_row,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    num_rows,
+    max_pages,
+    offs_v,
+    offs_r,
+    qk_scale,
+    PAGE_SIZE: tl.constexpr,
+    PRECISION: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """One tile of latent rows at `positions`: logits q . c (base 2), online softmax, acc += P . c[:, :512].
     MASKED: positions at or past `end` load nothing and get -inf logits; otherwise every position is valid
     (a whole tile of the split) and the loads carry no mask."""
     valid = positions < end
-    rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
-                      PAGE_SIZE)
+    rows = paged_rows(
+        positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages, PAGE_SIZE
+    )
     row_ptrs = cache_ptr + rows[:, None] * stride_row
     if MASKED:
         c_nope = tl.load(row_ptrs + offs_v[None, :] * stride_d, mask=valid[:, None], other=0.0)
@@ -76,12 +122,34 @@ def _latent_tile(acc, m_i, l_i, q_nope, q_rope, positions, end, sequence, cache_
 
 @triton.jit
 def _mla_decode_kernel(
-    q_ptr, cache_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr,
-    stride_qb, stride_qh, stride_qd, stride_row, stride_d, table_stride0, table_stride1, stride_sl,
-    num_q_heads, qk_scale,
-    num_splits, num_rows, max_pages,
-    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr,
-    PRECISION: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, UNMASKED_BODY: tl.constexpr = False,
+    q_ptr,
+    cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_row,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    stride_sl,
+    num_q_heads,
+    qk_scale,
+    num_splits,
+    num_rows,
+    max_pages,
+    PAGE_SIZE: tl.constexpr,
+    SINGLE: tl.constexpr,
+    DV: tl.constexpr,
+    DR: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UNMASKED_BODY: tl.constexpr = False,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -104,13 +172,55 @@ def _mla_decode_kernel(
     if UNMASKED_BODY:
         full_end = start + (tl.maximum(end - start, 0) // BLOCK_N) * BLOCK_N
     for tile in range(start, full_end, BLOCK_N):
-        acc, m_i, l_i = _latent_tile(acc, m_i, l_i, q_nope, q_rope, tile + offs_n, end, sequence, cache_ptr,
-                                     table_ptr, stride_row, stride_d, table_stride0, table_stride1, num_rows,
-                                     max_pages, offs_v, offs_r, qk_scale, PAGE_SIZE, PRECISION, False)
+        acc, m_i, l_i = _latent_tile(
+            acc,
+            m_i,
+            l_i,
+            q_nope,
+            q_rope,
+            tile + offs_n,
+            end,
+            sequence,
+            cache_ptr,
+            table_ptr,
+            stride_row,
+            stride_d,
+            table_stride0,
+            table_stride1,
+            num_rows,
+            max_pages,
+            offs_v,
+            offs_r,
+            qk_scale,
+            PAGE_SIZE,
+            PRECISION,
+            False,
+        )
     for tile in range(full_end, end, BLOCK_N):
-        acc, m_i, l_i = _latent_tile(acc, m_i, l_i, q_nope, q_rope, tile + offs_n, end, sequence, cache_ptr,
-                                     table_ptr, stride_row, stride_d, table_stride0, table_stride1, num_rows,
-                                     max_pages, offs_v, offs_r, qk_scale, PAGE_SIZE, PRECISION, True)
+        acc, m_i, l_i = _latent_tile(
+            acc,
+            m_i,
+            l_i,
+            q_nope,
+            q_rope,
+            tile + offs_n,
+            end,
+            sequence,
+            cache_ptr,
+            table_ptr,
+            stride_row,
+            stride_d,
+            table_stride0,
+            table_stride1,
+            num_rows,
+            max_pages,
+            offs_v,
+            offs_r,
+            qk_scale,
+            PAGE_SIZE,
+            PRECISION,
+            True,
+        )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     result = acc / l_safe[:, None]

@@ -35,29 +35,81 @@ def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
         return out
     knobs = launch.tma(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
     splits = knobs.pop("splits")
+
     def launch_kernel(partial, partial_lse):
         shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
-        values = TensorDescriptor(latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], VALUE_HALF])
-        rope = TensorDescriptor(latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], MLA_ROPE_DIM])
-        launch_fitting(_mla_decode_tma_kernel, (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits), q.device,
-            q, values, rope, latent_cache, page_table, seq_lens, out, partial, partial_lse,
-            q.stride(0), q.stride(1), q.stride(2), latent_cache.stride(0), latent_cache.stride(1),
-            page_table.stride(0), page_table.stride(1), seq_lens.stride(0), num_q_heads, float(sm_scale) * LOG2E,
-            splits, latent_cache.shape[0], page_table.shape[1],
-            PAGE_SIZE=int(page_size), SINGLE=splits == 1, HALF=VALUE_HALF, DR=MLA_ROPE_DIM, **knobs,
+        values = TensorDescriptor(
+            latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], VALUE_HALF]
+        )
+        rope = TensorDescriptor(
+            latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], MLA_ROPE_DIM]
+        )
+        launch_fitting(
+            _mla_decode_tma_kernel,
+            (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits),
+            q.device,
+            q,
+            values,
+            rope,
+            latent_cache,
+            page_table,
+            seq_lens,
+            out,
+            partial,
+            partial_lse,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            latent_cache.stride(0),
+            latent_cache.stride(1),
+            page_table.stride(0),
+            page_table.stride(1),
+            seq_lens.stride(0),
+            num_q_heads,
+            float(sm_scale) * LOG2E,
+            splits,
+            latent_cache.shape[0],
+            page_table.shape[1],
+            PAGE_SIZE=int(page_size),
+            SINGLE=splits == 1,
+            HALF=VALUE_HALF,
+            DR=MLA_ROPE_DIM,
+            **knobs,
         )
 
     return split_k(out, splits, launch_kernel)
 
 
 @triton.jit
-def _tail_tile(acc_lo, acc_hi, m_i, l_i, q_lo, q_hi, q_rope, positions, end, sequence, cache_ptr, table_ptr,
-               stride_row, stride_d, table_stride0, table_stride1, num_rows, max_pages, qk_scale,
-               PAGE_SIZE: tl.constexpr, HALF: tl.constexpr, DR: tl.constexpr):
+def _tail_tile(
+    acc_lo,
+    acc_hi,
+    m_i,
+    l_i,
+    q_lo,
+    q_hi,
+    q_rope,
+    positions,
+    end,
+    sequence,
+    cache_ptr,
+    table_ptr,
+    stride_row,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    num_rows,
+    max_pages,
+    qk_scale,
+    PAGE_SIZE: tl.constexpr,
+    HALF: tl.constexpr,
+    DR: tl.constexpr,
+):
     """The split's partial tile: positions at or past `end` load nothing and get -inf logits."""
     valid = positions < end
-    rows = paged_rows(positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages,
-                      PAGE_SIZE)
+    rows = paged_rows(
+        positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages, PAGE_SIZE
+    )
     row_ptrs = cache_ptr + rows[:, None] * stride_row
     offs_h = tl.arange(0, HALF)
     c_lo = tl.load(row_ptrs + offs_h[None, :] * stride_d, mask=valid[:, None], other=0.0)
@@ -76,12 +128,34 @@ def _tail_tile(acc_lo, acc_hi, m_i, l_i, q_lo, q_hi, q_rope, positions, end, seq
 
 @triton.jit
 def _mla_decode_tma_kernel(
-    q_ptr, value_desc, rope_desc, cache_ptr, table_ptr, seq_lens_ptr, out_ptr, partial_ptr, partial_lse_ptr,
-    stride_qb, stride_qh, stride_qd, stride_row, stride_d, table_stride0, table_stride1, stride_sl,
-    num_q_heads, qk_scale,
-    num_splits, num_rows, max_pages,
-    PAGE_SIZE: tl.constexpr, SINGLE: tl.constexpr, HALF: tl.constexpr, DR: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    value_desc,
+    rope_desc,
+    cache_ptr,
+    table_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    partial_ptr,
+    partial_lse_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qd,
+    stride_row,
+    stride_d,
+    table_stride0,
+    table_stride1,
+    stride_sl,
+    num_q_heads,
+    qk_scale,
+    num_splits,
+    num_rows,
+    max_pages,
+    PAGE_SIZE: tl.constexpr,
+    SINGLE: tl.constexpr,
+    HALF: tl.constexpr,
+    DR: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -93,8 +167,7 @@ def _mla_decode_tma_kernel(
     q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
     q_lo = tl.load(q_rows + offs_h[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
     q_hi = tl.load(q_rows + (HALF + offs_h)[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
-    q_rope = tl.load(q_rows + (2 * HALF + tl.arange(0, DR))[None, :] * stride_qd, mask=head_valid[:, None],
-                     other=0.0)
+    q_rope = tl.load(q_rows + (2 * HALF + tl.arange(0, DR))[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
 
     m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
@@ -117,10 +190,30 @@ def _mla_decode_tma_kernel(
         acc_lo = tl.dot(p, c_lo, acc_lo * alpha[:, None])
         acc_hi = tl.dot(p, c_hi, acc_hi * alpha[:, None])
     for tile in range(full_end, end, BLOCK_N):  # at most one: the split's partial tile
-        acc_lo, acc_hi, m_i, l_i = _tail_tile(acc_lo, acc_hi, m_i, l_i, q_lo, q_hi, q_rope, tile + tl.arange(0, BLOCK_N),
-                                              end, sequence, cache_ptr, table_ptr, stride_row, stride_d,
-                                              table_stride0, table_stride1, num_rows, max_pages, qk_scale,
-                                              PAGE_SIZE, HALF, DR)
+        acc_lo, acc_hi, m_i, l_i = _tail_tile(
+            acc_lo,
+            acc_hi,
+            m_i,
+            l_i,
+            q_lo,
+            q_hi,
+            q_rope,
+            tile + tl.arange(0, BLOCK_N),
+            end,
+            sequence,
+            cache_ptr,
+            table_ptr,
+            stride_row,
+            stride_d,
+            table_stride0,
+            table_stride1,
+            num_rows,
+            max_pages,
+            qk_scale,
+            PAGE_SIZE,
+            HALF,
+            DR,
+        )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out_lo = acc_lo / l_safe[:, None]

@@ -56,8 +56,13 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from ...device_facts import multiprocessor_count
 from ..gluon_tiles import GL_DTYPES
@@ -84,8 +89,11 @@ PRODUCER_WARPS = gl.constexpr(4)
 def _layouts(dtype: torch.dtype, block_n: int) -> dict:
     element = GL_DTYPES[dtype]
     default = gl.NVMMASharedLayout.get_default_for
-    return {"q": default([ROWS.value, HEAD_DIM], element), "kv": default([block_n, HEAD_DIM], element),
-            "DTYPE": element}
+    return {
+        "q": default([ROWS.value, HEAD_DIM], element),
+        "kv": default([block_n, HEAD_DIM], element),
+        "DTYPE": element,
+    }
 
 
 def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
@@ -115,16 +123,45 @@ def prefill_gluon(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return
     num_blocks = triton.cdiv(int(max_seqlen), block_m)
     items = num_blocks * batch * num_q_heads
     grid = min(items, knobs["PROGRAMS"] or multiprocessor_count(q.device))
-    _prefill_gluon_kernel[(grid, )](
-        _descriptor(q, ROWS.value, layouts["q"]), _descriptor(k, block_n, layouts["kv"]),
-        _descriptor(v, block_n, layouts["kv"]), _descriptor(out, ROWS.value, layouts["q"]), k, v, out,
-        lse if lse is not None else out, cu_seqlens,
-        q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
-        batch, num_blocks, num_q_heads, num_q_heads // k.shape[1], float(sm_scale) * LOG2E, tokens, items,
-        CAUSAL=bool(causal), WRITE_LSE=lse is not None, DTYPE=layouts["DTYPE"], BLOCK_M=block_m,
-        BLOCK_N=block_n, HEAD_DIM=HEAD_DIM, STAGES=stages, Q_SLOTS=int(knobs["Q_SLOTS"]),
-        PINGPONG=bool(knobs["PINGPONG"]), CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs, num_warps=4,
+    _prefill_gluon_kernel[(grid,)](
+        _descriptor(q, ROWS.value, layouts["q"]),
+        _descriptor(k, block_n, layouts["kv"]),
+        _descriptor(v, block_n, layouts["kv"]),
+        _descriptor(out, ROWS.value, layouts["q"]),
+        k,
+        v,
+        out,
+        lse if lse is not None else out,
+        cu_seqlens,
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0) if lse is not None else 0,
+        lse.stride(1) if lse is not None else 0,
+        cu_seqlens.stride(0),
+        batch,
+        num_blocks,
+        num_q_heads,
+        num_q_heads // k.shape[1],
+        float(sm_scale) * LOG2E,
+        tokens,
+        items,
+        CAUSAL=bool(causal),
+        WRITE_LSE=lse is not None,
+        DTYPE=layouts["DTYPE"],
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        HEAD_DIM=HEAD_DIM,
+        STAGES=stages,
+        Q_SLOTS=int(knobs["Q_SLOTS"]),
+        PINGPONG=bool(knobs["PINGPONG"]),
+        CONSUMER_REGS=consumer_regs,
+        PRODUCER_REGS=producer_regs,
+        num_warps=4,
         maxnreg=max_registers,
     )
     return (out, lse) if return_lse else out
@@ -143,8 +180,9 @@ def _sequence_bounds(w, cu_q_ptr, stride_cu, batch, num_q_heads, total_q):
 
 
 @gluon.jit
-def _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-          BLOCK_N: gl.constexpr):
+def _item(
+    w, q_start, q_end, batch, num_q_heads, group, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr
+):
     """Item w of the sequence q_start .. q_end (_sequence_bounds): (head, kv_head, first_row, q_len, n_tiles,
     n_whole). Blocks are counted from the sequence's end: block b holds rows q_len - (b + 1) * BLOCK_M ..
     q_len - b * BLOCK_M - 1, so first_row may be negative and a sequence's one partial block is its first, whose
@@ -162,16 +200,58 @@ def _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL: gl.constexpr, BL
 
 
 @gluon.jit
-def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _producer(
+    args,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """The producer: per item i, its query block into Q slot i % Q_SLOTS once both consumers released it, then its
     tiles into ring slot c % STAGES (c counts tiles across items): the K tile once both consumers released the
     slot's K (their logits of its previous tile are done), the V tile once they released its V. The `*_empty`
     phases start complete: the first waits of each slot pass."""
-    (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
-     k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
-     stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
-     items) = args
+    (
+        q_desc,
+        k_desc,
+        v_desc,
+        o_desc,
+        k_ptr,
+        v_ptr,
+        out_ptr,
+        lse_ptr,
+        cu_q_ptr,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        q_empty,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        turn,
+        stride_qh,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_cu,
+        batch,
+        num_blocks,
+        num_q_heads,
+        group,
+        qk_scale,
+        total_q,
+        items,
+    ) = args
     Q_SLOTS: gl.constexpr = q_smem[0].shape[0]
     tiles_done = 0
     items_done = 0
@@ -179,10 +259,12 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
         q_start = next_start
         q_end = next_end
-        next_start, next_end = _sequence_bounds(w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads,
-                                                total_q)
-        head, kv_head, first_row, q_len, n_tiles, n_whole = _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL,
-                                                           BLOCK_M, BLOCK_N)
+        next_start, next_end = _sequence_bounds(
+            w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads, total_q
+        )
+        head, kv_head, first_row, q_len, n_tiles, n_whole = _item(
+            w, q_start, q_end, batch, num_q_heads, group, CAUSAL, BLOCK_M, BLOCK_N
+        )
         if n_tiles > 0:
             q_slot = items_done % Q_SLOTS
             mbarrier.wait(q_empty.index(q_slot), ((items_done // Q_SLOTS) & 1) ^ 1)
@@ -190,8 +272,12 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
             mbarrier.expect(q_ready.index(q_slot), (BLOCK_M // ROWS) * q_desc.block_type.nbytes)
             for part in gl.static_range(BLOCK_M // ROWS):
                 # rows before the sequence's start (first_row < 0): another sequence's or TMA's zeros, never stored
-                tma.async_copy_global_to_shared(q_desc, [q_start + first_row + part * ROWS, head * stride_qh],
-                                                q_ready.index(q_slot), q_smem[part].index(q_slot))
+                tma.async_copy_global_to_shared(
+                    q_desc,
+                    [q_start + first_row + part * ROWS, head * stride_qh],
+                    q_ready.index(q_slot),
+                    q_smem[part].index(q_slot),
+                )
             for j in range(n_tiles):
                 count = tiles_done + j
                 slot = count % STAGES
@@ -200,18 +286,36 @@ def _producer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 mbarrier.wait(k_empty.index(slot), released)
                 if j < n_whole:  # every key of the tile inside the sequence
                     mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-                    tma.async_copy_global_to_shared(k_desc, [row, kv_head * stride_kh], k_ready.index(slot),
-                                                    k_smem.index(slot))
+                    tma.async_copy_global_to_shared(
+                        k_desc, [row, kv_head * stride_kh], k_ready.index(slot), k_smem.index(slot)
+                    )
                     mbarrier.wait(v_empty.index(slot), released)
                     mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-                    tma.async_copy_global_to_shared(v_desc, [row, kv_head * stride_vh], v_ready.index(slot),
-                                                    v_smem.index(slot))
+                    tma.async_copy_global_to_shared(
+                        v_desc, [row, kv_head * stride_vh], v_ready.index(slot), v_smem.index(slot)
+                    )
                 else:  # the partial last tile: the sequence's own rows, zeros past its end
                     mbarrier.wait(v_empty.index(slot), released)
-                    _tail_to_shared(k_ptr + kv_head * stride_kh, stride_kt, k_smem.index(slot), q_start, q_len,
-                                    j * BLOCK_N, BLOCK_N, HEAD_DIM)
-                    _tail_to_shared(v_ptr + kv_head * stride_vh, stride_vt, v_smem.index(slot), q_start, q_len,
-                                    j * BLOCK_N, BLOCK_N, HEAD_DIM)
+                    _tail_to_shared(
+                        k_ptr + kv_head * stride_kh,
+                        stride_kt,
+                        k_smem.index(slot),
+                        q_start,
+                        q_len,
+                        j * BLOCK_N,
+                        BLOCK_N,
+                        HEAD_DIM,
+                    )
+                    _tail_to_shared(
+                        v_ptr + kv_head * stride_vh,
+                        stride_vt,
+                        v_smem.index(slot),
+                        q_start,
+                        q_len,
+                        j * BLOCK_N,
+                        BLOCK_N,
+                        HEAD_DIM,
+                    )
                     fence_async_shared()  # generic-proxy stores before the products' asynchronous reads
                     mbarrier.arrive(k_ready.index(slot), count=1)
                     mbarrier.arrive(v_ready.index(slot), count=1)
@@ -230,14 +334,29 @@ def _tail_to_shared(base, stride_t, smem, q_start, q_len, first, BLOCK_N: gl.con
         positions = first + chunk * TAIL_ROWS + gl.arange(0, TAIL_ROWS, layout=gl.SliceLayout(1, layout))
         valid = positions < q_len
         rows = (q_start + gl.minimum(positions, q_len - 1)).to(gl.int64)
-        tile = gl.load(base + gl.expand_dims(rows, 1) * stride_t + gl.expand_dims(dims, 0),
-                       mask=gl.expand_dims(valid, 1), other=0.0)
+        tile = gl.load(
+            base + gl.expand_dims(rows, 1) * stride_t + gl.expand_dims(dims, 0),
+            mask=gl.expand_dims(valid, 1),
+            other=0.0,
+        )
         smem.slice(chunk * TAIL_ROWS, TAIL_ROWS).store(tile)
 
 
 @gluon.jit
-def _online_softmax(s, j, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                    O_LAYOUT: gl.constexpr, MASK: gl.constexpr):
+def _online_softmax(
+    s,
+    j,
+    queries,
+    keys_in_tile,
+    q_len,
+    m_i,
+    l_i,
+    qk_scale,
+    CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+    MASK: gl.constexpr,
+):
     """Tile j's waited logits S [64 queries, BLOCK_N keys]: masked (MASK: the diagonal tile, a partial last
     tile) and the online softmax (fp32, base 2; the row reductions stay inside each warp's 16 rows). m is in
     scaled units: the row maximum is taken on the raw logits and scaled once (qk_scale > 0: the row's scale:positive), and
@@ -259,17 +378,30 @@ def _online_softmax(s, j, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUS
 
 
 @gluon.jit
-def _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL: gl.constexpr,
-                   BLOCK_N: gl.constexpr, O_LAYOUT: gl.constexpr):
+def _first_softmax(
+    s,
+    n_unmasked,
+    queries,
+    keys_in_tile,
+    q_len,
+    m_i,
+    l_i,
+    qk_scale,
+    CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+):
     """_online_softmax of an item's first tile: unmasked where the tile lies wholly before the warpgroup's first
     query (n_unmasked > 0: every key visible to every row; the masked step is 470 instructions against 326,
     SASS), masked otherwise."""
     if n_unmasked > 0:
-        p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
-                                               BLOCK_N, O_LAYOUT, False)
+        p, alpha_o, m_i, l_i = _online_softmax(
+            s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N, O_LAYOUT, False
+        )
     else:
-        p, alpha_o, m_i, l_i = _online_softmax(s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL,
-                                               BLOCK_N, O_LAYOUT, True)
+        p, alpha_o, m_i, l_i = _online_softmax(
+            s, 0, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N, O_LAYOUT, True
+        )
     return p, alpha_o, m_i, l_i
 
 
@@ -294,10 +426,37 @@ def _hand_over(turn, ROLE: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn, p_operand, acc,
-                    m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype: gl.constexpr, CAUSAL: gl.constexpr,
-                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr,
-                    ROLE: gl.constexpr, PINGPONG: gl.constexpr, MASK: gl.constexpr):
+def _pipelined_step(
+    j,
+    count,
+    turns,
+    q_rows,
+    k_smem,
+    v_smem,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    turn,
+    p_operand,
+    acc,
+    m_i,
+    l_i,
+    s_zero,
+    queries,
+    keys_in_tile,
+    q_len,
+    qk_scale,
+    dtype: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+    P_LAYOUT: gl.constexpr,
+    ROLE: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    MASK: gl.constexpr,
+):
     """Step j (ring position `count`): one turn issues tile j + 1's logits and tile j's value product
     (P = p_operand); tile j + 1's softmax runs while the value product executes. Returns tile j + 1's P, the
     rescaled accumulator, m, l and the turn count."""
@@ -309,11 +468,12 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
     s = warpgroup_mma(q_rows, k_smem.index(following).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     acc = warpgroup_mma(p_operand, v_smem.index(slot), acc, is_async=True)
     _hand_over(turn, ROLE, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # the logits (issued first) are done
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # the logits (issued first) are done
     mbarrier.arrive(k_empty.index(following), count=1)  # this warpgroup is done with tile j + 1's keys
-    p, alpha_o, m_i, l_i = _online_softmax(s, j + 1, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N,
-                                           O_LAYOUT, MASK)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    p, alpha_o, m_i, l_i = _online_softmax(
+        s, j + 1, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N, O_LAYOUT, MASK
+    )
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(v_empty.index(slot), count=1)  # and with tile j's values
     # P is converted after the wait, as FA3 does: ptxas gives tile j + 1's operand the registers of tile j's
     # (SASS; the wait sits above the exponentials whether the conversion comes before or after it)
@@ -321,22 +481,67 @@ def _pipelined_step(j, count, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k
 
 
 @gluon.jit
-def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr, ROLE: gl.constexpr):
+def _consumer(
+    args,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    ROLE: gl.constexpr,
+):
     """Warpgroup ROLE: query rows ROLE * 64 .. + 64 of each item's block against the item's tiles that hold a
     key they see (n_own: causal tiles past the warpgroup's last query hold none; a warpgroup whose rows all lie
     before the sequence's start sees none), releasing the item's other tiles unread once they are loaded (the
     other warpgroups are done with the slot's previous tile by then). Every warpgroup takes n_tiles + 1 turns
     an item (a released tile, and an item it computes nothing of, take empty turns), so the turns alternate."""
-    (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready, q_empty,
-     k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
-     stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale, total_q,
-     items) = args
+    (
+        q_desc,
+        k_desc,
+        v_desc,
+        o_desc,
+        k_ptr,
+        v_ptr,
+        out_ptr,
+        lse_ptr,
+        cu_q_ptr,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        q_empty,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        turn,
+        stride_qh,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_cu,
+        batch,
+        num_blocks,
+        num_q_heads,
+        group,
+        qk_scale,
+        total_q,
+        items,
+    ) = args
     Q_SLOTS: gl.constexpr = q_smem[ROLE].shape[0]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = q_smem[ROLE].dtype
     keys_in_tile = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -348,10 +553,12 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
     for w in range(gl.program_id(0), items, gl.num_programs(0)):
         q_start = next_start
         q_end = next_end
-        next_start, next_end = _sequence_bounds(w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads,
-                                                total_q)
-        head, kv_head, block_row, q_len, n_tiles, n_whole = _item(w, q_start, q_end, batch, num_q_heads, group, CAUSAL,
-                                                           BLOCK_M, BLOCK_N)
+        next_start, next_end = _sequence_bounds(
+            w + gl.num_programs(0), cu_q_ptr, stride_cu, batch, num_q_heads, total_q
+        )
+        head, kv_head, block_row, q_len, n_tiles, n_whole = _item(
+            w, q_start, q_end, batch, num_q_heads, group, CAUSAL, BLOCK_M, BLOCK_N
+        )
         if n_tiles > 0:
             first_row = block_row + ROLE * ROWS
             n_own = n_tiles
@@ -376,23 +583,78 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 s = warpgroup_mma(q_rows, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
                 _hand_over(turn, ROLE, PINGPONG)
                 turns += 1
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
                 mbarrier.arrive(k_empty.index(slot), count=1)
-                p, alpha_o, m_i, l_i = _first_softmax(s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale,
-                                                      CAUSAL, BLOCK_N, o_layout)
+                p, alpha_o, m_i, l_i = _first_softmax(
+                    s, n_unmasked, queries, keys_in_tile, q_len, m_i, l_i, qk_scale, CAUSAL, BLOCK_N, o_layout
+                )
                 p_operand = _p_operand(p, dtype, p_layout)
                 # step j: tile j + 1's logits and tile j's value product, then tile j + 1's softmax
                 unmasked_steps = gl.maximum(gl.minimum(n_own - 1, n_unmasked - 1), 0)
                 for j in range(unmasked_steps):
                     p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                        j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
-                        p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL,
-                        BLOCK_N, STAGES, o_layout, p_layout, ROLE, PINGPONG, False)
+                        j,
+                        tiles_done + j,
+                        turns,
+                        q_rows,
+                        k_smem,
+                        v_smem,
+                        k_ready,
+                        v_ready,
+                        k_empty,
+                        v_empty,
+                        turn,
+                        p_operand,
+                        acc,
+                        m_i,
+                        l_i,
+                        s_zero,
+                        queries,
+                        keys_in_tile,
+                        q_len,
+                        qk_scale,
+                        dtype,
+                        CAUSAL,
+                        BLOCK_N,
+                        STAGES,
+                        o_layout,
+                        p_layout,
+                        ROLE,
+                        PINGPONG,
+                        False,
+                    )
                 for j in range(unmasked_steps, n_own - 1):
                     p_operand, acc, m_i, l_i, turns = _pipelined_step(
-                        j, tiles_done + j, turns, q_rows, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, turn,
-                        p_operand, acc, m_i, l_i, s_zero, queries, keys_in_tile, q_len, qk_scale, dtype, CAUSAL,
-                        BLOCK_N, STAGES, o_layout, p_layout, ROLE, PINGPONG, True)
+                        j,
+                        tiles_done + j,
+                        turns,
+                        q_rows,
+                        k_smem,
+                        v_smem,
+                        k_ready,
+                        v_ready,
+                        k_empty,
+                        v_empty,
+                        turn,
+                        p_operand,
+                        acc,
+                        m_i,
+                        l_i,
+                        s_zero,
+                        queries,
+                        keys_in_tile,
+                        q_len,
+                        qk_scale,
+                        dtype,
+                        CAUSAL,
+                        BLOCK_N,
+                        STAGES,
+                        o_layout,
+                        p_layout,
+                        ROLE,
+                        PINGPONG,
+                        True,
+                    )
                 count = tiles_done + n_own - 1
                 slot = count % STAGES
                 mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
@@ -400,14 +662,34 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 acc = warpgroup_mma(p_operand, v_smem.index(slot), acc, is_async=True)
                 _hand_over(turn, ROLE, PINGPONG)
                 turns += 1
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
                 mbarrier.arrive(v_empty.index(slot), count=1)
                 # the rows leave through the warpgroup's own Q buffer, so the Q slot is released once the copy has
                 # read it (the tiles this warpgroup sees no key of are released while the copy runs)
-                _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows, o_desc, out_ptr, lse_ptr,
-                            stride_ot, stride_oh, stride_lt, stride_lh, HEAD_DIM, o_layout, WRITE_LSE)
-                _release_unread(n_own, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE,
-                                STAGES, PINGPONG)
+                _store_rows(
+                    acc,
+                    m_i,
+                    l_i,
+                    queries,
+                    first_row,
+                    q_start,
+                    q_len,
+                    head,
+                    q_rows,
+                    o_desc,
+                    out_ptr,
+                    lse_ptr,
+                    stride_ot,
+                    stride_oh,
+                    stride_lt,
+                    stride_lh,
+                    HEAD_DIM,
+                    o_layout,
+                    WRITE_LSE,
+                )
+                _release_unread(
+                    n_own, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE, STAGES, PINGPONG
+                )
                 tma.store_wait(0)
                 mbarrier.arrive(q_empty.index(q_slot), count=1)
                 turns += n_tiles - n_own
@@ -416,8 +698,9 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
                 # item (an earlier arrive would count toward that item's release: wrong rows, a hang)
                 mbarrier.wait(q_ready.index(q_slot), (items_done // Q_SLOTS) & 1)
                 mbarrier.arrive(q_empty.index(q_slot), count=1)
-                _release_unread(0, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE,
-                                STAGES, PINGPONG)
+                _release_unread(
+                    0, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE, STAGES, PINGPONG
+                )
                 turns += n_tiles
                 _take_turn(turn, turns, ROLE, PINGPONG)  # the turn of the item's last value product
                 _hand_over(turn, ROLE, PINGPONG)
@@ -427,8 +710,20 @@ def _consumer(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.c
 
 
 @gluon.jit
-def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_empty, turn, turns, ROLE: gl.constexpr,
-                    STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _release_unread(
+    first,
+    n_tiles,
+    tiles_done,
+    k_ready,
+    v_ready,
+    k_empty,
+    v_empty,
+    turn,
+    turns,
+    ROLE: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """Release the item's tiles first .. n_tiles - 1 unread, each once it is loaded (its ready phase implies the
     other warpgroups released the slot's previous tile), one empty turn per tile."""
     for j in range(first, n_tiles):
@@ -443,9 +738,27 @@ def _release_unread(first, n_tiles, tiles_done, k_ready, v_ready, k_empty, v_emp
 
 
 @gluon.jit
-def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows, o_desc, out_ptr, lse_ptr, stride_ot,
-                stride_oh, stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr,
-                WRITE_LSE: gl.constexpr):
+def _store_rows(
+    acc,
+    m_i,
+    l_i,
+    queries,
+    first_row,
+    q_start,
+    q_len,
+    head,
+    q_rows,
+    o_desc,
+    out_ptr,
+    lse_ptr,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_DIM: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+):
     """The warpgroup's normalised rows of the output (and their log-sum-exp). Rows wholly inside the sequence
     (first_row >= 0; a block ends at or before q_len) go into q_rows, the warpgroup's own Q buffer (its last
     product is done), and leave by one TMA copy; the caller waits for the copy to have read the buffer before
@@ -465,13 +778,45 @@ def _store_rows(acc, m_i, l_i, queries, first_row, q_start, q_len, head, q_rows,
             lse_index = (q_start + queries).to(gl.int64)
             gl.store(lse_ptr + lse_index * stride_lt + head * stride_lh, lse)
     else:
-        _store_rows_masked(out, lse, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
-                           stride_lt, stride_lh, HEAD_DIM, O_LAYOUT, WRITE_LSE)
+        _store_rows_masked(
+            out,
+            lse,
+            queries,
+            first_row,
+            q_start,
+            q_len,
+            head,
+            out_ptr,
+            lse_ptr,
+            stride_ot,
+            stride_oh,
+            stride_lt,
+            stride_lh,
+            HEAD_DIM,
+            O_LAYOUT,
+            WRITE_LSE,
+        )
 
 
 @gluon.jit
-def _store_rows_masked(out, lse, queries, first_row, q_start, q_len, head, out_ptr, lse_ptr, stride_ot, stride_oh,
-                       stride_lt, stride_lh, HEAD_DIM: gl.constexpr, O_LAYOUT: gl.constexpr, WRITE_LSE: gl.constexpr):
+def _store_rows_masked(
+    out,
+    lse,
+    queries,
+    first_row,
+    q_start,
+    q_len,
+    head,
+    out_ptr,
+    lse_ptr,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    HEAD_DIM: gl.constexpr,
+    O_LAYOUT: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+):
     """_store_rows' normalised rows `out` (and `lse`) by masked stores: rows before the sequence's start
     (first_row < 0) are not written."""
     out_queries = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
@@ -487,44 +832,103 @@ def _store_rows_masked(out, lse, queries, first_row, q_start, q_len, head, out_p
 
 
 @gluon.jit
-def _consumer_first(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer_first(
+    args,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """The first consumer warpgroup (the default partition)."""
     _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 0)
 
 
 @gluon.jit
-def _consumer_second(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer_second(
+    args,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """The second consumer warpgroup (worker partitions share one signature: the producer's)."""
     _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 1)
 
 
 @gluon.jit
-def _consumer_third(args, CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _consumer_third(
+    args,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """The third consumer warpgroup (BLOCK_M = 192)."""
     _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 2)
 
 
 @gluon.jit
 def _prefill_gluon_kernel(
-    q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr,
-    stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lt, stride_lh, stride_cu,
-    batch, num_blocks, num_q_heads, group, qk_scale, total_q, items,
-    CAUSAL: gl.constexpr, WRITE_LSE: gl.constexpr, DTYPE: gl.constexpr, BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, Q_SLOTS: gl.constexpr,
-    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    lse_ptr,
+    cu_q_ptr,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_cu,
+    batch,
+    num_blocks,
+    num_q_heads,
+    group,
+    qk_scale,
+    total_q,
+    items,
+    CAUSAL: gl.constexpr,
+    WRITE_LSE: gl.constexpr,
+    DTYPE: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    Q_SLOTS: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):
     CONSUMERS: gl.constexpr = BLOCK_M // ROWS
     # one query buffer per consumer warpgroup (a buffer's dimensions are powers of two: 192 rows are not)
     if CONSUMERS == 3:
-        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout))
+        q_smem = (
+            gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+            gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+            gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+        )
     else:
-        q_smem = (gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
-                  gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout))
+        q_smem = (
+            gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+            gl.allocate_shared_memory(DTYPE, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout),
+        )
     k_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
@@ -547,23 +951,65 @@ def _prefill_gluon_kernel(
     fence_async_shared()
     mbarrier.arrive(turn.index(0), count=1)  # the first consumer issues first
 
-    args = (q_desc, k_desc, v_desc, o_desc, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, q_smem, k_smem, v_smem, q_ready,
-            q_empty, k_ready, v_ready, k_empty, v_empty, turn, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
-            stride_ot, stride_oh, stride_lt, stride_lh, stride_cu, batch, num_blocks, num_q_heads, group, qk_scale,
-            total_q, items)
+    args = (
+        q_desc,
+        k_desc,
+        v_desc,
+        o_desc,
+        k_ptr,
+        v_ptr,
+        out_ptr,
+        lse_ptr,
+        cu_q_ptr,
+        q_smem,
+        k_smem,
+        v_smem,
+        q_ready,
+        q_empty,
+        k_ready,
+        v_ready,
+        k_empty,
+        v_empty,
+        turn,
+        stride_qh,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        stride_lh,
+        stride_cu,
+        batch,
+        num_blocks,
+        num_q_heads,
+        group,
+        qk_scale,
+        total_q,
+        items,
+    )
     if CONSUMERS == 3:
-        gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-        ], [4, 4, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+        gl.warp_specialize(
+            [
+                (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+                (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+                (_consumer_third, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+                (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            ],
+            [4, 4, PRODUCER_WARPS],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )
     else:
-        gl.warp_specialize([
-            (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-            (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
-        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+        gl.warp_specialize(
+            [
+                (_consumer_first, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+                (_consumer_second, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+                (_producer, (args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)),
+            ],
+            [4, PRODUCER_WARPS],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
 
 
 __all__ = ["HEAD_DIM", "prefill_gluon"]

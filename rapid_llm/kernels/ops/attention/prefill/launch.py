@@ -55,5 +55,7 @@ def gluon(device: torch.device) -> dict:
     Q slots (the next item's queries land while the current one finishes), no turns between the consumers
     (PINGPONG measured slower), a persistent grid of one program per SM (PROGRAMS None)."""
     block_n, stages = GLUON_TILES[2]
-    return apply("native/prefill_gluon", {"CONSUMERS": 2, "BLOCK_N": block_n, "STAGES": stages, "Q_SLOTS": 2,
-                                          "PINGPONG": False, "PROGRAMS": None})
+    return apply(
+        "native/prefill_gluon",
+        {"CONSUMERS": 2, "BLOCK_N": block_n, "STAGES": stages, "Q_SLOTS": 2, "PINGPONG": False, "PROGRAMS": None},
+    )

@@ -50,29 +50,75 @@ def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_l
     return _ragged("native/mla_prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
 
 
-def prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale,
-                  causal=True, return_lse=False):
+def prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
     """native/prefill_paged (unchecked kernel entry): K and V are strided views of the buffer's heads."""
     num_kv_heads = kv_buffer.shape[1] // 2
     keys, values = kv_buffer[:, :num_kv_heads], kv_buffer[:, num_kv_heads:]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
-    _launch("native/prefill_paged", q, keys, values, out, lse, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
-            page_table=page_table, page_size=int(page_size), num_kv_heads=num_kv_heads,
-            max_seqlen_q=int(max_seqlen_q), sm_scale=sm_scale, causal=causal, paged=True)
+    _launch(
+        "native/prefill_paged",
+        q,
+        keys,
+        values,
+        out,
+        lse,
+        cu_seqlens_q=cu_seqlens_q,
+        seq_lens=seq_lens,
+        page_table=page_table,
+        page_size=int(page_size),
+        num_kv_heads=num_kv_heads,
+        max_seqlen_q=int(max_seqlen_q),
+        sm_scale=sm_scale,
+        causal=causal,
+        paged=True,
+    )
     return (out, lse) if return_lse else out
 
 
 def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
-    _launch(row, q, k, v, out, lse, cu_seqlens_q=cu_seqlens, seq_lens=None, page_table=None, page_size=1,
-            num_kv_heads=k.shape[1], max_seqlen_q=int(max_seqlen), sm_scale=sm_scale, causal=causal, paged=False)
+    _launch(
+        row,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        cu_seqlens_q=cu_seqlens,
+        seq_lens=None,
+        page_table=None,
+        page_size=1,
+        num_kv_heads=k.shape[1],
+        max_seqlen_q=int(max_seqlen),
+        sm_scale=sm_scale,
+        causal=causal,
+        paged=False,
+    )
     return (out, lse) if return_lse else out
 
 
-def _launch(row, q, k, v, out, lse, *, cu_seqlens_q, seq_lens, page_table, page_size, num_kv_heads, max_seqlen_q,
-            sm_scale, causal, paged):
+def _launch(
+    row,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    *,
+    cu_seqlens_q,
+    seq_lens,
+    page_table,
+    page_size,
+    num_kv_heads,
+    max_seqlen_q,
+    sm_scale,
+    causal,
+    paged,
+):
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = out.shape[2]
     batch = cu_seqlens_q.shape[0] - 1
@@ -83,47 +129,125 @@ def _launch(row, q, k, v, out, lse, *, cu_seqlens_q, seq_lens, page_table, page_
     num_blocks = triton.cdiv(max_seqlen_q, knobs["BLOCK_M"])
     grid = (num_blocks * batch, num_q_heads)
     dummy = cu_seqlens_q  # pointer arguments a branch does not read
-    launch_fitting(_prefill_kernel, grid, q.device,
-        q, k, v, out, lse if lse is not None else out,
-        cu_seqlens_q, seq_lens if paged else dummy, page_table if paged else dummy,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1),
-        lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0,
+    launch_fitting(
+        _prefill_kernel,
+        grid,
+        q.device,
+        q,
+        k,
+        v,
+        out,
+        lse if lse is not None else out,
+        cu_seqlens_q,
+        seq_lens if paged else dummy,
+        page_table if paged else dummy,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0) if lse is not None else 0,
+        lse.stride(1) if lse is not None else 0,
         cu_seqlens_q.stride(0),
         seq_lens.stride(0) if paged else 0,
-        page_table.stride(0) if paged else 0, page_table.stride(1) if paged else 0,
-        batch, num_blocks, num_q_heads // num_kv_heads, float(sm_scale) * LOG2E, tokens, k.shape[0],
+        page_table.stride(0) if paged else 0,
+        page_table.stride(1) if paged else 0,
+        batch,
+        num_blocks,
+        num_q_heads // num_kv_heads,
+        float(sm_scale) * LOG2E,
+        tokens,
+        k.shape[0],
         page_table.shape[1] if paged else 1,
-        PAGE_SIZE=page_size if paged else 1, PAGED=paged, CAUSAL=causal, WRITE_LSE=lse is not None,
-        D_A=d_a, D_B=d_b, D_B_PAD=max(d_b, 16), DV=head_dim_v,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **knobs,
+        PAGE_SIZE=page_size if paged else 1,
+        PAGED=paged,
+        CAUSAL=causal,
+        WRITE_LSE=lse is not None,
+        D_A=d_a,
+        D_B=d_b,
+        D_B_PAD=max(d_b, 16),
+        DV=head_dim_v,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        **knobs,
     )
 
 
 @triton.jit
-def _kv_rows(positions, valid, sequence, kv_start, page_table_ptr, table_stride0, table_stride1, kv_rows, max_pages,
-             PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr):
+def _kv_rows(
+    positions,
+    valid,
+    sequence,
+    kv_start,
+    page_table_ptr,
+    table_stride0,
+    table_stride1,
+    kv_rows,
+    max_pages,
+    PAGE_SIZE: tl.constexpr,
+    PAGED: tl.constexpr,
+):
     """int64 row ids of the keys at `positions` of `sequence` (0 where not valid), clamped into the page
     table and the K/V rows: index values outside the contract (unchecked on CUDA) give an unspecified
     result, never an out-of-bounds read."""
     if PAGED:
-        return paged_rows(positions, valid, sequence, page_table_ptr, table_stride0, table_stride1, kv_rows,
-                          max_pages, PAGE_SIZE)
+        return paged_rows(
+            positions, valid, sequence, page_table_ptr, table_stride0, table_stride1, kv_rows, max_pages, PAGE_SIZE
+        )
     rows = tl.minimum(tl.maximum(kv_start + positions, 0), kv_rows - 1)
     return tl.where(valid, rows, 0)
 
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr, seq_lens_ptr, page_table_ptr,
-    stride_qt, stride_qh, stride_qd, stride_kt, stride_kh, stride_kd, stride_vt, stride_vh, stride_vd,
-    stride_ot, stride_oh, stride_lt, stride_lh, stride_cu, stride_sl, table_stride0, table_stride1,
-    batch, num_blocks, group, qk_scale, total_q, kv_rows, max_pages,
-    PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr,
-    D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, DV: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    lse_ptr,
+    cu_q_ptr,
+    seq_lens_ptr,
+    page_table_ptr,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_cu,
+    stride_sl,
+    table_stride0,
+    table_stride1,
+    batch,
+    num_blocks,
+    group,
+    qk_scale,
+    total_q,
+    kv_rows,
+    max_pages,
+    PAGE_SIZE: tl.constexpr,
+    PAGED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    D_A: tl.constexpr,
+    D_B: tl.constexpr,
+    D_B_PAD: tl.constexpr,
+    DV: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     pid = tl.program_id(0)
     head = tl.program_id(1)
@@ -181,25 +305,79 @@ def _prefill_kernel(
         positions = start + offs_n
         if PAGED:
             all_keys = positions < full_end
-            rows = _kv_rows(positions, all_keys, sequence, q_start, page_table_ptr, table_stride0, table_stride1,
-                            kv_rows, max_pages, PAGE_SIZE, PAGED)
+            rows = _kv_rows(
+                positions,
+                all_keys,
+                sequence,
+                q_start,
+                page_table_ptr,
+                table_stride0,
+                table_stride1,
+                kv_rows,
+                max_pages,
+                PAGE_SIZE,
+                PAGED,
+            )
         else:
             all_keys = positions >= 0
             rows = q_start + positions
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q_a, q_b, (k_base + rows * stride_kt)[:, None],
-                                     (v_base + rows * stride_vt)[:, None], all_keys, all_keys[None, :],
-                                     offs_ka, offs_kb, offs_vd, qk_scale, D_B, PRECISION, False, PAGED)
+        acc, m_i, l_i = attend_tile(
+            acc,
+            m_i,
+            l_i,
+            q_a,
+            q_b,
+            (k_base + rows * stride_kt)[:, None],
+            (v_base + rows * stride_vt)[:, None],
+            all_keys,
+            all_keys[None, :],
+            offs_ka,
+            offs_kb,
+            offs_vd,
+            qk_scale,
+            D_B,
+            PRECISION,
+            False,
+            PAGED,
+        )
     for start in range(full_end, end, BLOCK_N):
         positions = start + offs_n
         key_valid = positions < end
-        rows = _kv_rows(positions, key_valid, sequence, q_start, page_table_ptr, table_stride0, table_stride1,
-                        kv_rows, max_pages, PAGE_SIZE, PAGED)
+        rows = _kv_rows(
+            positions,
+            key_valid,
+            sequence,
+            q_start,
+            page_table_ptr,
+            table_stride0,
+            table_stride1,
+            kv_rows,
+            max_pages,
+            PAGE_SIZE,
+            PAGED,
+        )
         visible = key_valid[None, :] & row_valid[:, None]
         if CAUSAL:
             visible = visible & (positions[None, :] <= query_pos[:, None])
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q_a, q_b, (k_base + rows * stride_kt)[:, None],
-                                     (v_base + rows * stride_vt)[:, None], key_valid, visible,
-                                     offs_ka, offs_kb, offs_vd, qk_scale, D_B, PRECISION, True, True)
+        acc, m_i, l_i = attend_tile(
+            acc,
+            m_i,
+            l_i,
+            q_a,
+            q_b,
+            (k_base + rows * stride_kt)[:, None],
+            (v_base + rows * stride_vt)[:, None],
+            key_valid,
+            visible,
+            offs_ka,
+            offs_kb,
+            offs_vd,
+            qk_scale,
+            D_B,
+            PRECISION,
+            True,
+            True,
+        )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]

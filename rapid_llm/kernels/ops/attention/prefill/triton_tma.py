@@ -51,8 +51,9 @@ def _descriptor(tensor: torch.Tensor, rows: int, first: int, width: int) -> Tens
     columns = (heads - 1) * tensor.stride(1) + dim
     view = tensor if first == 0 else tensor[:, :, first:]
     # the base moves to column `first` (a 16-byte multiple: first is D_A, a power of two >= 16)
-    return TensorDescriptor(view, shape=[tokens, columns - first], strides=[tensor.stride(0), 1],
-                            block_shape=[rows, width])
+    return TensorDescriptor(
+        view, shape=[tokens, columns - first], strides=[tensor.stride(0), 1], block_shape=[rows, width]
+    )
 
 
 def _prefill(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
@@ -73,29 +74,90 @@ def _prefill(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
     k_b = _descriptor(k, block_n, d_a, d_b) if d_b else k_a
     v_desc = _descriptor(v, block_n, 0, head_dim_v)
     num_blocks = triton.cdiv(max_seqlen, block_m)
-    launch_fitting(_prefill_tma_kernel, (num_blocks * batch, num_q_heads), q.device,
-        q_a, q_b, k_a, k_b, v_desc,
-        q, k, v, out, lse if lse is not None else out, cu_seqlens,
-        q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1),
-        lse.stride(0) if lse is not None else 0, lse.stride(1) if lse is not None else 0, cu_seqlens.stride(0),
-        batch, num_blocks, num_q_heads // k.shape[1], float(sm_scale) * LOG2E, tokens,
-        CAUSAL=causal, WRITE_LSE=lse is not None, NEGATIVE_SCALE=sm_scale < 0,
-        D_A=d_a, D_B=d_b, D_B_PAD=max(d_b, 16), DV=head_dim_v, **knobs,
+    launch_fitting(
+        _prefill_tma_kernel,
+        (num_blocks * batch, num_q_heads),
+        q.device,
+        q_a,
+        q_b,
+        k_a,
+        k_b,
+        v_desc,
+        q,
+        k,
+        v,
+        out,
+        lse if lse is not None else out,
+        cu_seqlens,
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0) if lse is not None else 0,
+        lse.stride(1) if lse is not None else 0,
+        cu_seqlens.stride(0),
+        batch,
+        num_blocks,
+        num_q_heads // k.shape[1],
+        float(sm_scale) * LOG2E,
+        tokens,
+        CAUSAL=causal,
+        WRITE_LSE=lse is not None,
+        NEGATIVE_SCALE=sm_scale < 0,
+        D_A=d_a,
+        D_B=d_b,
+        D_B_PAD=max(d_b, 16),
+        DV=head_dim_v,
+        **knobs,
     )
     return (out, lse) if return_lse else out
 
 
 @triton.jit
 def _prefill_tma_kernel(
-    q_desc_a, q_desc_b, k_desc_a, k_desc_b, v_desc,
-    q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, cu_q_ptr,
-    stride_qh, stride_kt, stride_kh, stride_kd, stride_vt, stride_vh, stride_vd,
-    stride_ot, stride_oh, stride_lt, stride_lh, stride_cu,
-    batch, num_blocks, group, qk_scale, total_q,
-    CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr, NEGATIVE_SCALE: tl.constexpr,
-    D_A: tl.constexpr, D_B: tl.constexpr, D_B_PAD: tl.constexpr, DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
+    q_desc_a,
+    q_desc_b,
+    k_desc_a,
+    k_desc_b,
+    v_desc,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    lse_ptr,
+    cu_q_ptr,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_ot,
+    stride_oh,
+    stride_lt,
+    stride_lh,
+    stride_cu,
+    batch,
+    num_blocks,
+    group,
+    qk_scale,
+    total_q,
+    CAUSAL: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+    NEGATIVE_SCALE: tl.constexpr,
+    D_A: tl.constexpr,
+    D_B: tl.constexpr,
+    D_B_PAD: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     head = tl.program_id(1)
@@ -160,10 +222,25 @@ def _prefill_tma_kernel(
         visible = key_valid[None, :] & row_valid[:, None]
         if CAUSAL:
             visible = visible & (positions[None, :] <= query_pos[:, None])
-        acc, m_i, l_i = attend_tile(acc, m_i, l_i, q_a, q_b, (k_base + rows * stride_kt)[:, None],
-                                     (v_base + rows * stride_vt)[:, None], key_valid, visible,
-                                     offs_da * stride_kd, offs_db * stride_kd, offs_dv * stride_vd, qk_scale,
-                                     D_B, "tf32", True, True)
+        acc, m_i, l_i = attend_tile(
+            acc,
+            m_i,
+            l_i,
+            q_a,
+            q_b,
+            (k_base + rows * stride_kt)[:, None],
+            (v_base + rows * stride_vt)[:, None],
+            key_valid,
+            visible,
+            offs_da * stride_kd,
+            offs_db * stride_kd,
+            offs_dv * stride_vd,
+            qk_scale,
+            D_B,
+            "tf32",
+            True,
+            True,
+        )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
