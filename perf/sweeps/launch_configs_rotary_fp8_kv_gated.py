@@ -221,7 +221,7 @@ def check_fp8(copy_gbps):
                         timed_with_config(
                             fp8_quant,
                             config,
-                            lambda: fp8_quant.quantize_groups(x, group, out_scale),
+                            lambda: fp8_quant.quantize_groups(x, group, out_scale, "native/per_token_group_fp8"),
                             graph=tokens <= 64,
                         ),
                         nbytes,
@@ -257,7 +257,9 @@ def check_fp8(copy_gbps):
     for warps in (4, 8, 16):
         config = {"BLOCK_GROUPS": 1, "BLOCK": 4096, "SINGLE_PASS": False, "num_warps": warps}
         entry = bandwidth(
-            timed_with_config(fp8_quant, config, lambda: fp8_quant.quantize_groups(x, 32768, token_scale)),
+            timed_with_config(
+                fp8_quant, config, lambda: fp8_quant.quantize_groups(x, 32768, token_scale, "native/per_token_fp8")
+            ),
             x.numel() * 3,
             copy_gbps,
         )

@@ -5,9 +5,6 @@ used to tell a grid that fills the GPU from a decode-sized one that does not.
 On the CPU (Triton's interpreter) it returns 1: the grid shape does not
 matter there.
 
-capability_major(device): the compute capability's major number (9 on Hopper), for the
-TMA kernels' sm90+ check on every call.
-
 shared_memory_per_multiprocessor(device): bytes of shared memory an SM holds (228 KiB on an
 H200), for a kernel's blocks-per-SM count. 0 off CUDA.
 """
@@ -28,19 +25,6 @@ def multiprocessor_count(device: torch.device) -> int:
 @functools.lru_cache(maxsize=None)
 def _cuda_multiprocessors(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def capability_major(device: torch.device) -> int:
-    """The CUDA compute capability's major number of `device` (9 on Hopper), cached: tma_ready checks it on
-    every call (7 us a call through torch.cuda.get_device_capability on the H200's host). 0 off CUDA."""
-    if device.type != "cuda":
-        return 0
-    return _cuda_capability_major(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _cuda_capability_major(index: int) -> int:
-    return torch.cuda.get_device_capability(index)[0]
 
 
 def shared_memory_per_multiprocessor(device: torch.device) -> int:

@@ -1,6 +1,6 @@
 """Launch a pipelined Triton kernel with as many stages as the device's shared memory holds.
 
-The launch heuristics (each kernel's launch_config) are tables measured on one tier (sm90: 227 KiB
+The launch heuristics (each kernel's launch policy) are tables measured on one tier (sm90: 227 KiB
 of shared memory per block). A GPU with less shared memory per block (sm80: 163 KiB, sm89 and
 sm120: 99 KiB) would make such a configuration fail at its first launch, when Triton compiles it
 and finds its shared memory larger than the device's (triton.runtime.errors.OutOfResources).

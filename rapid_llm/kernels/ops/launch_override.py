@@ -3,7 +3,8 @@
     with launch_override("native/mla_decode_gluon", splits=4, STAGES=3):
         out = rapid_llm.kernels.mla_decode(q, ...)     # that row's kernel launches with these knobs
 
-A kernel's launch policy (`ops/<family>/<op>/launch.py`) builds its knobs (block sizes, warps, stages,
+A kernel's launch policy (`ops/<family>/<op>/launch.py` where an op has several kernels, else the kernel
+module's `launch_config`) builds its knobs (block sizes, warps, stages,
 split count) from the call's sizes and the device, then passes them through `apply(row, knobs)`: the
 knobs given to an active `launch_override` for that row replace its own. A knob the policy does not
 have raises ValueError naming the row, so a sweep cannot silently time the default. Overrides live in

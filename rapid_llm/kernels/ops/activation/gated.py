@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_override import apply
+
 
 def launch_config(intermediate: int) -> dict:
     """1024 columns over 4 warps (8 per thread: one 16-byte access of bf16 per operand), or the
@@ -44,7 +46,7 @@ def gated_activation(activation: str, x: torch.Tensor, out: torch.Tensor | None)
     out_rows = out.view(num_rows, intermediate)
     if num_rows == 0:
         return out
-    config = launch_config(intermediate)
+    config = apply(f"native/{activation}_and_mul", launch_config(intermediate))
     blocks = triton.cdiv(intermediate, config["BLOCK"])
     grid = (num_rows * blocks,) if config["FLAT"] else (num_rows, blocks)
     _gated_kernel[grid](

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_override import apply
+
 
 def launch_config(num_elements: int) -> dict:
     """1024 elements over 4 warps: 8 elements per thread, one 16-byte access in bf16.
@@ -28,7 +30,7 @@ def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
     num_elements = x.numel()
     if num_elements == 0:
         return out
-    config = launch_config(num_elements)
+    config = apply("native/scale", launch_config(num_elements))
     grid = (triton.cdiv(num_elements, config["BLOCK"]),)
     _scale_kernel[grid](x, out, num_elements, float(factor), **config)
     return out

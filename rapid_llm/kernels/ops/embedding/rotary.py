@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_override import apply
+
 
 #: Self-test hook of ci/gpu_perf_gate, the only caller that sets the variable: a deliberately worse launch
 #: config (4 heads x 4 warps per program: measurably slower at prefill sizes; evidence
@@ -67,7 +69,7 @@ def rotary(
             q_heads,
             k_heads,
             rotary_dim,
-            launch_config(q_heads, k_heads, rotary_dim),
+            apply("native/rotary", launch_config(q_heads, k_heads, rotary_dim)),
         )
     return q, k
 

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from .checks import shard_end
+from ..launch_override import apply
 
 
 def launch_config(hidden: int) -> dict:
@@ -36,7 +37,7 @@ def vocab_embedding(
     if num_tokens == 0:
         return out
     flat_ids = ids.reshape(-1)  # a strided view when one exists; a tiny copy otherwise (4-8 bytes a token)
-    config = launch_config(hidden)
+    config = apply("native/vocab_embedding", launch_config(hidden))
     grid = (num_tokens, triton.cdiv(hidden, config["BLOCK"]))
     _vocab_embedding_kernel[grid](
         flat_ids, table, out, flat_ids.stride(0), table.stride(0), hidden, vocab_start, vocab_end, **config

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_override import apply
+
 
 def launch_config(row_width: int) -> dict:
     """Row blocks of up to 1024 elements, one token per program; 2 warps for rows of <= 1024
@@ -31,7 +33,7 @@ def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) 
     kv_rows, buffer_rows = scatter_rows(kv, buffer)
     num_tokens, width = kv_rows.shape
     if num_tokens:
-        config = launch_config(width)
+        config = apply("native/update_kv_buffer", launch_config(width))
         _update_kv_buffer_kernel[scatter_grid(num_tokens, width, config)](
             kv_rows,
             loc,

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from ..fp8 import E4M3_MAX
 from .update_kv_buffer import scatter_grid, scatter_rows
+from ..launch_override import apply
 
 
 def launch_config(row_width: int) -> dict:
@@ -41,7 +42,7 @@ def update_kv_buffer_fp8(
     kv_rows, buffer_rows = scatter_rows(kv, buffer)
     num_tokens, width = kv_rows.shape
     if num_tokens:
-        config = launch_config(width)
+        config = apply("native/update_kv_buffer_fp8", launch_config(width))
         _update_kv_buffer_fp8_kernel[scatter_grid(num_tokens, width, config)](
             kv_rows,
             loc,

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ..fp8 import E4M3_MAX
+from ..launch_override import apply
 
 
 def launch_config(kv_lora_rank: int, rope_dim: int) -> dict:
@@ -52,7 +53,8 @@ def launch_mla_write(
     num_tokens, kv_lora_rank = latent.shape
     rope_dim = rope.shape[1]
     if num_tokens:
-        config = launch_config(kv_lora_rank, rope_dim)
+        row = "native/update_mla_buffer" if scale is None else "native/update_mla_buffer_fp8"
+        config = apply(row, launch_config(kv_lora_rank, rope_dim))
         _update_mla_buffer_kernel[(num_tokens,)](
             latent,
             rope,

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from .rms_norm import launch_config
+from ..launch_override import apply
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
@@ -29,7 +30,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     residual_rows = residual.view(num_rows, hidden)
     if num_rows == 0:
         return x, residual
-    config = launch_config(hidden)
+    config = apply("native/fused_add_rms_norm", launch_config(hidden))
     grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
     _fused_add_rms_norm_kernel[grid](
         x_rows,

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch_override import apply
+
 MAX_SINGLE_PASS_HIDDEN = 16384
 CHUNK_HIDDEN = 4096
 
@@ -53,7 +55,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if num_rows == 0:
         return out
-    config = launch_config(hidden)
+    config = apply("native/rms_norm", launch_config(hidden))
     grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
     _rms_norm_kernel[grid](rows, weight, out, rows.stride(0), weight.stride(0), hidden, num_rows, float(eps), **config)
     return out

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from ..device_facts import multiprocessor_count
 from ..fp8 import E4M3_MAX, SCALE_FLOOR, group_scale_storage
+from ..launch_override import apply
 
 MAX_SINGLE_PASS = 16384
 CHUNK = 4096
@@ -65,7 +66,7 @@ def launch_config(group_size: int, total_groups: int, multiprocessors: int) -> d
 def per_token_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked kernel entry (the op's check ran: x has layout x:rows); needs sm89+."""
     scale = torch.empty((x.shape[0], 1), dtype=torch.float32, device=x.device)
-    return quantize_groups(x, x.shape[1], scale), scale
+    return quantize_groups(x, x.shape[1], scale, "native/per_token_fp8"), scale
 
 
 def per_token_group_fp8(
@@ -74,18 +75,19 @@ def per_token_group_fp8(
     """Unchecked kernel entry (the op's check ran: x has layout x:rows, group_size divides H); needs sm89+."""
     tokens, hidden = x.shape
     scale = group_scale_storage(tokens, hidden // group_size, column_major_scales, x.device)
-    return quantize_groups(x, group_size, scale), scale
+    return quantize_groups(x, group_size, scale, "native/per_token_group_fp8"), scale
 
 
-def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor) -> torch.Tensor:
-    """q [T, H] e4m3 from x_rows [T, H] (unit column stride); writes scale [T, H/group_size] in place."""
+def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor, row: str) -> torch.Tensor:
+    """q [T, H] e4m3 from x_rows [T, H] (unit column stride); writes scale [T, H/group_size] in place. `row`: the
+    row being served (its launch knobs may be overridden by ops.launch_override)."""
     tokens, hidden = x_rows.shape
     q = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x_rows.device)
     groups_per_token = hidden // group_size
     total_groups = tokens * groups_per_token
     if total_groups == 0:
         return q
-    config = launch_config(group_size, total_groups, multiprocessor_count(x_rows.device))
+    config = apply(row, launch_config(group_size, total_groups, multiprocessor_count(x_rows.device)))
     grid = (triton.cdiv(total_groups, config["BLOCK_GROUPS"]),)
     _quantize_groups_kernel[grid](
         x_rows,

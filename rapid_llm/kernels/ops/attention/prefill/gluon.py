@@ -169,7 +169,7 @@ def prefill_gluon(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return
 
 @gluon.jit
 def _sequence_bounds(w, cu_q_ptr, stride_cu, batch, num_q_heads, total_q):
-    """Item w's sequence: (q_start, q_end) from cu_seqlens, clamped as in prefill.py (offsets outside the contract
+    """Item w's sequence: (q_start, q_end) from cu_seqlens, clamped as in the pointer kernel (offsets outside the contract
     give an unspecified result, never a fault). Any w >= 0 names a sequence of the batch, so the partitions load
     the next item's bounds while they work on the current one: the load's latency (at each item's start, the
     largest stall outside the loops) then lies under an item's work."""

@@ -163,7 +163,7 @@ def _prefill_tma_kernel(
     head = tl.program_id(1)
     sequence = pid % batch
     block = num_blocks - 1 - pid // batch
-    # clamped as in prefill.py: offsets outside the contract give an unspecified result, never a fault
+    # clamped as in the pointer kernel: offsets outside the contract give an unspecified result, never a fault
     q_start = tl.minimum(tl.maximum(tl.load(cu_q_ptr + sequence * stride_cu), 0), total_q)
     q_end = tl.minimum(tl.maximum(tl.load(cu_q_ptr + (sequence + 1) * stride_cu), q_start), total_q)
     q_len = q_end - q_start
