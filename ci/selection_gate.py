@@ -57,10 +57,10 @@ SHOWN_CHANGES = 40
 
 def library_sets() -> dict[str, dict[str, str]]:
     """label -> {library: version}: bare, each library alone, all."""
-    from rapid_llm.kernels.dispatcher.spec import KNOWN_LIBRARIES
+    from rapid_llm.kernels.dispatcher.libraries import known_libraries
 
     # cuda_extension has no distribution and no version: its rows' probes decide, not library sets
-    names = [name for name, info in KNOWN_LIBRARIES.items() if info.distributions]
+    names = [name for name, info in known_libraries().items() if info.distributions]
     sets = {"bare": {}}
     for name in names:
         sets[name] = {name: LIBRARY_VERSIONS[name]}

@@ -25,7 +25,7 @@ import pytest
 
 from conformance.rows_here import TABLE, planner_forcing
 from rapid_llm.kernels.dispatcher import NoEligibleKernel, dispatch, probe_environment
-from rapid_llm.kernels.dispatcher.spec import KNOWN_LIBRARIES
+from rapid_llm.kernels.dispatcher.libraries import known_libraries
 
 
 def _query_dtype(row) -> str:
@@ -148,7 +148,7 @@ def test_hidden_extension_is_refused_by_both_probes(monkeypatch):
 def test_hidden_libraries_cannot_be_imported():
     env = probe_environment()
     for name in env.hidden_libs:
-        for module in KNOWN_LIBRARIES[name].modules:
+        for module in known_libraries()[name].modules:
             assert module not in sys.modules or sys.modules[module] is None, (
                 f"{module} ({name}) is hidden in this cell but was imported"
             )

@@ -13,14 +13,15 @@ import pytest
 
 from rapid_llm.kernels.backends import LIBRARY_PROBES
 from rapid_llm.kernels.backends.probe import probe
-from rapid_llm.kernels.dispatcher.spec import KNOWN_LIBRARIES, LibraryRequirement
+from rapid_llm.kernels.dispatcher.libraries import known_libraries
+from rapid_llm.kernels.dispatcher.spec import LibraryRequirement
 
 REQUIREMENT = LibraryRequirement("flashinfer", min_version="0.6", below_version="0.7")
 
 
 def test_every_external_library_has_a_probe_with_its_tested_range():
-    """Catches a library the product names (KNOWN_LIBRARIES) without a probe, or a probe for another library."""
-    assert set(LIBRARY_PROBES) == set(KNOWN_LIBRARIES) - {"triton", "cuda_extension"}
+    """Catches a library the product names (known_libraries()) without a probe, or a probe for another library."""
+    assert set(LIBRARY_PROBES) == set(known_libraries()) - {"triton", "cuda_extension"}
     for name, module_name in LIBRARY_PROBES.items():
         backend = importlib.import_module(module_name)
         assert backend.REQUIREMENT.name == name and backend.REQUIREMENT.min_version, module_name
@@ -30,7 +31,7 @@ def test_every_external_library_has_a_probe_with_its_tested_range():
 def test_importing_the_probes_imports_no_library():
     """Catches a probe package importing its library at import (a broken library would then crash any
     process that merely builds the table or runs doctor)."""
-    library_modules = {m for info in KNOWN_LIBRARIES.values() for m in info.modules} | {"tvm_ffi"}
+    library_modules = {m for info in known_libraries().values() for m in info.modules} | {"tvm_ffi"}
     before = {m for m in library_modules if sys.modules.get(m) is not None}
     for module_name in LIBRARY_PROBES.values():
         importlib.import_module(module_name)

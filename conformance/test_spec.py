@@ -286,10 +286,34 @@ def test_shape_constraint_bounds(constraint, accepted, refused):
     assert not constraint.accepts(None), "a dim the call site did not give must not satisfy a constraint"
 
 
-def test_unknown_library_is_rejected():
-    """Catches a misspelled library name, which would make the row silently never match."""
-    with pytest.raises(ValueError, match="flashinfr"):
-        LibraryRequirement("flashinfr")
+def test_unknown_library_is_rejected_when_the_table_is_built():
+    """Catches a misspelled library name, which would make the row silently never match: the names are the
+    product's own libraries and those the backend packages declare (dispatcher/libraries.py), checked when
+    the table is built; a name that is not an identifier is refused at once."""
+    from rapid_llm.kernels.dispatcher.table import TableError, validate_rows
+
+    row = KernelSpec(
+        name="native/typo",
+        op="norm.rms_norm",
+        backend="native",
+        target="m:f",
+        dtypes={"fp32"},
+        libraries=(LibraryRequirement("flashinfr"),),
+    )
+    with pytest.raises(TableError, match="flashinfr"):
+        validate_rows([row], {}, {})
+    with pytest.raises(ValueError, match="identifier"):
+        LibraryRequirement("flash-infer")
+
+
+def test_every_backend_declares_the_library_its_rows_require():
+    """Catches a backend package whose LIBRARY or REQUIREMENT names another library than the one it is listed
+    for (its probe would check one library and its rows require another)."""
+    from rapid_llm.kernels.backends import LIBRARY_PROBES
+    from rapid_llm.kernels.dispatcher.libraries import known_libraries
+
+    assert set(LIBRARY_PROBES) <= set(known_libraries())
+    assert {"triton", "cuda_extension"} <= set(known_libraries())
 
 
 # ---------------------------------------------------------------------------

@@ -296,7 +296,9 @@ def cmd_doctor(args) -> int:
     from . import __version__
     from .kernels.dispatcher import default_table
     from .kernels.dispatcher.environment import installed_library_versions
-    from .kernels.dispatcher.spec import KNOWN_LIBRARIES
+    from .kernels.dispatcher.libraries import known_libraries
+
+    known = known_libraries()
 
     table = default_table()
     env, _ = _probe(args)  # an unparsable RAPID_LLM_* value leaves nothing to report: exit 2 there
@@ -304,14 +306,14 @@ def cmd_doctor(args) -> int:
     deniable = table.deniable_names()
     installed = installed_library_versions()
     libraries = {}
-    for name in KNOWN_LIBRARIES:
+    for name in known:
         if name in env.hidden_libs:
             status = f"hidden by RAPID_LLM_HIDE_LIBS (installed: {installed.get(name, 'no')})"
         elif name in installed:
             status = installed[name]
-        elif not KNOWN_LIBRARIES[name].distributions:  # part of this package (the CUDA extension): no version
-            present = any(importlib.util.find_spec(module) for module in KNOWN_LIBRARIES[name].modules)
-            status = f"built ({', '.join(KNOWN_LIBRARIES[name].modules)})" if present else "not built"
+        elif not known[name].distributions:  # part of this package (the CUDA extension): no version
+            present = any(importlib.util.find_spec(module) for module in known[name].modules)
+            status = f"built ({', '.join(known[name].modules)})" if present else "not built"
         else:
             status = "not installed"
         libraries[name] = status

@@ -23,7 +23,8 @@ import sys
 
 import attrs
 
-from .spec import DEVICE_KINDS, DTYPE_TORCH_NAMES, KNOWN_LIBRARIES
+from .libraries import known_libraries
+from .spec import DEVICE_KINDS, DTYPE_TORCH_NAMES
 
 
 class Device(tuple):
@@ -144,8 +145,8 @@ class Libraries(tuple):
             name, sep, version = spec.partition("=")
             if not sep or not version:
                 raise ValueError(f"--lib expects NAME=VERSION, got {spec!r}")
-            if name not in KNOWN_LIBRARIES:
-                raise ValueError(f"unknown library {name!r}; known: {sorted(KNOWN_LIBRARIES)}")
+            if name not in known_libraries():
+                raise ValueError(f"unknown library {name!r}; known: {sorted(known_libraries())}")
             pairs.append((name, version))
         return cls(pairs)
 
@@ -209,9 +210,11 @@ def parse_force(text: str) -> dict[str, str]:
 
 def parse_hidden_libs(text: str) -> frozenset[str]:
     names = frozenset(_split_list(text))
-    unknown = names - set(KNOWN_LIBRARIES)
+    unknown = names - set(known_libraries())
     if unknown:
-        raise ValueError(f"RAPID_LLM_HIDE_LIBS: unknown libraries {sorted(unknown)}; known: {sorted(KNOWN_LIBRARIES)}")
+        raise ValueError(
+            f"RAPID_LLM_HIDE_LIBS: unknown libraries {sorted(unknown)}; known: {sorted(known_libraries())}"
+        )
     return names
 
 
@@ -239,7 +242,7 @@ def install_import_blocker(hidden: frozenset[str]) -> None:
     what code probing for an optional module (torch included) sees when it is
     not installed. (A meta-path finder that raises would break such probes.)
     """
-    modules = sorted(m for name in hidden for m in KNOWN_LIBRARIES[name].modules)
+    modules = sorted(m for name in hidden for m in known_libraries()[name].modules)
     already = [m for m in modules if sys.modules.get(m) is not None]
     if already:
         raise RuntimeError(
@@ -271,7 +274,7 @@ def installed_library_versions() -> dict[str, str]:
     from importlib import metadata
 
     found = {}
-    for info in KNOWN_LIBRARIES.values():
+    for info in known_libraries().values():
         for dist in info.distributions:
             try:
                 found[info.name] = metadata.version(dist)

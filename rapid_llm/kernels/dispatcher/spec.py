@@ -72,21 +72,14 @@ class LibraryInfo:
         return f"LibraryInfo({self.name!r}, {self.distributions!r}, {self.modules!r})"
 
 
-KNOWN_LIBRARIES = {
+#: The product's own optional libraries: Triton (its native kernels) and its CUDA extension (rapid_llm._C and
+#: the JIT build: not a distribution, listed so that RAPID_LLM_HIDE_LIBS=cuda_extension makes its absence
+#: cell). Every external library is declared by its backend package (backends/<name>/__init__.py: LIBRARY);
+#: dispatcher/libraries.py merges the two.
+CORE_LIBRARIES = {
     info.name: info
     for info in (
         LibraryInfo("triton", ("triton", "pytorch-triton"), ("triton",)),
-        LibraryInfo("flashinfer", ("flashinfer-python", "flashinfer"), ("flashinfer",)),
-        LibraryInfo(
-            "flash_attn",
-            ("flash-attn", "flash_attn_3", "fa3-fwd"),
-            ("flash_attn", "flash_attn_interface", "fa3_fwd_interface"),
-        ),
-        LibraryInfo("flash_mla", ("flash-mla", "flash_mla", "sgl-flash-mla"), ("flash_mla",)),
-        LibraryInfo("deep_gemm", ("deep-gemm", "deep_gemm", "tokenspeed-deepgemm", "sgl-deep-gemm"), ("deep_gemm",)),
-        LibraryInfo("deep_ep", ("deep-ep", "deep_ep", "tokenspeed-deepep"), ("deep_ep",)),
-        # Not a distribution: this package's own optional CUDA extension (rapid_llm._C and its JIT
-        # build), listed so that RAPID_LLM_HIDE_LIBS=cuda_extension makes its absence cell.
         LibraryInfo("cuda_extension", (), ("rapid_llm._C",)),
     )
 }
@@ -150,16 +143,17 @@ def priority_rank(priority) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 
 
-def _check_known_library(instance, attribute, value):
-    if value not in KNOWN_LIBRARIES:
-        raise ValueError(f"unknown library {value!r}; known: {sorted(KNOWN_LIBRARIES)}")
+def _check_library_name(instance, attribute, value):
+    if not isinstance(value, str) or not value.isidentifier():
+        raise ValueError(f"a library name is an identifier (flash_mla), got {value!r}")
 
 
 @attrs.frozen
 class LibraryRequirement:
-    """An optional library the row needs, installed at a version in [min_version, below_version)."""
+    """An optional library the row needs, installed at a version in [min_version, below_version). The name must
+    be a known library (dispatcher/libraries.py): build_tables() checks it."""
 
-    name: str = attrs.field(validator=_check_known_library)
+    name: str = attrs.field(validator=_check_library_name)
     min_version: str | None = None
     below_version: str | None = None
 

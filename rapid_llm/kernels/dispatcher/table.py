@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 from .contract import ExactBucket
 from .rankings import EMPTY as NO_RANKINGS
+from .libraries import known_libraries
 from .rankings import RankingStore, load_package_rankings
 from .spec import BACKEND_CLASSES, KernelSpec
 
@@ -110,9 +111,16 @@ class OpTable:
 def validate_rows(rows, contracts, layout_tags) -> None:
     seen: dict[str, KernelSpec] = {}
     references: dict[str, list[str]] = {}
+    known = known_libraries()
     for row in rows:
         if not isinstance(row, KernelSpec):
             raise TableError(f"table rows must be KernelSpec, got {row!r}")
+        for library in row.libraries:
+            if library.name not in known:
+                raise TableError(
+                    f"row {row.name!r}: unknown library {library.name!r}; known: {sorted(known)} "
+                    "(a backend package declares its LIBRARY)"
+                )
         if row.name in seen:
             raise TableError(f"duplicate row name {row.name!r} (ops {seen[row.name].op} and {row.op})")
         seen[row.name] = row

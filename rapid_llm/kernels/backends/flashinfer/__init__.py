@@ -4,9 +4,11 @@ FlashInfer JIT-compiles each kernel module on its first call (jit_log.py); its 0
 `tvm_ffi.libinfo` without importing that submodule, so the probe imports it first.
 """
 
-from ...dispatcher.spec import LibraryRequirement
+from ...dispatcher.spec import LibraryInfo, LibraryRequirement
 from ..probe import probe
 
+#: pip distributions that provide it, and the top-level modules RAPID_LLM_HIDE_LIBS blocks
+LIBRARY = LibraryInfo("flashinfer", ("flashinfer-python", "flashinfer"), ("flashinfer",))
 REQUIREMENT = LibraryRequirement("flashinfer", min_version="0.6", below_version="0.7")
 MODULE = "flashinfer"
 
