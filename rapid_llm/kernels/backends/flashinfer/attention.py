@@ -104,20 +104,7 @@ def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, *, cuda
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed
     )
-    num_kv_heads = kv_buffer.shape[1] // 2
-    with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
-        wrapper.plan(
-            indptr,
-            indices,
-            last_page_len,
-            q.shape[1],
-            num_kv_heads,
-            q.shape[2],
-            page_size,
-            q_data_type=q.dtype,
-            kv_data_type=kv_buffer.dtype,
-            sm_scale=float(sm_scale),
-        )
+    _plan_decode(wrapper, q, kv_buffer, indptr, indices, last_page_len, page_size, sm_scale)
 
     def run(q, kv_buffer):
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
@@ -130,19 +117,7 @@ def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
     )
-    with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
-        wrapper.plan(
-            cu_seqlens,
-            cu_seqlens,
-            q.shape[1],
-            k.shape[1],
-            q.shape[2],
-            head_dim_vo=v.shape[2],
-            causal=causal,
-            sm_scale=float(sm_scale),
-            q_data_type=q.dtype,
-            kv_data_type=k.dtype,
-        )
+    _plan_ragged(wrapper, q, k, v, cu_seqlens, sm_scale, causal)
 
     def run(q, k, v):
         return wrapper.run(q, k, v)
@@ -153,26 +128,10 @@ def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
 def plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal=True):
     """The per-step preparation of attention.prefill_paged, exposed like plan_decode: returns run(q, kv_buffer) ->
     out (the page lists and the plan of this step, reused by every layer)."""
-    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
     )
-    num_kv_heads = kv_buffer.shape[1] // 2
-    with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
-        wrapper.plan(
-            cu_seqlens_q,
-            indptr,
-            indices,
-            last_page_len,
-            q.shape[1],
-            num_kv_heads,
-            q.shape[2],
-            page_size,
-            causal=causal,
-            sm_scale=float(sm_scale),
-            q_data_type=q.dtype,
-            kv_data_type=kv_buffer.dtype,
-        )
+    _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
 
     def run(q, kv_buffer):
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
@@ -207,38 +166,18 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), **fixed
     )
-    width = latent_cache.shape[1]
-    with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
-        wrapper.plan(
-            qo_indptr,
-            indptr,
-            indices,
-            seq_lens,
-            q.shape[1],
-            CKV_DIM,
-            width - CKV_DIM,
-            page_size,
-            False,
-            float(sm_scale),
-            q.dtype,
-            latent_cache.dtype,
-        )
+    _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale)
 
     def run(q, latent_cache):
-        paged = _latent_pages(latent_cache, page_size)
-        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])
+        return _run_mla(wrapper, q, latent_cache, page_size)
 
     return run
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
-    """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
-    variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
-    always None here (an fp8 buffer goes to another row)."""
-    wrapper = _wrapper("decode", q.device, lambda ws: flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD"))
-    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+def _plan_decode(wrapper, q, kv_buffer, indptr, indices, last_page_len, page_size, sm_scale) -> None:
+    """plan() of a decode wrapper, the row's and plan_decode's. plan() builds (JIT-compiles on first use) the
+    module: it sits inside the logged first call."""
     num_kv_heads = kv_buffer.shape[1] // 2
-    # plan() builds (JIT-compiles on first use) the module: it sits inside the logged first call
     with first_call_logged(f"flashinfer decode {q.dtype} D={q.shape[2]} Hq/Hk={q.shape[1] // num_kv_heads}"):
         wrapper.plan(
             indptr,
@@ -252,11 +191,10 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
             kv_data_type=kv_buffer.dtype,
             sm_scale=float(sm_scale),
         )
-        return wrapper.run(q, _paged_views(kv_buffer, page_size))
 
 
-def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
-    wrapper = _wrapper(kind, q.device, lambda ws: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD"))
+def _plan_ragged(wrapper, q, k, v, cu_seqlens, sm_scale, causal) -> None:
+    """plan() of a ragged prefill wrapper (q and kv share cu_seqlens)."""
     with first_call_logged(f"flashinfer ragged prefill {q.dtype} D={q.shape[2]}/{v.shape[2]} causal={causal}"):
         wrapper.plan(
             cu_seqlens,
@@ -270,9 +208,70 @@ def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
             q_data_type=q.dtype,
             kv_data_type=k.dtype,
         )
-        if not return_lse:
-            return wrapper.run(q, k, v)
-        out, lse = wrapper.run(q, k, v, return_lse=True)
+
+
+def _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal):
+    """plan() of a paged prefill wrapper, from the page table's CSR page lists."""
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    num_kv_heads = kv_buffer.shape[1] // 2
+    with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
+        wrapper.plan(
+            cu_seqlens_q,
+            indptr,
+            indices,
+            last_page_len,
+            q.shape[1],
+            num_kv_heads,
+            q.shape[2],
+            page_size,
+            causal=causal,
+            sm_scale=float(sm_scale),
+            q_data_type=q.dtype,
+            kv_data_type=kv_buffer.dtype,
+        )
+
+
+def _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale) -> None:
+    """plan() of an MLA wrapper: one query token per sequence, ckv 512 and kpe 64 dims, not causal."""
+    with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
+        wrapper.plan(
+            qo_indptr,
+            indptr,
+            indices,
+            seq_lens,
+            q.shape[1],
+            CKV_DIM,
+            latent_cache.shape[1] - CKV_DIM,
+            page_size,
+            False,
+            float(sm_scale),
+            q.dtype,
+            latent_cache.dtype,
+        )
+
+
+def _run_mla(wrapper, q, latent_cache, page_size):
+    """run() of a planned MLA wrapper: q and the paged cache split into their latent and rope parts (views)."""
+    paged = _latent_pages(latent_cache, page_size)
+    return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])
+
+
+def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
+    variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
+    always None here (an fp8 buffer goes to another row)."""
+    wrapper = _wrapper("decode", q.device, lambda ws: flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD"))
+    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    _plan_decode(wrapper, q, kv_buffer, indptr, indices, last_page_len, page_size, sm_scale)
+    return wrapper.run(q, _paged_views(kv_buffer, page_size))
+
+
+def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
+    wrapper = _wrapper(kind, q.device, lambda ws: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD"))
+    _plan_ragged(wrapper, q, k, v, cu_seqlens, sm_scale, causal)
+    if not return_lse:
+        return wrapper.run(q, k, v)
+    out, lse = wrapper.run(q, k, v, return_lse=True)
     return out, lse * _LN2
 
 
@@ -292,26 +291,10 @@ def prefill_paged(
     """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
     the new tokens are the last of each sequence, as our contract says)."""
     wrapper = _wrapper("paged_prefill", q.device, lambda ws: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"))
-    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
-    num_kv_heads = kv_buffer.shape[1] // 2
-    with first_call_logged(f"flashinfer paged prefill {q.dtype} D={q.shape[2]} causal={causal}"):
-        wrapper.plan(
-            cu_seqlens_q,
-            indptr,
-            indices,
-            last_page_len,
-            q.shape[1],
-            num_kv_heads,
-            q.shape[2],
-            page_size,
-            causal=causal,
-            sm_scale=float(sm_scale),
-            q_data_type=q.dtype,
-            kv_data_type=kv_buffer.dtype,
-        )
-        if not return_lse:
-            return wrapper.run(q, _paged_views(kv_buffer, page_size))
-        out, lse = wrapper.run(q, _paged_views(kv_buffer, page_size), return_lse=True)
+    _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
+    if not return_lse:
+        return wrapper.run(q, _paged_views(kv_buffer, page_size))
+    out, lse = wrapper.run(q, _paged_views(kv_buffer, page_size), return_lse=True)
     return out, lse * _LN2
 
 
@@ -323,21 +306,5 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     batch = q.shape[0]
     indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
     qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
-    width = latent_cache.shape[1]
-    paged = _latent_pages(latent_cache, page_size)
-    with first_call_logged(f"flashinfer MLA decode {q.dtype} Hq={q.shape[1]} page={page_size}"):
-        wrapper.plan(
-            qo_indptr,
-            indptr,
-            indices,
-            seq_lens,
-            q.shape[1],
-            CKV_DIM,
-            width - CKV_DIM,
-            page_size,
-            False,
-            float(sm_scale),
-            q.dtype,
-            latent_cache.dtype,
-        )
-        return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])
+    _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale)
+    return _run_mla(wrapper, q, latent_cache, page_size)

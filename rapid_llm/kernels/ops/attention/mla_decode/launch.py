@@ -57,19 +57,15 @@ def tma(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> di
 
 
 def gluon(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> dict:
-    """native/mla_decode_gluon (Hq < 64): 16 heads x 64 positions, 4 warps, one program per SM; a 2-slot ring
-    of whole tiles with the rope columns in the ring (ROPE_RING), 164 KiB. STAGES=3 without ROPE_RING (three
-    value slots, one rope slot, 220 KiB) measured 3-14% slower."""
-    knobs = _knobs((16, 64, 4, 2, 1), batch, num_q_heads, capacity, device, ROPE_RING=True)
-    knobs["STAGES"] = knobs.pop("num_stages")
-    del knobs["BLOCK_H"], knobs["BLOCK_N"], knobs["num_warps"]  # fixed by the kernel's layouts
-    return apply("native/mla_decode_gluon", knobs)
+    """native/mla_decode_gluon (Hq < 64): 16 heads x 64 positions (fixed by the kernel's layouts), 4 warps, one
+    program per SM; a 2-slot ring of whole tiles with the rope columns in the ring (ROPE_RING), 164 KiB.
+    STAGES=3 without ROPE_RING (three value slots, one rope slot, 220 KiB) measured 3-14% slower."""
+    splits = mla_num_splits(batch, triton.cdiv(num_q_heads, 16), capacity, 1, device)
+    return apply("native/mla_decode_gluon", {"STAGES": 2, "ROPE_RING": True, "splits": splits})
 
 
 def gluon_pingpong(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> dict:
-    """native/mla_decode_gluon_pingpong (Hq >= 64): 64 heads x 64 positions, two warp-specialised warpgroups,
-    one program per SM (217 KiB); the second warpgroup's register budget is a knob."""
-    knobs = _knobs((64, 64, 4, 2, 1), batch, num_q_heads, capacity, device, WORKER_REGISTERS=232)
-    for fixed in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
-        del knobs[fixed]
-    return apply("native/mla_decode_gluon_pingpong", knobs)
+    """native/mla_decode_gluon_pingpong (Hq >= 64): 64 heads x 64 positions (fixed by the kernel's layouts), two
+    warp-specialised warpgroups, one program per SM (217 KiB); the second warpgroup's register budget is a knob."""
+    splits = mla_num_splits(batch, triton.cdiv(num_q_heads, 64), capacity, 1, device)
+    return apply("native/mla_decode_gluon_pingpong", {"WORKER_REGISTERS": 232, "splits": splits})
