@@ -9,7 +9,7 @@ K/V of a later token of the same sequence (masked by causality) may reach that
 sequence's earlier queries: kernels that multiply whole tiles compute 0 * NaN there, as
 the peer libraries do; it never leaves the sequence. Every row that runs
 here (the reference; native Triton rows under RAPID_LLM_TRITON_INTERPRET=1),
-in fp32 and fp16, is called through a PlannedOp forcing it, on inputs
+in fp32, fp16 and bf16, is called through a PlannedOp forcing it, on inputs
 poisoned one way at a time, and compared with the same call on clean inputs:
 untouched queries must come out bitwise equal, touched ones NaN.
 
@@ -38,8 +38,10 @@ from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PRE
 
 DEVICE = torch_device()
 NAN = float("nan")
-#: fp16 reaches the native rows that serve half precision only (TMA and Gluon kernels, on the GPU)
-DTYPES = [torch.float32, torch.float16]
+#: fp16 reaches the native rows that serve half precision only (TMA and Gluon kernels, on the GPU); bf16 the
+#: library rows (FlashInfer, FA3, FlashMLA serve bf16 only)
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["fp32", "fp16", "bf16"]
 _CHECKS = {
     PREFILL: checks.check_prefill,
     MLA_PREFILL: checks.check_mla_prefill,
@@ -102,7 +104,7 @@ RAGGED = [pytest.param(op, row, id=row) for op in (PREFILL, MLA_PREFILL) for row
 
 
 @pytest.mark.parametrize("op, row", RAGGED)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 class TestRaggedIsolation:
     @pytest.mark.parametrize("poison", [NAN, float("inf")], ids=["nan", "inf"])
     def test_value_poison_in_one_sequence_stays_in_it(self, op, row, dtype, poison, request):
@@ -279,7 +281,7 @@ def _query_sequences(op):
 
 
 @pytest.mark.parametrize("op, row, mla_heads", PAGED)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 class TestPagedIsolation:
     @pytest.mark.parametrize("poison", [NAN, float("inf")], ids=["nan", "inf"])
     def test_unused_buffer_rows_never_reach_any_sequence(self, op, row, mla_heads, dtype, poison, request):

@@ -408,15 +408,8 @@ PREFILL_PAGED = "attention.prefill_paged"
 PREFILL_PAGED_SHAPES = [AttentionShape(4, 4608, 32, 8, 128, new_tokens=512)]
 
 
-@pytest.mark.parametrize(
-    "arm,case",
-    [
-        pytest.param(a, c, id=f"{a}-{c.id}")
-        for a in _contenders(PREFILL_PAGED) + [FLASHINFER_PLANNED_PREFILL_PAGED]
-        for c in PREFILL_PAGED_SHAPES
-    ],
-)
-def test_prefill_paged(benchmark, gpu_session, arm, case):
+def _prefill_paged_inputs(case):
+    """Args of attention.prefill_paged: a chunk of new_tokens per sequence after length - new_tokens cached."""
     import torch
 
     from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
@@ -429,8 +422,20 @@ def test_prefill_paged(benchmark, gpu_session, arm, case):
     q = _randn((tokens, case.num_q_heads, case.head_dim), dtype, generator)
     cu = torch.arange(0, tokens + 1, case.new_tokens, dtype=torch.int32, device="cuda")
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    scale = case.head_dim**-0.5
-    args = (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, scale, True, False)
+    return (q, buffer, table, cu, seq_lens, case.new_tokens, case.page_size, case.head_dim**-0.5, True, False)
+
+
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(PREFILL_PAGED) + [FLASHINFER_PLANNED_PREFILL_PAGED]
+        for c in PREFILL_PAGED_SHAPES
+    ],
+)
+def test_prefill_paged(benchmark, gpu_session, arm, case):
+    args = _prefill_paged_inputs(case)
+    q, buffer, table, cu, seq_lens, scale = args[0], args[1], args[2], args[3], args[4], args[7]
     if arm == FLASHINFER_PLANNED_PREFILL_PAGED:
         run = _flashinfer_adapters().plan_prefill_paged(
             q, buffer, table, cu, seq_lens, case.page_size, scale, causal=True
@@ -518,15 +523,8 @@ def _flash_mla_peer(args, case_id, dtype):
     return fn, info
 
 
-@pytest.mark.parametrize(
-    "arm,case",
-    [
-        pytest.param(a, c, id=f"{a}-{c.id}")
-        for a in _contenders(MLA_DECODE) + MLA_DECODE_PEERS
-        for c in MLA_DECODE_SHAPES
-    ],
-)
-def test_mla_decode(benchmark, gpu_session, arm, case):
+def _mla_decode_inputs(case):
+    """Args of attention.mla_decode: one query per sequence against its latent rows (512 + 64 rope)."""
     import torch
 
     from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
@@ -537,7 +535,23 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
     cache = _randn((pages * case.page_size, 576), dtype, generator)
     q = _randn((case.batch, case.num_q_heads, 576), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    args = (q, cache, table, seq_lens, case.page_size, MLA_SM_SCALE)
+    return (q, cache, table, seq_lens, case.page_size, MLA_SM_SCALE)
+
+
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(MLA_DECODE) + MLA_DECODE_PEERS
+        for c in MLA_DECODE_SHAPES
+    ],
+)
+def test_mla_decode(benchmark, gpu_session, arm, case):
+    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
+
+    dtype = TORCH_DTYPES[case.dtype]
+    args = _mla_decode_inputs(case)
+    q, cache = args[0], args[1]
     if arm == FLASH_MLA_METADATA:
         fn, info = _flash_mla_peer(args, case.id, case.dtype)
         graph_safe = True
