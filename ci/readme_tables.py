@@ -13,8 +13,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
-    attention-table  h200.attention.bench, with attention.decode / prefill / mla_decode from
-                     h200.attention.bench.decode / .prefill / .mla_decode
+    attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
     extension-table  h200.extension.bench.scale and h200.extension.bench.kv_write (the CUDA extension's rows)
     dispatcher-table the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                      (pytest-benchmark's saved format; found as ci/perf_gate finds it)
@@ -41,12 +40,6 @@ from perf import evidence  # noqa: E402  (the repository root on sys.path first:
 CORE_BENCH = "h200.core.bench"
 LIBRARY_BENCH = "h200.libraries.bench"
 ATTENTION_BENCH = "h200.attention.bench"
-#: (op, evidence id): the ops whose cases come from a later run of their own instead of ATTENTION_BENCH.
-ATTENTION_OP_RUNS = (
-    ("attention.decode", "h200.attention.bench.decode"),
-    ("attention.prefill", "h200.attention.bench.prefill"),
-    ("attention.mla_decode", "h200.attention.bench.mla_decode"),
-)
 EXTENSION_BENCHES = ("h200.extension.bench.scale", "h200.extension.bench.kv_write")
 DISPATCHER_STORAGE = os.path.join(ROOT, "perf", "baselines", "cpu")
 #: How the docs name each dispatcher benchmark, and its requirement in short. The table lists
@@ -253,42 +246,56 @@ def library_table() -> str:
     )
 
 
+#: Our rows (the kernels this library ships): the rows the attention table states ratios for.
+OUR_BACKENDS = ("native", "aot", "jit")
+
+
+def _device_time(case, timer: str):
+    return case.get("graph_us") if timer == "graph" else case.get("us")
+
+
 def attention_table() -> str:
-    """The attention ops: our native rows, the library rows and the peers; decode, prefill and MLA decode
-    from their own later runs."""
-    return _ranked_table(
-        ((ATTENTION_BENCH, None), *((run, (op,)) for op, run in ATTENTION_OP_RUNS)),
-        (
-            "Every attention op from `ci/gpu_attention_evidence OUT bench`, except attention.decode, attention.prefill "
-            "and attention.mla_decode, each from a later benchmark run of that op alone (after its sm90 kernel "
-            "changed; the decode run with the CUDA extension's fp8 rows built; the MLA decode run with FlashInfer's "
-            "MLA rows deselected: their JIT build). CUDA-event median with L2 flushed; graph-replay time of "
-            "capturable rows at every decode and MLA decode shape (device time without the host's per-call enqueue, "
-            "which event timing includes where it outlasts the flush). Peers: torch SDPA, and FlashInfer planned "
-            "once per step outside the timing (`peer/flashinfer.*(planned)`; its rows plan in every call), at decode "
-            "also in its CUDA-graph mode (`peer/flashinfer.decode(graph)`, run() captured and replayed). Decode "
-            "TB/s: the KV (or latent) bytes read."
-        ),
-    )
-
-
-#: The attention kernels as rows of their own (after the one-kernel-per-row restructure), run by run.
-ATTENTION_ROW_RUNS = ("h200.attention.bench.mla_decode_rows",)
-
-
-def attention_rows_table() -> str:
-    """Every native kernel of an op as its own row, timed side by side (the runs after the restructure)."""
-    return _ranked_table(
-        tuple((run, None) for run in ATTENTION_ROW_RUNS[:1]),
-        (
-            "Each native kernel as a row of its own (`ci/gpu_attention_evidence OUT bench`, `BENCH_K=test_mla_decode`, "
-            "FlashInfer hidden), after the restructure that made every kernel a row: `native/mla_decode` is now the "
-            "pointer kernel alone; `native/mla_decode_tma`, `native/mla_decode_gluon` and "
-            "`native/mla_decode_gluon_pingpong` are the kernels it used to choose between inside its target (the "
-            "table above names rows as its runs had them). FlashMLA did not load in this run, so it has no numbers "
-            "here. CUDA-event median with L2 flushed, then graph replay."
-        ),
-    )
+    """The attention ops from one run: per case our fastest row against the fastest library driven as engines
+    drive it (the ratio), then every row and peer of the case, fastest first."""
+    run, cases = _run_cases(ATTENTION_BENCH)
+    rows = {}
+    for case in cases:
+        rows.setdefault((case["op"], case["case"]), {})[case["row"]] = case
+    lines = [
+        "One run, every arm of a case side by side in one process (`ci/gpu_attention_evidence OUT warm`, then "
+        "`WARM=0 ci/gpu_attention_evidence OUT bench`): each native kernel as its own row, the CUDA extension's "
+        "fp8 decode, and every library row as our dispatch calls it (FlashInfer's rows plan, a host sync, in "
+        "every call; FlashMLA's row computes its split schedule in every call), beside the libraries driven as "
+        "engines drive them (`peer/...`: FlashInfer planned once per step, FlashMLA's schedule once per step, "
+        "both outside the timing; torch SDPA). Decode and MLA decode: CUDA-graph replay per call (engines replay "
+        "decode steps), where every arm compared was captured; else, and for prefill, CUDA-event median with "
+        "L2 flushed. **vs engine** = the fastest engine-driven peer's time / our fastest row's time, same timer "
+        "(> 1: ours is faster). The FA3 and FlashInfer ragged prefill rows serve only calls that promise "
+        "`qkv:finite` (see [how dispatch decides](../README.md#how-dispatch-decides)).",
+        "",
+        f"- {_run_line(ATTENTION_BENCH, run)}",
+        "",
+        "| op | case | our fastest row | fastest engine-driven peer | vs engine | every arm, fastest first |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (op, case_id), by_row in rows.items():
+        ours = {row: case for row, case in by_row.items() if row.partition("/")[0] in OUR_BACKENDS}
+        peer = {row: case for row, case in by_row.items() if row.startswith("peer/") and case.get("us")}
+        engine = next(iter(ours.values()), {}).get("engine_peer") or {}
+        timer = "graph" if engine.get("graph") and all(c.get("graph_us") for c in ours.values()) else "event"
+        best_ours = min(ours.items(), key=lambda item: _device_time(item[1], timer), default=None)
+        best_peer = engine.get(timer)
+        if best_ours and best_peer:
+            ours_cell = f"`{best_ours[0]}` {_device_time(best_ours[1], timer):.1f} µs"
+            peer_cell = f"`{best_peer['row']}` {best_peer['us']:.1f} µs"
+            ratio = f"{best_peer['us'] / _device_time(best_ours[1], timer):.2f}x ({timer})"
+        else:
+            ours_cell = f"`{best_ours[0]}` {best_ours[1]['us']:.1f} µs" if best_ours else "-"
+            peer_cell, ratio = ("-", "-") if not peer else ("-", "no engine-driven peer")
+        ranked = sorted(by_row.items(), key=lambda item: item[1].get("graph_us") or item[1]["us"])
+        cells = "; ".join(f"`{row}` {_library_cell(case)}" for row, case in ranked)
+        lines.append(f"| {op} | {case_id} | {ours_cell} | {peer_cell} | {ratio} | {cells} |")
+    return "\n".join(lines)
 
 
 def extension_table() -> str:
@@ -365,7 +372,6 @@ PAGES = {
     "docs/performance.md": (
         ("perf-table", perf_table),
         ("attention-table", attention_table),
-        ("attention-rows-table", attention_rows_table),
         ("extension-table", extension_table),
         ("dispatcher-table", dispatcher_table),
     ),

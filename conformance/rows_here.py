@@ -21,11 +21,12 @@ def planner_forcing(op: str, row: str, env=None) -> Planner:
 
 
 def planned_row(op: str, row: str, dtype: str = "fp32", layout=None, env=None):
-    """The PlannedOp running `row` for `op`, or (None, reason) when the row cannot run here."""
+    """The PlannedOp running `row` for `op`, or (None, reason) when the row cannot run here. Default layout:
+    every tag of the op, promises included (the tests' inputs are finite)."""
     contract = TABLE.contracts[op]
     try:
         planned = planner_forcing(op, row, env).plan(
-            op, dtype=dtype, shape={}, layout=contract.layouts if layout is None else layout
+            op, dtype=dtype, shape={}, layout=contract.tags if layout is None else layout
         )
     except NoEligibleKernel as error:
         return None, skip_reason(row, error)

@@ -58,7 +58,7 @@ def test_row_is_eligible_exactly_when_the_table_predicts(row):
     dtype = _query_dtype(row)
     contract = TABLE.contracts[row.op]
     try:
-        planner_forcing(row.op, row.name, env).plan(row.op, dtype=dtype, shape={}, layout=frozenset(contract.layouts))
+        planner_forcing(row.op, row.name, env).plan(row.op, dtype=dtype, shape={}, layout=contract.tags)
         refusals = []
     except NoEligibleKernel as error:
         # Only what an absence cell changes counts: libraries, the device, the load (import + probe). The
@@ -81,13 +81,7 @@ def test_every_op_resolves_in_this_cell(op):
     contract = TABLE.contracts[op]
     for dtype in sorted(contract.dtypes):
         selection = dispatch(
-            op,
-            device=env.device,
-            dtype=dtype,
-            layout=frozenset(contract.layouts),
-            libs=env.libs,
-            table=TABLE,
-            deny=env.deny,
+            op, device=env.device, dtype=dtype, layout=contract.tags, libs=env.libs, table=TABLE, deny=env.deny
         )
         assert selection.row is not None, f"{op} {dtype}: no row serves in this cell"
 
@@ -217,7 +211,7 @@ def test_broken_library_rows_are_rejected_with_the_loaders_message():
                 device=_device_serving(row),
                 dtype=dtype,
                 shape=shape,
-                layout=frozenset(TABLE.contracts[op].layouts),
+                layout=TABLE.contracts[op].tags,
                 libs=env.libs,
                 table=TABLE,
                 # the row and the reference alone: whatever else could serve is not the point

@@ -11,7 +11,9 @@ the peer libraries do; it never leaves the sequence. Every row that runs
 here (the reference; native Triton rows under RAPID_LLM_TRITON_INTERPRET=1),
 in fp32, fp16 and bf16, is called through a PlannedOp forcing it, on inputs
 poisoned one way at a time, and compared with the same call on clean inputs:
-untouched queries must come out bitwise equal, touched ones NaN.
+untouched queries must come out bitwise equal, touched ones NaN. The ragged prefill library rows
+need the call site's promise qkv:finite (their kernels do not isolate non-finite values), which
+these calls do not make: they skip with that reason, and the last test holds dispatch to it.
 
 Also: the weights are exact with logits near 5e4 (exp(s - lse) in fp32 is
 0.2% off there); the reference rows' memory stays within a small multiple of
@@ -32,9 +34,9 @@ import pytest
 import torch
 
 from conformance.rows_here import TABLE, planner_forcing, skip_reason, torch_device
-from rapid_llm.kernels.dispatcher import NoEligibleKernel
+from rapid_llm.kernels.dispatcher import Device, Libraries, NoEligibleKernel, dispatch
 from rapid_llm.kernels.ops.checks import value_checks
-from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
+from rapid_llm.kernels.ops.attention import DECODE, FINITE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
 
 DEVICE = torch_device()
 NAN = float("nan")
@@ -559,3 +561,32 @@ def test_reference_in_small_steps_matches_the_oracle(op, monkeypatch):
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
         for mine, theirs in zip(got, want):
             torch.testing.assert_close(mine.double(), theirs.double(), atol=2e-4, rtol=2e-4, msg=case.id)
+
+
+# ---------------------------------------------------------------------------
+# Rows whose kernels cannot isolate non-finite values: served only under the call site's promise
+# ---------------------------------------------------------------------------
+
+_LIBRARIES_PRESENT = Libraries({"triton": "3.6.0", "flash_attn": "0.0.3", "flashinfer": "0.6.0"})
+
+
+@pytest.mark.parametrize("op", [PREFILL, MLA_PREFILL])
+def test_ragged_library_rows_serve_only_callers_that_promise_finite_values(op):
+    """Catches FA3's or FlashInfer's ragged prefill selected for a checked call: on the H200 (bf16 cases of
+    this file) their kernels carried a NaN/inf V of one sequence into its neighbours, and FA3 returned a
+    non-NaN lse for a NaN query or key. They need qkv:finite, which no check derives."""
+    library_rows = [row for row in TABLE.rows(op) if row.backend in ("flash_attn", "flashinfer")]
+    assert library_rows and all(FINITE in row.layout for row in library_rows)
+    contract = TABLE.contracts[op]
+    shape = {"num_tokens": 4096, "max_seqlen": 1024, "num_q_heads": 16, "num_kv_heads": 16}
+    shape.update(head_dim=192, head_dim_v=128) if op == MLA_PREFILL else shape.update(head_dim=128, head_dim_v=128)
+    query = dict(device=Device("cuda", 90), dtype="bf16", shape=shape, libs=_LIBRARIES_PRESENT, table=TABLE)
+    checked = dispatch(op, layout=contract.layouts, **query)
+    assert checked.row.backend not in ("flash_attn", "flashinfer")
+    for row in library_rows:
+        failures = [check.render() for check in checked.explanation.verdict(row.name).failures]
+        assert any(FINITE in failure for failure in failures), failures
+    promised = dispatch(op, layout=contract.tags, **query)
+    assert {row.name for row in library_rows} <= {
+        verdict.row for verdict in promised.explanation.verdicts if not verdict.failures
+    }

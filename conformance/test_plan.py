@@ -323,3 +323,56 @@ def test_a_call_without_the_rows_layout_is_refused_with_the_tables_description_o
         planned.confirm(_Anchor(), frozenset(), (("num_tokens", 8), ("hidden", 128)))
     assert "x:rows (x views as [rows, n] in this test)" in str(error.value)
     assert "native/rows_only" in str(error.value)
+
+
+def _promise_table() -> OpTable:
+    """test.op with the promise x:finite, a fast row that needs it and a slower one that does not."""
+    from rapid_llm.kernels.dispatcher import OpContract
+
+    base = fake.CONTRACTS[OP]
+    contract = OpContract(
+        op=OP,
+        parameters=base.parameters,
+        dtypes=base.dtypes,
+        dims=base.dims,
+        layouts=("x:rows",),
+        promises=("x:finite",),
+    )
+    return OpTable.from_rows(
+        [
+            fake.spec("native/needs_finite", priority=10, layout={"x:rows", "x:finite"}, target=fake.target("fast")),
+            fake.spec("native/any_values", priority=5, target=fake.target("slow")),
+            fake.reference_row(),
+        ],
+        {**fake.CONTRACTS, OP: contract},
+        layout_tags={"x:rows": "x views as [rows, n]", "x:finite": "the caller promises x holds no NaN or inf"},
+    )
+
+
+def test_a_row_needing_a_promise_serves_only_callers_that_made_it():
+    """Catches a promise treated as derivable (selected for a call that did not promise) or, once promised
+    at planning time, demanded again from every call's check, which can never derive it."""
+    planner = Planner(CPU, _promise_table())
+    shape = {"num_tokens": 8, "hidden": 128}
+    checked = planner.plan(OP, dtype="bf16", shape=shape, layout={"x:rows"})
+    assert checked.row.name == "native/any_values"
+    promised = planner.plan(OP, dtype="bf16", shape=shape, layout={"x:rows", "x:finite"})
+    assert promised.row.name == "native/needs_finite"
+    # the check derives x:rows, never x:finite: the promise made when planning stands
+    promised.confirm(_Anchor(), frozenset({"x:rows"}), (("num_tokens", 8), ("hidden", 128)))
+
+
+def test_a_tag_cannot_be_both_checked_and_promised():
+    """Catches a contract whose check could contradict a caller's promise of the same tag."""
+    from rapid_llm.kernels.dispatcher import OpContract
+
+    base = fake.CONTRACTS[OP]
+    with pytest.raises(ValueError, match="x:rows"):
+        OpContract(
+            op=OP,
+            parameters=base.parameters,
+            dtypes=base.dtypes,
+            dims=base.dims,
+            layouts=("x:rows",),
+            promises=("x:rows",),
+        )

@@ -182,3 +182,32 @@ def test_a_row_the_run_did_not_time_keeps_its_default_place():
         "torch/attend",
     ]
     assert "not among the rows measured at this bucket" in selection.explain()
+
+
+def test_the_writer_ranks_by_graph_replay_where_the_report_has_it():
+    """Catches rankings written from eager event times at decode sizes, where the host's enqueue (a Gluon
+    launch, say) hides the kernel: the row faster in CUDA-graph replay, as engines run decode, ranks first."""
+    from perf.write_rankings import rankings_of
+
+    def record(row, us, graph_us):
+        return {"row": row, "op": OP, "dims": SHORT, "dtype": "bf16", "case": "c", "us": us, "graph_us": graph_us}
+
+    report = {
+        "sm": 90,
+        "device": "NVIDIA H200",
+        "cases": [record("native/attend", 130.0, 14.0), record("flash_attn/attend", 50.0, 44.0)],
+    }
+    _, _, entries = rankings_of(report, "h200.demo.bench", _table())
+    assert [name for name, _ in entries[0]["ranking"]] == ["native/attend", "flash_attn/attend"]
+    assert entries[0]["ranking"][0][1] == 14.0
+
+
+def test_the_writer_merges_rows_that_never_serve_the_same_call():
+    """Catches a bucket left unranked because its shapes timed disjoint rows (bf16 and fp8 KV caches share a
+    decode bucket: the KV dtype is a layout tag), and rows of overlapping groups ranked on unequal shapes."""
+    from perf.write_rankings import _bucket_means
+
+    disjoint = {"bf16": {"native/a": 2.0, "lib/a": 9.0}, "fp8": {"native/b": 1.0, "aot/b": 0.5}}
+    assert _bucket_means(disjoint) == {"native/a": 2.0, "lib/a": 9.0, "native/b": 1.0, "aot/b": 0.5}
+    overlapping = {"short": {"native/a": 2.0, "lib/a": 9.0}, "long": {"native/a": 4.0, "native/b": 1.0}}
+    assert _bucket_means(overlapping) == {"native/a": 3.0}

@@ -264,7 +264,7 @@ def test_the_default_layout_tags_are_the_families_merged():
     real table dropping a family's tags."""
     assert dict(TABLE.layout_tags) == family_layout_tags()
     assert dict(_build(fake.reference_row()).layout_tags) == dict(TABLE.layout_tags)
-    named = set().union(*(contract.layouts for contract in CONTRACTS.values()))
+    named = set().union(*(contract.tags for contract in CONTRACTS.values()))
     assert named == set(TABLE.layout_tags)
 
 

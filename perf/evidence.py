@@ -1,8 +1,8 @@
 """The evidence index: a short stable id for each committed result file under perf/results/.
 
     from perf.evidence import resolve
-    resolve("h200.attention.bench.mla_decode")
-    # -> "perf/results/h200/attention_2026-12-01/bench_attention_mla_decode.json"
+    resolve("h200.attention.bench")
+    # -> "perf/results/h200/attention_2026-12-03/bench_attention.json"
 
 perf/results/index.json maps each id to {"path", "what", "device", "date"}; the path is relative to the
 repository root. Rows (GoldenRecord.evidence), docs and ci scripts cite evidence by id, so a file can move

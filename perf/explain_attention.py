@@ -6,7 +6,8 @@ For each benchmark case: the case's arguments are built as the benchmark builds 
 check derives the layout tags and contract dims, and dispatch (this machine's device, installed libraries and
 measured rankings) selects a row; the selected row is then called through a Planner and must return. Prints
 each explain() tree (the kernel that runs, why it ranked first, why each sibling did not) and a summary table:
-op, case, selected row. Needs a CUDA device (the shapes are the benchmark's).
+op, case, selected row, and the row an engine gets that also makes the op's promises (qkv:finite), where that
+differs. Needs a CUDA device (the shapes are the benchmark's).
 """
 
 from __future__ import annotations
@@ -56,11 +57,21 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         text = selection.explain()
         print(f"## {op} {case.id}\n{text}\n", flush=True)
-        decisions.append({"op": op, "case": case.id, "selected": selection.row.name, "explain": text})
+        decision = {"op": op, "case": case.id, "selected": selection.row.name, "explain": text}
+        promises = planner.table.contracts[op].promises
+        if promises:
+            promised = dispatch(
+                op, device=env.device, dtype=case.dtype, shape=dims, layout=layout | promises, libs=env.libs
+            )
+            decision["with_promises"] = {"promises": sorted(promises), "selected": promised.row.name}
+        decisions.append(decision)
         del call_args
         torch.cuda.empty_cache()
     width = max(len(d["op"]) + len(d["case"]) for d in decisions) + 2
-    print("\n".join(f"{d['op']}  {d['case']:<{width - len(d['op'])}}{d['selected']}" for d in decisions))
+    for d in decisions:
+        promised = d.get("with_promises", {}).get("selected")
+        also = f"   (promising {', '.join(d['with_promises']['promises'])}: {promised})" if promised else ""
+        print(f"{d['op']}  {d['case']:<{width - len(d['op'])}}{d['selected']}{also}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"device": torch.cuda.get_device_name(), "decisions": decisions}, handle, indent=1)

@@ -3,13 +3,15 @@
     python -m perf.write_rankings EVIDENCE_ID [EVIDENCE_ID ...] [--out rapid_llm/kernels/rankings]
 
 Each EVIDENCE_ID names a benchmark report in perf/results/index.json (the JSON perf/gpu_report.py writes:
-one record per timed arm with its op, row, dtype, the call's contract dims and its median microseconds
-`us`, CUDA events with the L2 flushed: what the row costs a caller per call as dispatch serves it).
+one record per timed arm with its op, row, dtype and the call's contract dims). A row's time is its
+CUDA-graph replay per call `graph_us` where the report has one (decode sizes: engines replay decode steps
+from graphs, and an eager call's event time there includes the host's enqueue), else its CUDA-event median
+`us` with the L2 flushed: what the row costs a caller per call as dispatch serves it.
 Records of table rows only (peers and references are not rows that dispatch ranks) are grouped by
-(op, dtype, bucket of the dims under the op's contract rules); within a bucket, the rows timed at every
-one of its benchmark shapes are ranked by their mean time, fastest first (a bucket with fewer than two
-such rows ranks nothing). Writes one file per device class (rankings/<class>.json, e.g. cuda_sm90.json)
-with the device name and the evidence ids; dispatch reads it through build_tables().
+(op, dtype, bucket of the dims under the op's contract rules); within a bucket, rows are ranked by their
+mean time over the shapes that timed them, fastest first (_bucket_means: which shapes count together).
+Writes one file per device class (rankings/<class>.json, e.g. cuda_sm90.json) with the device name and
+the evidence ids; dispatch reads it through build_tables().
 """
 
 from __future__ import annotations
@@ -32,20 +34,22 @@ def rankings_of(report: dict, evidence: str, table) -> tuple[str, str, list[dict
     """(device class, device name, entries) of one benchmark report."""
     device_class = f"cuda:sm{report['sm']}"
     groups: dict = {}
+    unbucketed: set = set()
     for record in report["cases"]:
         row, op, dims = record.get("row"), record.get("op"), record.get("dims")
-        if not row or row not in table.rows_by_name or record.get("us") is None:
+        time_us = record.get("graph_us") or record.get("us")
+        if not row or row not in table.rows_by_name or time_us is None:
             continue  # a peer, a reference or an arm that failed
-        if dims is None:
-            raise ValueError(f"{evidence}: record {record.get('test')} has no 'dims' (re-run the benchmark)")
+        if dims is None:  # a suite that does not record its calls' contract dims: nothing to bucket by
+            unbucketed.add(op)
+            continue
         key = (op, record["dtype"], table.contracts[op].bucket_key(dims))
-        groups.setdefault(key, {}).setdefault(record["case"], {})[row] = float(record["us"])
+        groups.setdefault(key, {}).setdefault(record["case"], {})[row] = float(time_us)
     entries = []
     for (op, dtype, bucket), cases in sorted(groups.items()):
-        everywhere = set.intersection(*(set(times) for times in cases.values()))
-        if len(everywhere) < 2:
+        means = _bucket_means(cases)
+        if len(means) < 2:
             continue
-        means = {row: sum(times[row] for times in cases.values()) / len(cases) for row in everywhere}
         entries.append(
             {
                 "op": op,
@@ -56,7 +60,31 @@ def rankings_of(report: dict, evidence: str, table) -> tuple[str, str, list[dict
                 "evidence": evidence,
             }
         )
+    if unbucketed:
+        print(f"{evidence}: not ranked (its records carry no contract dims): {', '.join(sorted(unbucketed))}")
     return device_class, report["device"], entries
+
+
+def _bucket_means(cases: dict) -> dict:
+    """{row: mean time} of one bucket's cases ({case: {row: us}}).
+
+    Cases that timed the same rows form a group; each group's rows are ranked by their mean over the group.
+    Groups with disjoint rows are rows that never serve the same call (a bf16 and an fp8 KV cache share a
+    bucket: the KV dtype is a layout tag, not a dim), so their rankings merge. Otherwise only the rows timed
+    at every case of the bucket are ranked."""
+    by_rows: dict = {}
+    for times in cases.values():
+        by_rows.setdefault(frozenset(times), []).append(times)
+    row_sets = list(by_rows)
+    if all(a.isdisjoint(b) for i, a in enumerate(row_sets) for b in row_sets[i + 1 :]):
+        return {
+            row: sum(times[row] for times in group) / len(group)
+            for rows, group in by_rows.items()
+            if len(rows) >= 2
+            for row in rows
+        }
+    everywhere = set.intersection(*(set(times) for times in cases.values()))
+    return {row: sum(times[row] for times in cases.values()) / len(cases) for row in everywhere}
 
 
 def main(argv=None) -> int:

@@ -503,7 +503,8 @@ _SHORT_STATUS = {
 
 
 def _layout_for(args, contract) -> frozenset:
-    """--layout -> the tags the call site provides: default all of the op's, 'none' for none.
+    """--layout -> the tags the call site provides: default every tag the op's check can derive, 'none' for
+    none; a promise (e.g. qkv:finite) only when named.
 
     A tag the op's contract does not define can never be required by one of its rows, so it is a typo.
     """
@@ -512,11 +513,11 @@ def _layout_for(args, contract) -> frozenset:
     if args.layout.strip().lower() == "none":
         return frozenset()
     tags = frozenset(tag.strip() for tag in args.layout.split(",") if tag.strip())
-    unknown = sorted(tags - contract.layouts)
+    unknown = sorted(tags - contract.tags)
     if unknown:
         raise UsageError(
             f"--layout: {contract.op} has no layout tag {unknown[0]!r}; tags: "
-            f"{', '.join(sorted(contract.layouts)) or '(none)'}, or 'none'"
+            f"{', '.join(sorted(contract.tags)) or '(none)'}, or 'none'"
         )
     return tags
 
@@ -718,7 +719,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("op")
     p.add_argument("--dtype", required=True)
     p.add_argument("--shape", help="named dims: num_tokens=64,hidden=4096")
-    p.add_argument("--layout", help="layout tags the call site provides (default: all of the op's; 'none')")
+    p.add_argument(
+        "--layout",
+        help="layout tags the call site provides (default: all that the op's check derives; promises such as "
+        "qkv:finite only when named; 'none')",
+    )
     p.add_argument("--force", help="force this row (bypasses only the golden gate)")
     p.add_argument("--deny", help="comma-separated backends or rows to exclude")
     p.add_argument("--verbose", action="store_true", help="also list the conditions that held")

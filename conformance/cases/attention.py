@@ -3,7 +3,8 @@
 See conformance/cases/__init__.py for what a case is; test_parity.py runs every row on every case.
 Inputs are seeded random; the paged cases shuffle page order and share pages between sequences
 (prefix sharing), so a row that assumes monotonic or private pages fails. Layout tags and dims come
-from the op's own check (the tags are what a call site of those tensors provides).
+from the op's own check (the tags are what a call site of those tensors provides); the ragged cases
+also make the promise qkv:finite (their values are finite).
 
 The oracle is written independently of the reference row: host loops over sequences and keys, float64.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, index_view, randn as _randn
-from rapid_llm.kernels.ops.attention import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
+from rapid_llm.kernels.ops.attention import DECODE, FINITE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
 
 _HALF_AND_FP32 = frozenset({"fp32", "fp16", "bf16"})
 
@@ -67,7 +68,8 @@ def _ragged_case(
         args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse)
         check = checks.check_mla_prefill if op == MLA_PREFILL else checks.check_prefill
         _, layout, dims = check(*args)
-        return args, dict(dims), layout
+        # the case's values are finite, so it makes the promise the ragged library rows need
+        return args, dict(dims), layout | {FINITE}
 
     return make
 

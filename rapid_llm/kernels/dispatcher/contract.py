@@ -13,7 +13,14 @@ op's one validation site. Called with the op's arguments it raises
 tensor whose device and dtype drive dispatch, the layout tags the arguments
 provide (a frozenset of the layout tags its family declares: the family's
 LAYOUT_TAGS, merged into OpTable.layout_tags) and the named dims as a tuple
-of (name, int) pairs in contract order. Row targets are unchecked kernels:
+of (name, int) pairs in contract order.
+
+Promises (`promises=`) are layout tags no check can derive, because they are
+about tensor values (e.g. `qkv:finite`: q, k and v hold no NaN or inf) and
+reading values costs a pass over the data and a host sync. A call site states
+a promise when it plans (`Planner.plan(..., layout=checked | {"qkv:finite"})`);
+the public op and every checked call provide only what the check derives, so a
+row that needs a promise serves only callers that made it. Row targets are unchecked kernels:
 the public op checks once and calls the planned target; a `PlannedOp`
 called directly checks first.
 
@@ -96,19 +103,38 @@ class OpContract:
     None only in tables that tests build for the dispatcher alone.
     """
 
-    __slots__ = ("op", "parameters", "dtypes", "dims", "layouts", "check", "doc", "dim_names", "dim_rules")
+    __slots__ = (
+        "op",
+        "parameters",
+        "dtypes",
+        "dims",
+        "layouts",
+        "promises",
+        "tags",
+        "check",
+        "doc",
+        "dim_names",
+        "dim_rules",
+    )
 
-    def __init__(self, *, op: str, parameters, dtypes, dims, layouts=(), check: str | None = None, doc: str = ""):
+    def __init__(
+        self, *, op: str, parameters, dtypes, dims, layouts=(), promises=(), check: str | None = None, doc: str = ""
+    ):
         for name, value in (
             ("op", op),
             ("parameters", tuple(parameters)),
             ("dtypes", frozenset(dtypes)),
             ("dims", tuple(dims)),
             ("layouts", frozenset(layouts)),
+            ("promises", frozenset(promises)),
             ("check", check),
             ("doc", doc),
         ):
             object.__setattr__(self, name, value)
+        if self.layouts & self.promises:
+            raise ValueError(f"{op}: tags {sorted(self.layouts & self.promises)} are both checked and promised")
+        # every tag a row of this op may require: what a check derives and what a call site may promise
+        object.__setattr__(self, "tags", self.layouts | self.promises)
         # (name, ...) and {name: bucket rule}: computed once, read by every plan and by the table's checks
         object.__setattr__(self, "dim_names", tuple(name for name, _ in self.dims))
         object.__setattr__(self, "dim_rules", dict(self.dims))

@@ -52,7 +52,15 @@ class PlannedOp:
     )
 
     def __init__(
-        self, impl, selection: Selection, bucket: tuple, device: Device, check, triton_interpret: bool, layout_tags
+        self,
+        impl,
+        selection: Selection,
+        bucket: tuple,
+        device: Device,
+        check,
+        triton_interpret: bool,
+        layout_tags,
+        promises=frozenset(),
     ):
         self.impl = impl
         self.selection = selection
@@ -62,7 +70,8 @@ class PlannedOp:
         self._triton_interpret = triton_interpret
         row = selection.row
         self._dtypes = row.dtypes
-        self._layout = row.layout
+        # a promise (contract.py) was made when planning; no check can confirm it per call
+        self._layout = row.layout - promises
         self._shape = row.shape
         self._layout_tags = layout_tags  # the table's {tag: description}, for the error naming a missing tag
 
@@ -262,6 +271,7 @@ class Planner:
             self.check_for(op),
             self.env.triton_interpret,
             self.table.layout_tags,
+            contract.promises,
         )
 
 

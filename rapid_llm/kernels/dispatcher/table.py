@@ -141,9 +141,9 @@ def validate_rows(rows, contracts, layout_tags) -> None:
         for tag in row.layout:
             if tag not in layout_tags:
                 raise TableError(f"row {row.name!r}: unknown layout tag {tag!r}; known: {sorted(layout_tags)}")
-            if tag not in contract.layouts:
+            if tag not in contract.tags:
                 raise TableError(
-                    f"row {row.name!r}: layout tag {tag!r} is not declared by {row.op} {sorted(contract.layouts)}"
+                    f"row {row.name!r}: layout tag {tag!r} is not declared by {row.op} {sorted(contract.tags)}"
                 )
         if row.is_reference:
             references.setdefault(row.op, []).append(row.name)
@@ -211,7 +211,7 @@ def family_layout_tags(families=FAMILIES, modules=None) -> dict:
             raise TableError(
                 f"family {family!r} declares no LAYOUT_TAGS ({{tag: description}} beside its CONTRACTS and ROWS)"
             )
-        named = set().union(*(contract.layouts for contract in module.CONTRACTS))
+        named = set().union(*(contract.tags for contract in module.CONTRACTS))
         if named - tags.keys():
             raise TableError(
                 f"family {family!r}: its contracts name layout tags {sorted(named - tags.keys())} "

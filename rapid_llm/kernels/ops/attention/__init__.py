@@ -20,8 +20,11 @@ Shared conventions of every attention op:
     lse NaN; a NaN in an attended V element makes that output element NaN. Another sequence's tokens,
     positions past a sequence's length and cache rows no sequence uses (an engine's padding slot) never
     affect a query, whatever they hold. A non-finite K/V of a later token of the same sequence (masked
-    by causality) may reach that sequence's earlier queries (tile products compute 0 * NaN there, as
-    the libraries' kernels do); it never leaves the sequence;
+    by causality) may reach that sequence's earlier queries (tile products compute 0 * NaN there); it
+    never leaves the sequence. The ragged prefill library rows (FA3, FlashInfer) load K/V tiles past a
+    sequence's end, so a non-finite value reaches the neighbouring sequences there (and FA3's lse is
+    not NaN for a NaN query or key): they need the call site's promise qkv:finite, which no check
+    derives, so a checked call never selects them;
   - index tensors (cu_seqlens, seq_lens, page_table) are int32, on q's device.
     Their values are checked (OpInputError) for CPU tensors always and on CUDA
     under RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a
@@ -74,7 +77,12 @@ LAYOUT_TAGS = {
     "latent:tma": "the MLA latent cache [rows, 576] has rows, unit column stride, a 16-byte aligned base and row "
     "stride, and rows that do not overlap (a 2D TMA array)",
     "scale:positive": "sm_scale > 0 (kernels that take the row maximum on the raw logits, then scale)",
+    # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
+    "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
+    "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
 }
+#: The promise the ragged prefill library rows need (FA3 and FlashInfer load K/V tiles past a sequence's end).
+FINITE = "qkv:finite"
 
 CONTRACTS = (
     OpContract(
@@ -91,6 +99,7 @@ CONTRACTS = (
             ("head_dim_v", EXACT),
         ),
         layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
+        promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
         doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
     -> out, or (out, lse) with return_lse
@@ -121,6 +130,7 @@ length <= max_seqlen.""",
             ("head_dim_v", EXACT),
         ),
         layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
+        promises=(FINITE,),
         check=f"{_HERE}.checks:check_mla_prefill",
         doc="""mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
 
@@ -499,7 +509,7 @@ ROWS = (
         FLASH_ATTN,
         "prefill",
         dtypes={"bf16"},
-        layout=(*_RAGGED, "v:same_head_dim"),
+        layout=(*_RAGGED, "v:same_head_dim", FINITE),
         shape=(ShapeConstraint("head_dim", one_of=(64, 96, 128, 192, 256)),),
         graph_safe=True,
         max_abs_diff=0.015625,
@@ -512,7 +522,7 @@ ROWS = (
         FLASH_ATTN,
         "mla_prefill",
         dtypes={"bf16"},
-        layout=_RAGGED,
+        layout=(*_RAGGED, FINITE),
         graph_safe=True,
         max_abs_diff=0.015625,
         priority=20,
@@ -524,7 +534,7 @@ ROWS = (
         FLASHINFER,
         "prefill",
         dtypes=_FLASHINFER_DTYPES,
-        layout=(*_RAGGED, "v:same_head_dim"),
+        layout=(*_RAGGED, "v:same_head_dim", FINITE),
         shape=(_HEAD_DIMS,),
         graph_safe=False,
         max_abs_diff=0.015625,
@@ -537,7 +547,7 @@ ROWS = (
         FLASHINFER,
         "mla_prefill",
         dtypes=_FLASHINFER_DTYPES,
-        layout=_RAGGED,
+        layout=(*_RAGGED, FINITE),
         graph_safe=False,
         max_abs_diff=0.015625,
         priority=10,
