@@ -83,6 +83,8 @@ def baseline_path() -> str | None:
 
 def run_suites(out_json: str, *, plant: str | None = None, save: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k != PLANT_ENV}
+    # the jit/ rows are gated too: their first-use build is opt-in (RAPID_LLM_JIT=1), so the gate opts in
+    env["RAPID_LLM_JIT"] = "1"
     if plant:
         env[PLANT_ENV] = plant
     command = [
@@ -95,6 +97,7 @@ def run_suites(out_json: str, *, plant: str | None = None, save: bool = False) -
         "-p",
         "no:cacheprovider",
         "-q",
+        "-rfE",
         f"--benchmark-json={out_json}",
         f"--benchmark-storage=file://{STORAGE}",
     ]
@@ -102,8 +105,11 @@ def run_suites(out_json: str, *, plant: str | None = None, save: bool = False) -
         command.append(f"--benchmark-save={BASELINE_NAME}")
     print(f"$ {PLANT_ENV}={plant or ''} {' '.join(command)}", flush=True)
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-    print(tail, flush=True)
+    output = result.stdout + result.stderr
+    with open(os.path.splitext(out_json)[0] + "_pytest.log", "w") as handle:  # every failure's traceback
+        handle.write(output)
+    lines = output.strip().splitlines()
+    print("\n".join([line for line in lines if line.startswith(("FAILED", "ERROR"))] + lines[-3:]), flush=True)
     if not os.path.exists(out_json):
         raise SystemExit(f"gpu perf gate: the suites wrote no results (pytest exit {result.returncode})")
     with open(out_json) as handle:
