@@ -474,3 +474,22 @@ def test_accuracy_bound_still_catches_wrong_scales_and_groups(fault):
     wrong = fp8_block_mm_oracle(wrong_qa, wrong_sa, qb, wrong_sb)
     with pytest.raises(AssertionError, match="accumulation bound"):
         assert_within_tolerance(FP8_BLOCK_MM, "fp8_e4m3", 0, wrong, exact, args=args, describe=fault)
+
+
+def test_the_grouped_tolerance_bound_is_each_rows_own_groups_product():
+    """Catches the contiguous grouped GEMM's accumulation bound charging a row another group's weights (it is
+    computed one group at a time, so a 16384-row benchmark case no longer gathers 123 GiB of per-row weights)."""
+    from conformance.cases.gemm import _rows64, _step_max, _weight64, fp8_grouped_mm_contiguous_bound
+
+    generator = torch.Generator().manual_seed(5)
+    m, n, k, groups = 6, 256, 256, 3
+    a = torch.randn(m, k, generator=generator).to(torch.float8_e4m3fn)
+    a_scale = torch.rand(m, k // 128, generator=generator) + 0.5
+    b = torch.randn(groups, n, k, generator=generator).to(torch.float8_e4m3fn)
+    b_scale = torch.rand(groups, n // 128, k // 128, generator=generator) + 0.5
+    m_indices = torch.tensor([2, 2, 0, -1, 1, 0], dtype=torch.int32)
+    bound = fp8_grouped_mm_contiguous_bound(a, a_scale, b, b_scale, m_indices)
+    rows, weights = _step_max(_rows64(a, a_scale)), _step_max(_weight64(b, b_scale))
+    for row, group in enumerate(m_indices.tolist()):
+        expected = 2.0**-7 * (weights[group] @ rows[row]) if group >= 0 else torch.zeros(n, dtype=torch.float64)
+        torch.testing.assert_close(bound[row], expected, rtol=1e-12, atol=0)
