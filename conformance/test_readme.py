@@ -31,6 +31,17 @@ def test_in_code_snippet_runs_as_pasted(capsys):
     assert "norm.rms_norm" in capsys.readouterr().out
 
 
+def test_paged_kv_cache_example_runs_after_the_first(capsys):
+    """Catches the paged KV-cache example going stale (an op's signature or plan_for changed under it)."""
+    blocks = re.findall(r"```python\n(.*?)```", _section("In code"), flags=re.S)
+    assert len(blocks) >= 2, "the README's In code section lost its paged KV-cache example"
+    namespace: dict = {}
+    for index, block in enumerate(blocks[:2]):
+        exec(compile(block, f"README.md:In code block {index + 1}", "exec"), namespace)
+    assert namespace["out"].shape == (2, namespace["q_heads"], namespace["dim"])
+    assert "decode" in capsys.readouterr().out.splitlines()[-1]
+
+
 #: The README is a newcomer's page (DESIGN §8); generated tables and long how-tos live in docs/.
 README_MAX_LINES = 400
 #: A relative markdown link: [text](target), not a URL or an in-page anchor.

@@ -5,6 +5,7 @@
                        layout={"x:rows"})
     y = rms(x, w, 1e-6)                          # checks the arguments once, then runs the kernel
     y = rms.impl(x, w, 1e-6)                     # the kernel alone, for arguments already checked
+    rms = planner.plan_for("norm.rms_norm", x, w, 1e-6)   # the same plan, from example arguments
 
 A plan is keyed by (op, device, dtype, layout, bucket of each named dim,
 graph_safe_only); the op's contract declares the bucket rule of each dim.
@@ -202,6 +203,16 @@ class Planner:
         device: Device | None = None,
         graph_safe_only: bool | None = None,
     ) -> PlannedOp:
+        """The plan of `op` for one shape bucket, resolved once and cached.
+
+        dtype: the dispatch dtype label ("fp32", "fp16", "bf16", ...). shape: the contract's named dims (a
+        plan is cached per bucket of each). layout: the tags the call site guarantees its arguments have,
+        plus any promise it makes (OpContract.promises); a row needing a tag the call site did not give is
+        not eligible, so an empty layout plans rows that need none (often only the reference). plan_for()
+        derives dtype, dims and layout from example arguments with the op's own check. device: this
+        planner's device unless given. graph_safe_only: only rows capturable in a CUDA graph.
+        Raises NoEligibleKernel (with the explanation) when no row serves, KeyError for an unknown op.
+        """
         device = device if device is not None else self.env.device
         graph_safe = self.graph_safe_only if graph_safe_only is None else graph_safe_only
         contract = self._contract(op)
@@ -216,6 +227,32 @@ class Planner:
             planned = self._resolve(op, contract, device, dtype, shape, layout, bucket, graph_safe)
             self._plans[key] = planned
         return planned
+
+    def plan_for(self, op: str, *args, promises=frozenset(), graph_safe_only: bool | None = None) -> PlannedOp:
+        """The plan for calls like op(*args): the op's check derives dtype, layout tags and dims from these
+        example arguments (raising OpInputError on bad ones), then plan() resolves their bucket.
+
+        promises: tags of the op's contract the call site promises for every call of this plan (e.g.
+        {"qkv:finite"}); no check can derive them, so they are added here."""
+        contract = self._contract(op)
+        promises = frozenset(promises)
+        if promises - contract.promises:
+            raise ValueError(
+                f"{op}: {sorted(promises - contract.promises)} are not promises of this op; "
+                f"its promises: {sorted(contract.promises) or 'none'}"
+            )
+        check = self.check_for(op)
+        if check is None:
+            raise ValueError(f"{op}: the contract names no argument check, so plan() needs dtype, shape and layout")
+        anchor, layout, dims = check(*args)
+        return self.plan(
+            op,
+            dtype=dtype_label(anchor.dtype),
+            shape=dict(dims),
+            layout=layout | promises,
+            device=device_of(anchor.device, self.env.triton_interpret),
+            graph_safe_only=graph_safe_only,
+        )
 
     def call(self, op: str, args: tuple):
         """Run `op` on `args` (the public ops' path): check once, plan by what the check found, run the kernel."""
