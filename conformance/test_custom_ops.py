@@ -1,0 +1,201 @@
+"""The torch.library custom ops (rapid_llm/kernels/torch_ops.py): every public op, usable in a compiled model.
+
+For every op contract, on the op's parity cases (conformance/cases/): the first case of each call form
+(`out=` given or None, `return_lse` on or off, fp8 scales or None, ...), in fp32 where the op takes it.
+Catches: a public op without its custom op, or a custom op whose parameters drifted from the contract's;
+a schema that hides a write or returns an input (opcheck's test_schema runs the op under a mode that
+sees every write and alias); a fake implementation whose outputs differ from the real ones in shape,
+dtype or strides, also with symbolic sizes (test_faketensor, test_aot_dispatch_dynamic); a missing
+autograd registration (test_autograd_registration); a custom op computing something else than the
+public op; a graph break where a compiled model calls the ops; a namespace clash with the CUDA extension.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.cases import CASES, TORCH_DTYPES
+from conformance.rows_here import TABLE, torch_device
+from rapid_llm import kernels
+from rapid_llm.kernels import aot, jit
+from rapid_llm.kernels.torch_ops import CUSTOM_OPS, NAMESPACE, OUT_SUFFIX, register
+
+# torch's opcheck itself uses the deprecated torch.jit.script_method: its warning says nothing about our ops.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+
+OPS = register()
+DEVICE = torch_device()
+SEED = 0
+
+
+def _dtype(case) -> str:
+    """fp32 where the case runs in it (the interpreter's bf16 products are wrong), else the op's dtype (fp8 GEMMs)."""
+    return "fp32" if "fp32" in case.dtypes else min(case.dtypes)
+
+
+def _make(case):
+    """The case's arguments, fresh: each call builds the same values from the same seed."""
+    generator = torch.Generator().manual_seed(SEED)
+    return case.make(TORCH_DTYPES[_dtype(case)], DEVICE, generator)[0]
+
+
+def _form(args) -> tuple:
+    """What selects a call form: which arguments are None, and the flags' values."""
+    return tuple(arg if isinstance(arg, bool) or arg is None else type(arg).__name__ for arg in args)
+
+
+def _custom_call(op: str, args: tuple) -> tuple[str, tuple]:
+    """(custom op name, its arguments) for the public call op(*args): a given `out` selects <name>_out,
+    an `out` of None is dropped (the functional op allocates)."""
+    contract = TABLE.contracts[op]
+    if "out" not in contract.parameters:
+        return contract.name, args
+    position = contract.parameters.index("out")
+    if position < len(args) and args[position] is not None:
+        return contract.name + OUT_SUFFIX, args
+    return contract.name, args[:position] + args[position + 1 :]
+
+
+def _calls():
+    for op in TABLE.ops:
+        forms = set()
+        for case in CASES[op]:
+            if case.gpu_only:  # past 2**31 elements: sizes, not call forms
+                continue
+            form = _form(_make(case))
+            if form not in forms:
+                forms.add(form)
+                yield pytest.param(op, case, id=f"{op}-{case.id}-{_dtype(case)}")
+
+
+CALLS = list(_calls())
+
+
+def test_every_public_op_has_its_custom_ops_with_the_contract_parameters():
+    """Catches a new op (or a new parameter of an op) without its custom op: each contract has
+    rapid_llm_ops::<name> over its parameters, and, with an `out` parameter, <name>_out over all of them
+    (`out` written) while <name> takes them without `out`; no custom op lacks a contract."""
+    expected = {}
+    for contract in TABLE.contracts.values():
+        parameters = contract.parameters
+        if "out" in parameters:
+            expected[contract.name + OUT_SUFFIX] = (parameters, ("out",))
+            parameters = tuple(name for name in parameters if name != "out")
+        expected[contract.name] = (parameters, None)
+    assert {op.name for op in CUSTOM_OPS} == set(expected)
+    for name, (parameters, writes) in expected.items():
+        schema = getattr(OPS, name).default._schema
+        assert tuple(argument.name for argument in schema.arguments) == parameters, name
+        if writes is not None:
+            written = tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+            assert written == writes and not schema.returns, f"{name}: {schema}"
+    assert {contract.name for contract in TABLE.contracts.values()} <= set(kernels.__all__)
+
+
+def test_every_call_form_of_every_op_is_exercised():
+    """Catches an op (or its `out=` form) left out of the opcheck runs below: no case of it runs here."""
+    exercised = {_custom_call(op, _make(case))[0] for op, case in (call.values for call in CALLS)}
+    assert exercised == {op.name for op in CUSTOM_OPS}
+
+
+#: All of opcheck's tests. Its schema test compares each argument before and after the call with
+#: torch.allclose, which has no fp8 kernel ("mul_cpu_reduced_float" not implemented for 'Float8_e4m3fn'):
+#: calls with fp8 arguments skip it, and test_custom_op_gives_the_public_ops_result's own write and alias
+#: checks stand in for it.
+OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+@pytest.mark.parametrize("op, case", CALLS)
+def test_opcheck(op, case):
+    """torch.library.opcheck's four tests (schema: writes and aliases as declared; autograd registration;
+    fake tensors; AOT dispatch with dynamic shapes) on the case's arguments."""
+    name, args = _custom_call(op, _make(case))
+    fp8 = any(isinstance(arg, torch.Tensor) and arg.dtype == torch.float8_e4m3fn for arg in args)
+    torch.library.opcheck(getattr(OPS, name).default, args, test_utils=OPCHECK_TESTS[1:] if fp8 else OPCHECK_TESTS)
+
+
+def _tensors(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def _assert_same(got, expected, what: str) -> None:
+    """Bit for bit: one dispatch serves both calls (values compared as fp32: exact for every dtype here)."""
+    assert (got.shape, got.dtype, got.stride()) == (expected.shape, expected.dtype, expected.stride()), what
+    torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=0, equal_nan=True, msg=what)
+
+
+def _shares_memory(a, b) -> bool:
+    return a.untyped_storage().nbytes() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("op, case", CALLS)
+def test_custom_op_gives_the_public_ops_result(op, case):
+    """Catches a custom op computing something else than the public op (every argument after the call and
+    every tensor it returns equal the public op's), writing an argument its schema does not declare, or
+    returning a tensor that shares memory with an argument."""
+    public_args = _make(case)
+    public = getattr(kernels, TABLE.contracts[op].name)(*public_args)
+    name, custom_args = _custom_call(op, _make(case))
+    schema = getattr(OPS, name).default._schema
+    custom = getattr(OPS, name)(*custom_args)
+    untouched = _custom_call(op, _make(case))[1]
+    for argument, got, before in zip(schema.arguments, custom_args, untouched):
+        if isinstance(got, torch.Tensor) and not (argument.alias_info and argument.alias_info.is_write):
+            _assert_same(got, before, f"{name} wrote {argument.name}, which its schema does not declare")
+    public_by_name = dict(zip(TABLE.contracts[op].parameters, public_args))
+    for argument, got in zip(schema.arguments, custom_args):
+        if isinstance(got, torch.Tensor):
+            _assert_same(got, public_by_name[argument.name], f"{name}: argument {argument.name}")
+    if custom is not None:
+        assert len(_tensors(custom)) == len(_tensors(public)), name
+        for position, (got, expected) in enumerate(zip(_tensors(custom), _tensors(public))):
+            _assert_same(got, expected, f"{name}: output {position}")
+            assert not any(_shares_memory(got, arg) for arg in custom_args if isinstance(arg, torch.Tensor)), name
+
+
+def _first_case(op: str, case_id: str) -> tuple:
+    return _make(next(case for case in CASES[op] if case.id == case_id))
+
+
+def test_a_compiled_step_calling_the_ops_has_no_graph_break():
+    """Catches a graph break (fullgraph=True raises on one) or a wrong compiled result where a model calls
+    the custom ops: an in-place norm (its writes reach the caller's tensors), a norm and an activation
+    that allocate, and decode, compiled by inductor."""
+    x, residual, weight, eps = _first_case("norm.fused_add_rms_norm", "hidden_1000")
+    decode_args = _first_case("attention.decode", "ragged_page16")[:6]
+
+    def step(x, residual, weight, *decode_args):
+        OPS.fused_add_rms_norm(x, residual, weight, eps)
+        return OPS.silu_and_mul(OPS.rms_norm(residual, weight, eps)), OPS.decode(*decode_args)
+
+    eager_x, eager_residual = x.clone(), residual.clone()
+    eager = step(eager_x, eager_residual, weight, *decode_args)
+    compiled = torch.compile(step, fullgraph=True)(x, residual, weight, *decode_args)
+    for what, got, expected in zip(
+        ("x", "residual", "silu_and_mul", "decode"), (x, residual, *compiled), (eager_x, eager_residual, *eager)
+    ):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=what)
+
+
+def test_the_namespace_does_not_clash_with_the_cuda_extension():
+    """Catches a custom op taking a name the CUDA extension defines (rapid_llm::scale, update_kv_buffer,
+    decode, or their rapid_llm_jit:: twins of the JIT build): the extension, or ours, would fail to define
+    it in a process that has both. Also defines the extension's names as it does (where a loaded extension
+    has not already) and checks ours still serve."""
+    extension = {f"{namespace}::{name}" for namespace in (aot.NAMESPACE, jit.NAMESPACE) for name in aot.extension_ops()}
+    assert not extension & {f"{NAMESPACE}::{op.name}" for op in CUSTOM_OPS}
+    libraries = []
+    try:
+        for namespace in (aot.NAMESPACE, jit.NAMESPACE):
+            libraries.append(torch.library.Library(namespace, "FRAGMENT"))
+            for name in aot.extension_ops():
+                if not aot._has_schema(namespace, name):
+                    libraries[-1].define(f"{name}(Tensor(a!) out) -> ()")
+        x = torch.randn(5, device=DEVICE)
+        torch.testing.assert_close(OPS.scale(x, 2.0), x * 2.0)
+    finally:
+        for library in libraries:
+            library._destroy()

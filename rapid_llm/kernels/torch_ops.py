@@ -1,0 +1,346 @@
+"""Every public op as a torch.library custom op, for models that torch.compile traces.
+
+    from rapid_llm.kernels import torch_ops
+
+    ops = torch_ops.register()  # idempotent; returns torch.ops.rapid_llm_ops
+
+    @torch.compile(fullgraph=True)
+    def mlp_in(x, weight, eps):
+        return ops.silu_and_mul(ops.rms_norm(x, weight, eps))
+
+Each op is one opaque node in the graph (no graph break): its real
+implementation is the public op (`rapid_llm.kernels.<name>`: the op's check,
+the planned row, its kernel), run when the compiled graph runs; its fake
+implementation gives the outputs' shapes, dtypes and strides from the inputs'
+alone, as the op's contract states them (no output size depends on tensor
+values), so tracing never runs a kernel. Registration is explicit: importing
+`rapid_llm.kernels` stays torch-free, and importing this module registers
+nothing until `register()`.
+
+Names: namespace `rapid_llm_ops`, one op per public function, named like it
+(the op part of the contract's id: `norm.rms_norm` -> `rapid_llm_ops::rms_norm`).
+Not the namespace `rapid_llm`: the optional CUDA extension (csrc/, loaded by
+aot.py) defines `rapid_llm::scale`, `rapid_llm::update_kv_buffer` and
+`rapid_llm::decode` there with its own outputs-first schemas, and a second
+definition of a name in one namespace fails at whichever registers second.
+
+Schemas: the public function's parameters, in order, with its names and
+defaults (`None` defaults are `Tensor?` / `int?`). A custom op may not return
+an input or a view of one, so an op returns only the tensors it allocates:
+
+- in-place ops declare what they write and return None: `fused_add_rms_norm`
+  (x, residual), `rotary` (q, k), `update_kv_buffer`, `update_kv_buffer_fp8`,
+  `update_mla_buffer`, `update_mla_buffer_fp8` (buffer). The public op returns
+  those same tensors; the caller already holds them.
+- an op with `out=` (`silu_and_mul`, `gelu_tanh_and_mul`, the fp8 GEMMs) is two
+  ops: `<name>(...)` without `out`, returning a new tensor, and
+  `<name>_out(..., out)`, which writes `out` and returns None.
+- `prefill`, `mla_prefill` and `prefill_paged` return a list (one return type
+  for both forms): `[out]`, or `[out, lse]` with `return_lse=True`.
+
+In an engine's compiled model, in-place ops are called for their effect,
+and the list of prefill is unpacked:
+
+    ops.fused_add_rms_norm(hidden, residual, weight, eps)  # hidden, residual updated
+    ops.update_kv_buffer(kv, loc, kv_buffer)
+    (out,) = ops.prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, True, False)
+
+Python ints become `SymInt` in the schemas (torch's inference; a compiled
+graph may pass them symbolically, the real implementation gets ints). No
+autograd formula is registered: these are inference ops (a backward through
+one raises).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .. import kernels
+from .ops.attention import MLA_VALUE_DIM
+from .ops.fp8 import group_scale_storage
+
+NAMESPACE = "rapid_llm_ops"
+#: The suffix of the op that writes a caller's `out=` tensor (`silu_and_mul_out`).
+OUT_SUFFIX = "_out"
+
+
+class CustomOp(NamedTuple):
+    """One custom op: its name in NAMESPACE, the real implementation (whose annotations are the schema),
+    the fake implementation, and the arguments it writes."""
+
+    name: str
+    real: Callable
+    fake: Callable
+    writes: tuple[str, ...] = ()
+
+
+def _new(shape, like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """A new contiguous tensor on like's device (like's dtype unless given): the contracts' fresh outputs."""
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device)
+
+
+def _writes_only(*args, **kwargs) -> None:
+    """The fake of an op that only writes its arguments: nothing to allocate."""
+
+
+# --- elementwise, norm, activation ------------------------------------------------------------------------------
+
+
+def _scale(x: Tensor, factor: float) -> Tensor:
+    return kernels.scale(x, factor)
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    return kernels.rms_norm(x, weight, eps)
+
+
+def _fused_add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6) -> None:
+    kernels.fused_add_rms_norm(x, residual, weight, eps)
+
+
+def _same_shape_fake(x, *args, **kwargs) -> Tensor:
+    """A new tensor of the first argument's shape and dtype: scale, rms_norm, and decode (out [B, Hq, D] = q's)."""
+    return _new(x.shape, x)
+
+
+def _silu_and_mul(x: Tensor) -> Tensor:
+    return kernels.silu_and_mul(x)
+
+
+def _silu_and_mul_out(x: Tensor, out: Tensor) -> None:
+    kernels.silu_and_mul(x, out)
+
+
+def _gelu_tanh_and_mul(x: Tensor) -> Tensor:
+    return kernels.gelu_tanh_and_mul(x)
+
+
+def _gelu_tanh_and_mul_out(x: Tensor, out: Tensor) -> None:
+    kernels.gelu_tanh_and_mul(x, out)
+
+
+def _gated_fake(x) -> Tensor:
+    """x = gate | up along the last dim: out [..., d] for x [..., 2*d]."""
+    return _new((*x.shape[:-1], x.shape[-1] // 2), x)
+
+
+# --- embedding, kvcache ------------------------------------------------------------------------------------------
+
+
+def _vocab_embedding(ids: Tensor, table: Tensor, vocab_start: int = 0, vocab_end: int | None = None) -> Tensor:
+    return kernels.vocab_embedding(ids, table, vocab_start, vocab_end)
+
+
+def _vocab_embedding_fake(ids, table, *args, **kwargs) -> Tensor:
+    return _new((*ids.shape, table.shape[1]), table)
+
+
+def _rotary(positions: Tensor, q: Tensor, k: Tensor, head_dim: int, cos_sin_cache: Tensor, is_neox: bool) -> None:
+    kernels.rotary(positions, q, k, head_dim, cos_sin_cache, is_neox)
+
+
+def _update_kv_buffer(kv: Tensor, loc: Tensor, buffer: Tensor) -> None:
+    kernels.update_kv_buffer(kv, loc, buffer)
+
+
+def _update_kv_buffer_fp8(kv: Tensor, loc: Tensor, buffer: Tensor, k_scale: Tensor, v_scale: Tensor) -> None:
+    kernels.update_kv_buffer_fp8(kv, loc, buffer, k_scale, v_scale)
+
+
+def _update_mla_buffer(latent: Tensor, rope: Tensor, loc: Tensor, buffer: Tensor) -> None:
+    kernels.update_mla_buffer(latent, rope, loc, buffer)
+
+
+def _update_mla_buffer_fp8(latent: Tensor, rope: Tensor, loc: Tensor, buffer: Tensor, scale: Tensor) -> None:
+    kernels.update_mla_buffer_fp8(latent, rope, loc, buffer, scale)
+
+
+# --- quantization ------------------------------------------------------------------------------------------------
+
+
+def _per_token_fp8(x: Tensor) -> tuple[Tensor, Tensor]:
+    return kernels.per_token_fp8(x)
+
+
+def _per_token_fp8_fake(x) -> tuple[Tensor, Tensor]:
+    return _new(x.shape, x, torch.float8_e4m3fn), _new((x.shape[0], 1), x, torch.float32)
+
+
+def _per_token_group_fp8(x: Tensor, group_size: int = 128, column_major_scales: bool = False) -> tuple[Tensor, Tensor]:
+    return kernels.per_token_group_fp8(x, group_size, column_major_scales)
+
+
+def _per_token_group_fp8_fake(x, group_size=128, column_major_scales=False) -> tuple[Tensor, Tensor]:
+    tokens, hidden = x.shape
+    scales = group_scale_storage(tokens, hidden // group_size, column_major_scales, x.device)
+    return _new(x.shape, x, torch.float8_e4m3fn), scales
+
+
+# --- attention ---------------------------------------------------------------------------------------------------
+
+
+def _with_lse(result, return_lse: bool) -> list[Tensor]:
+    return list(result) if return_lse else [result]
+
+
+def _ragged(public: Callable) -> Callable:
+    """The real implementation of a ragged prefill op (prefill, mla_prefill: one signature)."""
+
+    def real(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cu_seqlens: Tensor,
+        max_seqlen: int,
+        sm_scale: float,
+        causal: bool = True,
+        return_lse: bool = False,
+    ) -> list[Tensor]:
+        return _with_lse(public(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse), return_lse)
+
+    return real
+
+
+def _ragged_fake(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False) -> list[Tensor]:
+    """out [T, Hq, Dv] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
+    tokens, heads = q.shape[0], q.shape[1]
+    out = _new((tokens, heads, v.shape[-1]), q)
+    return [out, _new((tokens, heads), q, torch.float32)] if return_lse else [out]
+
+
+def _prefill_paged(
+    q: Tensor,
+    kv_buffer: Tensor,
+    page_table: Tensor,
+    cu_seqlens_q: Tensor,
+    seq_lens: Tensor,
+    max_seqlen_q: int,
+    page_size: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+) -> list[Tensor]:
+    result = kernels.prefill_paged(
+        q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse
+    )
+    return _with_lse(result, return_lse)
+
+
+def _prefill_paged_fake(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+) -> list[Tensor]:
+    """out [T, Hq, D] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
+    out = _new(q.shape, q)
+    return [out, _new(q.shape[:2], q, torch.float32)] if return_lse else [out]
+
+
+def _decode(
+    q: Tensor,
+    kv_buffer: Tensor,
+    page_table: Tensor,
+    seq_lens: Tensor,
+    page_size: int,
+    sm_scale: float,
+    k_scale: Tensor | None = None,
+    v_scale: Tensor | None = None,
+) -> Tensor:
+    return kernels.decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+
+
+def _mla_decode(
+    q: Tensor, latent_cache: Tensor, page_table: Tensor, seq_lens: Tensor, page_size: int, sm_scale: float
+) -> Tensor:
+    return kernels.mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
+
+
+def _mla_decode_fake(q, *args, **kwargs) -> Tensor:
+    return _new((q.shape[0], q.shape[1], MLA_VALUE_DIM), q)
+
+
+# --- gemm: bf16 outputs of fp8 operands ------------------------------------------------------------------------
+
+
+def _fp8_block_mm(a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor) -> Tensor:
+    return kernels.fp8_block_mm(a, a_scale, b, b_scale)
+
+
+def _fp8_block_mm_out(a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, out: Tensor) -> None:
+    kernels.fp8_block_mm(a, a_scale, b, b_scale, out)
+
+
+def _fp8_block_mm_fake(a, a_scale, b, b_scale) -> Tensor:
+    return _new((a.shape[0], b.shape[0]), a, torch.bfloat16)
+
+
+def _fp8_grouped_mm_contiguous(a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, m_indices: Tensor) -> Tensor:
+    return kernels.fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices)
+
+
+def _fp8_grouped_mm_contiguous_out(
+    a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, m_indices: Tensor, out: Tensor
+) -> None:
+    kernels.fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out)
+
+
+def _fp8_grouped_mm_contiguous_fake(a, a_scale, b, b_scale, m_indices) -> Tensor:
+    return _new((a.shape[0], b.shape[1]), a, torch.bfloat16)
+
+
+def _fp8_grouped_mm_masked(
+    a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, masked_m: Tensor, expected_m: int
+) -> Tensor:
+    return kernels.fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m)
+
+
+def _fp8_grouped_mm_masked_out(
+    a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, masked_m: Tensor, expected_m: int, out: Tensor
+) -> None:
+    kernels.fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out)
+
+
+def _fp8_grouped_mm_masked_fake(a, a_scale, b, b_scale, masked_m, expected_m) -> Tensor:
+    return _new((a.shape[0], a.shape[1], b.shape[1]), a, torch.bfloat16)
+
+
+#: Every custom op (conformance/test_custom_ops.py checks that each public op has its ops here).
+CUSTOM_OPS = (
+    CustomOp("scale", _scale, _same_shape_fake),
+    CustomOp("rms_norm", _rms_norm, _same_shape_fake),
+    CustomOp("fused_add_rms_norm", _fused_add_rms_norm, _writes_only, ("x", "residual")),
+    CustomOp("silu_and_mul", _silu_and_mul, _gated_fake),
+    CustomOp("silu_and_mul_out", _silu_and_mul_out, _writes_only, ("out",)),
+    CustomOp("gelu_tanh_and_mul", _gelu_tanh_and_mul, _gated_fake),
+    CustomOp("gelu_tanh_and_mul_out", _gelu_tanh_and_mul_out, _writes_only, ("out",)),
+    CustomOp("vocab_embedding", _vocab_embedding, _vocab_embedding_fake),
+    CustomOp("rotary", _rotary, _writes_only, ("q", "k")),
+    CustomOp("update_kv_buffer", _update_kv_buffer, _writes_only, ("buffer",)),
+    CustomOp("update_kv_buffer_fp8", _update_kv_buffer_fp8, _writes_only, ("buffer",)),
+    CustomOp("update_mla_buffer", _update_mla_buffer, _writes_only, ("buffer",)),
+    CustomOp("update_mla_buffer_fp8", _update_mla_buffer_fp8, _writes_only, ("buffer",)),
+    CustomOp("per_token_fp8", _per_token_fp8, _per_token_fp8_fake),
+    CustomOp("per_token_group_fp8", _per_token_group_fp8, _per_token_group_fp8_fake),
+    CustomOp("prefill", _ragged(kernels.prefill), _ragged_fake),
+    CustomOp("mla_prefill", _ragged(kernels.mla_prefill), _ragged_fake),
+    CustomOp("prefill_paged", _prefill_paged, _prefill_paged_fake),
+    CustomOp("decode", _decode, _same_shape_fake),
+    CustomOp("mla_decode", _mla_decode, _mla_decode_fake),
+    CustomOp("fp8_block_mm", _fp8_block_mm, _fp8_block_mm_fake),
+    CustomOp("fp8_block_mm_out", _fp8_block_mm_out, _writes_only, ("out",)),
+    CustomOp("fp8_grouped_mm_contiguous", _fp8_grouped_mm_contiguous, _fp8_grouped_mm_contiguous_fake),
+    CustomOp("fp8_grouped_mm_contiguous_out", _fp8_grouped_mm_contiguous_out, _writes_only, ("out",)),
+    CustomOp("fp8_grouped_mm_masked", _fp8_grouped_mm_masked, _fp8_grouped_mm_masked_fake),
+    CustomOp("fp8_grouped_mm_masked_out", _fp8_grouped_mm_masked_out, _writes_only, ("out",)),
+)
+
+
+@functools.cache
+def register():
+    """Define every op of CUSTOM_OPS in torch.ops.rapid_llm_ops (once per process) and return that namespace."""
+    for op in CUSTOM_OPS:
+        torch.library.custom_op(f"{NAMESPACE}::{op.name}", op.real, mutates_args=op.writes).register_fake(op.fake)
+    return getattr(torch.ops, NAMESPACE)
