@@ -3,8 +3,10 @@ the RAPID_LLM_* variables or a real pipe matter).
 
 Catches: a command crashing on this machine, --json output that is not
 JSON or lacks its documented keys, --device/--lib not reaching dispatch
-(describing another machine must change the verdicts), plan dropping the
-ops a preset needs that the table does not serve or merging token buckets,
+(describing another machine must change the verdicts), plan dropping an
+op use of a preset or the work the table does not serve, or merging token
+buckets in --json and --verbose (conformance/test_cli_plan.py: the presets and
+the default text),
 and every error path that is not one stderr line with the right exit status
 (0 ok; 1 explain found no eligible row or doctor found problems; 2 a bad
 argument or RAPID_LLM_* value; 141 stdout closed early): tracebacks,
@@ -13,6 +15,7 @@ argparse's usage text, nonsense accepted with exit 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -40,7 +43,7 @@ def run_json(capsys, *argv):
 def test_doctor_reports_device_libraries_and_ops(capsys):
     code, doc = run_json(capsys, "doctor")
     assert code == 0
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert set(doc["libraries"]) >= {"triton", "flashinfer", "flash_attn", "flash_mla", "deep_gemm", "deep_ep"}
     assert doc["ops"] == {op: [row.name for row in TABLE.rows(op)] for op in TABLE.ops}
     assert isinstance(doc["extension_built"], bool)
@@ -271,35 +274,37 @@ def test_described_devices_in_the_sm_range_are_accepted(capsys):
 
 
 @pytest.mark.parametrize("model", sorted(PRESETS))
-def test_plan_covers_every_op_of_the_preset_in_every_token_bucket(capsys, model):
-    """Catches: plan dropping an op the preset needs, and plan merging token buckets (it listed 1-32768 as one
-    line): each (op, where) must list exactly TOKEN_BUCKETS' buckets, labelled with the contract's bucket key."""
+def test_plan_json_covers_every_op_use_in_every_token_bucket(capsys, model):
+    """Catches: plan dropping an op use of the preset, and --json merging token buckets (it listed 1-32768 as
+    one entry): each (op, where) must tile the buckets, merging neighbours only where the use's dims fall
+    in one dispatch bucket, and each entry must be judged at its use's dims for the bucket's largest count."""
     code, doc = run_json(capsys, "plan", "--model", model, "--device", "cuda:sm90", "--lib", "triton=3.6.0")
     assert code == 0 and doc["model"] == model
-    needed = {use.op for use in PRESETS[model].op_uses()}
-    planned = {p["op"] for p in doc["plans"]}
-    missing = {n["op"] for n in doc["not_served_yet"]}
-    assert planned | missing == needed, "plan must account for every op the preset needs"
-    assert planned == needed & set(TABLE.ops)
-    buckets = [list(bucket) for bucket in TOKEN_BUCKETS.buckets_up_to(32768)]
-    for use in PRESETS[model].op_uses():
-        if use.op not in TABLE.ops:
-            continue
-        entries = [p for p in doc["plans"] if p["op"] == use.op and p["where"] == use.where]
-        assert [p["tokens"] for p in entries] == buckets, f"{use.op} ({use.where}): every bucket, unmerged"
+    uses = PRESETS[model].op_uses()
+    assert {(p["op"], p["where"]) for p in doc["plans"]} == {(use.op, use.where) for use in uses}
+    buckets = TOKEN_BUCKETS.buckets_up_to(32768)
+    for use in uses:
         contract = TABLE.contracts[use.op]
+        entries = [p for p in doc["plans"] if p["op"] == use.op and p["where"] == use.where]
+        assert entries[0]["tokens"][0] == 1 and entries[-1]["tokens"][1] == 32768
         for entry in entries:
-            assert entry["selected"]
-            shape = entry["explanation"]["query"]["shape"]
-            assert ["num_tokens", *entry["tokens"]] in [list(k) for k in contract.bucket_key(shape)]
+            assert entry["selected"] and entry["reason"]
+            low, high = entry["tokens"]
+            inside = [top for bottom, top in buckets if low <= bottom and top <= high]
+            keys = {contract.bucket_key(use.shape(top)) for top in inside}
+            assert len(keys) == 1, f"{use.op} ({use.where}) {entry['tokens']}: merged buckets of different plans"
+            expected = {name: top for name, _, top in keys.pop()}
+            assert entry["explanation"]["query"]["shape"] == expected
+        assert all(a["tokens"][1] + 1 == b["tokens"][0] for a, b in itertools.pairwise(entries)), "gaps or overlaps"
 
 
-def test_plan_text_lists_every_bucket_and_never_cuts_the_where_column(capsys):
-    """Catches: plan cutting "where" at 36 characters with no mark, and printing fewer lines than op uses x
-    buckets (--max-tokens 100 reaches the buckets 1, 2-16 and 17-128)."""
-    code, text = run(capsys, "plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "100")
+def test_plan_verbose_lists_every_bucket_and_never_cuts_the_where_column(capsys):
+    """Catches: plan --verbose cutting "where" at 36 characters with no mark, and printing fewer lines than op
+    uses x buckets (--max-tokens 100 reaches the buckets 1, 2-16 and 17-128)."""
+    argv = ("plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "100", "--verbose")
+    code, text = run(capsys, *argv)
     assert code == 0
-    served = [use for use in PRESETS["llama-3-8b"].op_uses() if use.op in TABLE.ops]
+    served = PRESETS["llama-3-8b"].op_uses()
     longest = max((use.where for use in served), key=len)
     assert len(longest) > 36, "the test needs a where entry longer than the old cut"
     lines = text.splitlines()
@@ -310,10 +315,12 @@ def test_plan_text_lists_every_bucket_and_never_cuts_the_where_column(capsys):
         assert tokens == ["1", "2-16", "17-128"]
 
 
-def test_plan_text_lists_unserved_ops(capsys):
+def test_plan_text_names_the_work_not_served_yet(capsys):
+    """Catches: the plan's closing list of work the table does not serve going missing."""
     code, text = run(capsys, "plan", "--model", "deepseek-v3", "--device", "cuda:sm90")
     assert code == 0
-    assert "not served yet" in text and "attention.mla_decode" in text
+    assert "not served by rapid_llm yet" in text and "lm_head" in text
+    assert any(line.startswith("attention.mla_decode ") for line in text.splitlines())
 
 
 def test_plan_with_an_ineligible_forced_row_says_so_in_why():

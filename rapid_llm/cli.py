@@ -3,7 +3,7 @@
     rapid-llm doctor                         device, SM, libraries, extension, hidden/denied/forced
     rapid-llm matrix [--device cuda:sm90 --lib flashinfer=0.6.0]
     rapid-llm explain norm.rms_norm --dtype bf16 --shape num_tokens=64,hidden=4096 [--device cuda:sm80]
-    rapid-llm plan [--model llama-3-8b] [--device cuda:sm90] [--dtype bf16]
+    rapid-llm plan [--model llama-3-8b] [--device cuda:sm90] [--dtype bf16] [--verbose]
 
 Every command takes --json (schema version in each document's "schema").
 With neither --device nor --lib, commands describe this process's probed
@@ -33,8 +33,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 
-SCHEMA_VERSION = 1
+#: 2: plan entries gained `reason`; not_served_yet entries are {what, where, dims}
+SCHEMA_VERSION = 2
 
 #: Exit statuses (module docstring).
 EXIT_NO_ELIGIBLE = 1
@@ -568,29 +570,30 @@ def cmd_explain(args) -> int:
 def _plan_entries(use, contract, env, table, dtype, buckets) -> list[dict]:
     """One entry per token bucket of one op use: the plan an engine resolves for that bucket.
 
-    Each bucket is keyed as Planner keys it (contract.bucket_key) and judged at the key's upper bounds, as
-    Planner resolves it. Every bucket is listed, even when its neighbour selects the same row: the plan is
-    per bucket, and a reader checking one bucket should find it. Only buckets with the same key (an op
-    whose contract does not bucket num_tokens) are one plan, listed once with tokens None.
+    A bucket is judged at its largest token count: the use's dims at that count (use.shape), keyed as
+    Planner keys them (contract.bucket_key) and dispatched at the key's upper bounds, as Planner resolves it.
+    Neighbouring buckets whose keys are equal (a use none of whose dims grows with the tokens) are one plan,
+    one entry spanning them.
     """
-    fixed = {name: value for name, value in use.dims if name in contract.dim_names}
+    dtype, layout = use.dtype or dtype, contract.layouts - use.not_provided
     entries: list[dict] = []
     last_key = None
-    for _, high in buckets:
-        key = contract.bucket_key({**fixed, "num_tokens": high})
+    for low, high in buckets:
+        key = contract.bucket_key(use.shape(high))
         if key == last_key:
+            entries[-1]["tokens"][1] = high
             continue
         last_key = key
         representative = {name: top for name, _, top in key}
-        explanation, failure = _select(use.op, env, table, dtype=dtype, shape=representative, layout=contract.layouts)
-        tokens = next(([low, top] for name, low, top in key if name == "num_tokens"), None)
+        explanation, failure = _select(use.op, env, table, dtype=dtype, shape=representative, layout=layout)
         entries.append(
             {
                 "op": use.op,
                 "where": use.where,
                 "dims": dict(use.dims),
-                "tokens": tokens,
+                "tokens": [low, high],
                 "selected": explanation.selected,
+                "reason": _reason(explanation, failure, table),
                 "why": _why(explanation, failure),
                 "explanation": explanation.to_dict(),
             }
@@ -614,11 +617,113 @@ def _why(explanation, failure: str | None) -> str:
     return "; ".join(parts)
 
 
+def _reason(explanation, failure: str | None, table) -> str:
+    """One clause for why the selected row won: the bucket's measurement against the next eligible row it
+    timed, else the row's default rank ("priority 10", "reference"); a miss is dispatch's headline."""
+    from .kernels.dispatcher.spec import UNMEASURED
+
+    if failure:
+        return "✗ " + failure.partition(": ")[2]
+    selected = explanation.verdict(explanation.selected)
+    if selected.note == "(forced)":
+        return "forced"
+    measured = _measured(explanation, table)
+    if measured:
+        return measured
+    row = table.rows_by_name[selected.row]
+    if row.is_reference:
+        return "reference"
+    return "unmeasured" if row.priority is UNMEASURED else f"priority {row.priority}"
+
+
+def _measured(explanation, table) -> str | None:
+    """The clause "measured 34.9 µs vs 50.0 µs for X" where the bucket's benchmark timed the selected row and X,
+    the next eligible row it timed; None otherwise (a row timed alone keeps its default place: priority decided)."""
+    query = explanation.query
+    bucket = table.contracts[query.op].bucket_key(dict(query.shape))
+    ranking = table.rankings.lookup(query.device, query.op, query.dtype, bucket)
+    times = dict(ranking.order) if ranking is not None else {}
+    timed = [v.row for v in explanation.verdicts if v.status in ("selected", "eligible") and v.row in times]
+    if len(timed) < 2 or timed[0] != explanation.selected:
+        return None
+    return f"measured {times[timed[0]]:.1f} µs vs {times[timed[1]]:.1f} µs for {timed[1]}"
+
+
 def _tokens_label(tokens) -> str:
-    if tokens is None:
-        return "any"
     low, high = tokens
     return str(low) if low == high else f"{low}-{high}"
+
+
+def _runs(entries: list[dict]) -> list[list[dict]]:
+    """The entries of one op use cut where the selected row changes: consecutive buckets of one row are a run."""
+    runs: list[list[dict]] = []
+    for entry in entries:
+        if runs and runs[-1][-1]["selected"] == entry["selected"]:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return runs
+
+
+def _run_reason(run: list[dict]) -> str:
+    """The run's reason: the clause most of its buckets share, then each other clause with the tokens it holds
+    for (a bucket measured inside a run that default priority otherwise decides)."""
+    spans: dict[str, list[list[int]]] = {}  # reason -> its token ranges, in run order
+    for entry in run:
+        ranges = spans.setdefault(entry["reason"], [])
+        if ranges and ranges[-1][1] + 1 == entry["tokens"][0]:
+            ranges[-1][1] = entry["tokens"][1]
+        else:
+            ranges.append(list(entry["tokens"]))
+    buckets = Counter(entry["reason"] for entry in run)
+    main = max(spans, key=buckets.__getitem__)
+    others = [
+        f"at {', '.join(_tokens_label(tokens) for tokens in ranges)}: {reason}"
+        for reason, ranges in spans.items()
+        if reason != main
+    ]
+    return "; ".join([main, *others])
+
+
+def _print_runs(plans) -> None:
+    """Default text: per op use, one line per run of buckets that select the same row."""
+    lines = []
+    for entries in plans:
+        runs = _runs(entries)
+        for run in runs:
+            span = [run[0]["tokens"][0], run[-1]["tokens"][1]]
+            tokens = "all tokens" if len(runs) == 1 else "tokens " + _tokens_label(span)
+            lines.append((run[0]["op"], run[0]["where"], tokens, run[0]["selected"] or "-", f"({_run_reason(run)})"))
+    # Columns sized to their longest entry: nothing is cut.
+    widths = [max(len(line[column]) for line in lines) + 2 for column in range(4)]
+    for line in lines:
+        print("".join(f"{cell:<{width}}" for cell, width in zip(line, widths)) + line[4])
+
+
+def _print_every_bucket(served: list[dict]) -> None:
+    """--verbose: one line per bucket with every row's fate."""
+    op_width = max([len("op")] + [len(e["op"]) for e in served]) + 2
+    where_width = max([len("where")] + [len(e["where"]) for e in served]) + 2
+    tokens_width = max([len("tokens")] + [len(_tokens_label(e["tokens"])) for e in served]) + 2
+    row_width = max([len("selected")] + [len(e["selected"] or "-") for e in served]) + 2
+    print(f"{'op':<{op_width}}{'where':<{where_width}}{'tokens':<{tokens_width}}{'selected':<{row_width}}why")
+    for entry in served:
+        tokens = _tokens_label(entry["tokens"])
+        print(
+            f"{entry['op']:<{op_width}}{entry['where']:<{where_width}}{tokens:<{tokens_width}}"
+            f"{entry['selected'] or '-':<{row_width}}{entry['why']}"
+        )
+
+
+def _print_gaps(gaps) -> None:
+    """What the model does that no op of the table serves, one line per kind of work."""
+    by_what: dict[str, list[str]] = {}
+    for gap in gaps:
+        by_what.setdefault(gap.what, []).append(gap.where)
+    print("\nnot served by rapid_llm yet (no op in the table):")
+    width = max(len(what) for what in by_what) + 2
+    for what, wheres in by_what.items():
+        print(f"  {what:<{width}}{'; '.join(wheres)}")
 
 
 def cmd_plan(args) -> int:
@@ -635,12 +740,10 @@ def cmd_plan(args) -> int:
     _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in table.contracts.values())), "the table's ops")
     env, _ = _environment(args, table)
     buckets = TOKEN_BUCKETS.buckets_up_to(args.max_tokens)
-    served, not_served = [], []
-    for use in model.op_uses():
-        if use.op not in table.contracts:
-            not_served.append({"op": use.op, "where": use.where, "dims": dict(use.dims)})
-            continue
-        served += _plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets)
+    # A preset names only ops the table has (conformance/test_cli_plan.py holds them together).
+    plans = [_plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets) for use in model.op_uses()]
+    served = [entry for entries in plans for entry in entries]
+    gaps = model.gaps()
     if args.json:
         _print_json(
             {
@@ -650,31 +753,21 @@ def cmd_plan(args) -> int:
                 "libs": env.libs.as_dict(),
                 "dtype": args.dtype,
                 "plans": served,
-                "not_served_yet": not_served,
+                "not_served_yet": [{"what": gap.what, "where": gap.where, "dims": dict(gap.dims)} for gap in gaps],
             }
         )
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
     print(f"{model.name}  device={env.device}  dtype={args.dtype}  libs: {libs}")
-    print(f"token buckets: {TOKEN_BUCKETS.describe()}, up to {args.max_tokens}")
-    # Columns sized to their longest entry: nothing is cut.
-    op_width = max([len("op")] + [len(e["op"]) for e in served]) + 2
-    where_width = max([len("where")] + [len(e["where"]) for e in served]) + 2
-    tokens_width = max([len("tokens")] + [len(_tokens_label(e["tokens"])) for e in served]) + 2
-    row_width = max([len("selected")] + [len(e["selected"] or "-") for e in served]) + 2
-    print(f"{'op':<{op_width}}{'where':<{where_width}}{'tokens':<{tokens_width}}{'selected':<{row_width}}why")
-    for entry in served:
-        tokens = _tokens_label(entry["tokens"])
-        print(
-            f"{entry['op']:<{op_width}}{entry['where']:<{where_width}}{tokens:<{tokens_width}}"
-            f"{entry['selected'] or '-':<{row_width}}{entry['why']}"
-        )
-    if not_served:
-        print("\nnot served yet (no rows in the table):")
-        width = max(len(entry["op"]) for entry in not_served) + 2
-        for entry in not_served:
-            dims = ", ".join(f"{k}={v}" for k, v in entry["dims"].items())
-            print(f"  {entry['op']:<{width}}{entry['where']}  ({dims})")
+    buckets_line = f"token buckets: {TOKEN_BUCKETS.describe()}, up to {args.max_tokens}"
+    if args.verbose:
+        print(buckets_line)
+        _print_every_bucket(served)
+    else:
+        print(f"{buckets_line} (a line per run of buckets that select one row; --verbose: every bucket, every row)")
+        _print_runs(plans)
+    if gaps:
+        _print_gaps(gaps)
     return 0
 
 
@@ -730,7 +823,7 @@ def _parser() -> argparse.ArgumentParser:
     machine_options(p)
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("plan", help="every op a model needs x every token bucket -> selected row + why")
+    p = sub.add_parser("plan", help="every op a model calls -> the row each token bucket selects, and why")
     p.add_argument(
         "--model",
         default="llama-3-8b",
@@ -738,6 +831,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--max-tokens", type=int, default=32768, help="list token buckets up to this (>= 1)")
+    p.add_argument("--verbose", action="store_true", help="every token bucket, with every row's fate")
     machine_options(p)
     p.set_defaults(func=cmd_plan)
     return parser

@@ -1,11 +1,16 @@
-"""Model presets: the dimensions that decide which kernels a model needs.
+"""Model presets: the ops a model calls per forward pass, with the dims that decide their kernels.
 
-Torch-free data. `ModelPreset.op_uses()` lists every op a transformer of
-that shape calls per forward pass, with the op's named dims (num_tokens is
-left out: `rapid-llm plan` sweeps it over the token buckets). Ops that the
-table does not serve yet are reported by `plan` as such, not as errors.
+Torch-free data. `ModelPreset.op_uses()` lists, in the order of the forward
+pass, every call the model makes to an op the table has (a test holds the two
+together): the op, where in the model, its fixed dims (the names of the op
+contract's dims) and the dims that grow with the step's token count, which
+`rapid-llm plan` sweeps over the token buckets. `ModelPreset.gaps()` lists
+the work the model does that no op of the table serves yet (bf16 GEMMs, MoE
+routing), so that `plan` shows what rapid_llm does not cover.
 
-Numbers are from each model's published config.json.
+The plans assume one GPU holding the whole model (every expert, no expert
+parallelism), a bf16 KV cache, and one sequence per prefill (max_seqlen =
+num_tokens). Numbers are from each model's published config.json.
 """
 
 from __future__ import annotations
@@ -16,15 +21,52 @@ import attrs
 #: KV buffer (vLLM's and SGLang's FlashInfer default), 64 for the MLA latent cache (FlashMLA's block size).
 PAGE_SIZE = 16
 MLA_PAGE_SIZE = 64
+#: Activation dtype of the block-scaled fp8 GEMMs (DeepSeek-V3's checkpoint recipe).
+FP8 = "fp8_e4m3"
+
+
+def _pairs(dims) -> tuple[tuple[str, int], ...]:
+    return tuple(dict(dims).items())
 
 
 @attrs.frozen
 class OpUse:
-    """One op a model calls, where in the model, and its fixed dims."""
+    """One call a model makes to an op: where in the model, its fixed dims, and the dims that grow with the
+    step's token count.
+
+    per_token maps a dim to its multiple of the step's tokens: num_tokens 1 for a per-token op, top_k for the
+    rows of a routed expert GEMM, the head count for a per-head norm; round_up rounds such a dim up to a
+    multiple (a buffer the engine sizes in whole tiles). dtype None is the model's activation dtype
+    (`plan --dtype`); the fp8 GEMMs take fp8 operands whatever the activations are. The call provides every
+    layout tag its op's check can derive except those in not_provided (tags that describe another setup,
+    e.g. an fp8 KV cache).
+    """
 
     op: str
     where: str
-    dims: tuple[tuple[str, int], ...] = attrs.field(converter=lambda d: tuple(dict(d).items()))
+    dims: tuple[tuple[str, int], ...] = attrs.field(converter=_pairs)
+    per_token: tuple[tuple[str, int], ...] = attrs.field(default=(("num_tokens", 1),), converter=_pairs)
+    round_up: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_pairs)
+    dtype: str | None = None
+    not_provided: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+
+    def shape(self, tokens: int) -> dict[str, int]:
+        """Every dim of the call in a step of `tokens` tokens."""
+        multiple_of = dict(self.round_up)
+        grown = {}
+        for name, factor in self.per_token:
+            step = multiple_of.get(name, 1)
+            grown[name] = -(-factor * tokens // step) * step  # ceil to a multiple of step
+        return {**dict(self.dims), **grown}
+
+
+@attrs.frozen
+class Gap:
+    """Work the model does that no op of the table serves yet: `plan` lists it, so the gap is seen."""
+
+    what: str
+    where: str
+    dims: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_pairs)
 
 
 @attrs.frozen(kw_only=True)
@@ -34,19 +76,25 @@ class ModelPreset:
     num_layers: int
     num_q_heads: int
     num_kv_heads: int
+    #: the q/k head dim; under MLA the part without rotary (DeepSeek's qk_nope_head_dim)
     head_dim: int
+    #: the dense MLP's width: every layer of a dense model, the first num_dense_layers of an MoE model
     intermediate: int
     vocab: int
     num_experts: int = 0
     top_k: int = 0
     moe_intermediate: int = 0
     num_shared_experts: int = 0
+    #: MoE models whose first layers are dense MLPs (DeepSeek-V3's first_k_dense_replace)
+    num_dense_layers: int = 0
     qk_norm: bool = False
     # Multi-head latent attention (DeepSeek): 0 means ordinary GQA attention.
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    #: 128: the checkpoint's projections are fp8 with 128x128 weight blocks, served by the fp8 GEMM ops (their
+    #: activations quantized per 1x128 group); 0: bf16 projections, which no op of the table serves yet
     weights_fp8_block: int = 0
 
     @property
@@ -57,99 +105,172 @@ class ModelPreset:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
+    @property
+    def has_dense_mlp(self) -> bool:
+        return not self.is_moe or self.num_dense_layers > 0
+
     def op_uses(self) -> tuple[OpUse, ...]:
+        """Every call to an op of the table, in forward-pass order (each layer kind's calls once)."""
+        return tuple(step for step in self._forward() if isinstance(step, OpUse))
+
+    def gaps(self) -> tuple[Gap, ...]:
+        """The work no op of the table serves yet, in forward-pass order."""
+        return tuple(step for step in self._forward() if isinstance(step, Gap))
+
+    # The forward pass, one step at a time: an op use where the table has the op, a gap where it has none.
+    # One walk for both keeps a projection in one place whichever it is (fp8 use or bf16 gap).
+
+    def _forward(self):
         h = self.hidden
-        uses = [
-            OpUse("embedding.vocab_embedding", "token embedding", {"vocab": self.vocab, "hidden": h}),
-            OpUse("norm.rms_norm", "first input_layernorm, final norm", {"hidden": h}),
-            OpUse("norm.fused_add_rms_norm", "residual add + layernorm between sublayers", {"hidden": h}),
-        ]
-        if self.qk_norm:
-            uses.append(OpUse("norm.rms_norm", "per-head q/k norm", {"hidden": self.head_dim}))
-        if self.is_mla:
-            uses += [
-                OpUse("norm.rms_norm", "MLA q_a_layernorm", {"hidden": self.q_lora_rank}),
-                OpUse("norm.rms_norm", "MLA kv_a_layernorm", {"hidden": self.kv_lora_rank}),
-                OpUse(
-                    "embedding.rotary",
-                    "rotary on the rope part of q/k",
-                    {"head_dim": self.qk_rope_head_dim, "num_q_heads": self.num_q_heads, "num_kv_heads": 1},
-                ),
-                OpUse(
-                    "kvcache.update_mla_buffer",
-                    "latent KV cache write",
-                    {"kv_lora_rank": self.kv_lora_rank, "rope_dim": self.qk_rope_head_dim},
-                ),
-                # absorbed q and latent rows: kv_lora_rank + rope dims wide; page 64 (FlashMLA's block size)
-                OpUse(
-                    "attention.mla_decode",
-                    "MLA decode",
-                    {
-                        "num_q_heads": self.num_q_heads,
-                        "head_dim": self.kv_lora_rank + self.qk_rope_head_dim,
-                        "page_size": MLA_PAGE_SIZE,
-                    },
-                ),
-                OpUse(
-                    "attention.mla_prefill",
-                    "MLA prefill",
-                    {
-                        "num_q_heads": self.num_q_heads,
-                        "num_kv_heads": self.num_q_heads,
-                        "head_dim": self.head_dim + self.qk_rope_head_dim,
-                        "head_dim_v": self.v_head_dim,
-                    },
-                ),
-            ]
-        else:
-            heads = {"num_q_heads": self.num_q_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
-            uses += [
-                OpUse("embedding.rotary", "rotary on q/k", heads),
-                OpUse(
-                    "kvcache.update_kv_buffer",
-                    "KV cache write",
-                    {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim},
-                ),
-                OpUse("attention.prefill", "varlen causal prefill", {**heads, "head_dim_v": self.head_dim}),
-                OpUse("attention.decode", "paged decode", {**heads, "page_size": PAGE_SIZE}),
-            ]
-        q_width = self.num_q_heads * self.head_dim
-        kv_width = 2 * self.num_kv_heads * self.head_dim
-        if not self.is_mla:
-            uses.append(OpUse("gemm.mm", "qkv_proj", {"n": q_width + kv_width, "k": h}))
-        uses.append(OpUse("gemm.mm", "o_proj", {"n": h, "k": self.num_q_heads * (self.v_head_dim or self.head_dim)}))
+        yield OpUse("embedding.vocab_embedding", "token embedding", {"hidden": h})
+        yield OpUse("norm.rms_norm", "first input_layernorm, final norm", {"hidden": h})
+        yield OpUse("norm.fused_add_rms_norm", "residual add + layernorm between sublayers", {"hidden": h})
+        yield from self._mla() if self.is_mla else self._gqa()
+        if self.has_dense_mlp:
+            yield from self._mlp("dense MLP" if self.is_moe else "MLP", self.intermediate)
         if self.is_moe:
-            uses += [
-                OpUse("moe.topk_routing", "router top-k", {"num_experts": self.num_experts, "top_k": self.top_k}),
-                OpUse(
-                    "moe.fused_moe",
-                    "routed experts",
-                    {
-                        "num_experts": self.num_experts,
-                        "top_k": self.top_k,
-                        "hidden": h,
-                        "intermediate": self.moe_intermediate,
-                    },
-                ),
-            ]
-            act_width = self.moe_intermediate
-        else:
-            uses += [
-                OpUse("gemm.mm", "gate_up_proj", {"n": 2 * self.intermediate, "k": h}),
-                OpUse("gemm.mm", "down_proj", {"n": h, "k": self.intermediate}),
-            ]
-            act_width = self.intermediate
-        uses.append(OpUse("activation.silu_and_mul", "SwiGLU activation", {"intermediate": act_width}))
+            yield from self._moe()
+        yield Gap("bf16 GEMM", "lm_head", {"n": self.vocab, "k": h})
+
+    def _linear(self, where: str, n: int, k: int):
+        """A projection (weight [n, k]) on every token: an fp8 block GEMM for an fp8 checkpoint (its input
+        quantized by the _quantize step before it), a gap for a bf16 one."""
+        if not self.weights_fp8_block:
+            yield Gap("bf16 GEMM", where, {"n": n, "k": k})
+            return
+        yield OpUse("gemm.fp8_block_mm", where, {"n": n, "k": k}, dtype=FP8)
+
+    def _quantize(self, where: str, width: int, rows_per_token: int = 1):
+        """fp8 activations for the next fp8 GEMMs (none under bf16 weights)."""
         if self.weights_fp8_block:
-            uses.append(
-                OpUse(
-                    "quantization.per_token_group_fp8",
-                    "fp8 activations for block-scaled GEMMs",
-                    {"hidden": h, "group_size": self.weights_fp8_block},
-                )
+            yield OpUse(
+                "quantization.per_token_group_fp8",
+                f"fp8 input of {where}",
+                {"hidden": width},
+                {"num_tokens": rows_per_token},
             )
-        uses.append(OpUse("gemm.mm", "lm_head", {"n": self.vocab, "k": h}))
-        return tuple(uses)
+
+    def _gqa(self):
+        heads = {"num_q_heads": self.num_q_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
+        q_width, kv_width = self.num_q_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        yield from self._quantize("qkv_proj", self.hidden)
+        yield from self._linear("qkv_proj", q_width + 2 * kv_width, self.hidden)
+        if self.qk_norm:  # per head: tokens x heads rows of head_dim
+            yield OpUse("norm.rms_norm", "per-head q norm", {"hidden": self.head_dim}, {"num_tokens": self.num_q_heads})
+            yield OpUse(
+                "norm.rms_norm", "per-head k norm", {"hidden": self.head_dim}, {"num_tokens": self.num_kv_heads}
+            )
+        yield OpUse("embedding.rotary", "rotary on q/k", heads)
+        yield OpUse(
+            "kvcache.update_kv_buffer", "KV cache write", {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
+        )
+        yield OpUse(
+            "attention.prefill",
+            "varlen causal prefill",
+            {**heads, "head_dim_v": self.head_dim},
+            {"num_tokens": 1, "max_seqlen": 1},
+        )
+        yield OpUse(
+            "attention.prefill_paged", "prefill over cached pages (chunked prefill)", {**heads, "page_size": PAGE_SIZE}
+        )
+        yield OpUse("attention.decode", "paged decode", {**heads, "page_size": PAGE_SIZE}, not_provided={"kv:fp8_e4m3"})
+        yield from self._quantize("o_proj", q_width)
+        yield from self._linear("o_proj", self.hidden, q_width)
+
+    def _mla(self):
+        h, heads, rope = self.hidden, self.num_q_heads, self.qk_rope_head_dim
+        latent = self.kv_lora_rank + rope  # one latent cache row: the compressed KV and the shared rope key
+        yield from self._quantize("q_a_proj, kv_a_proj_with_mqa", h)
+        yield from self._linear("q_a_proj", self.q_lora_rank, h)
+        yield from self._linear("kv_a_proj_with_mqa", latent, h)
+        yield OpUse("norm.rms_norm", "MLA q_a_layernorm", {"hidden": self.q_lora_rank})
+        yield OpUse("norm.rms_norm", "MLA kv_a_layernorm", {"hidden": self.kv_lora_rank})
+        yield from self._quantize("q_b_proj", self.q_lora_rank)
+        yield from self._linear("q_b_proj", heads * (self.head_dim + rope), self.q_lora_rank)
+        yield OpUse(
+            "embedding.rotary",
+            "rotary on the rope part of q/k",
+            {"head_dim": rope, "num_q_heads": heads, "num_kv_heads": 1},
+        )
+        yield OpUse(
+            "kvcache.update_mla_buffer", "latent KV cache write", {"kv_lora_rank": self.kv_lora_rank, "rope_dim": rope}
+        )
+        # Prefill expands the latent to per-head k_nope and v (kv_b_proj) and runs attention over whole heads.
+        yield from self._quantize("kv_b_proj (prefill)", self.kv_lora_rank)
+        yield from self._linear("kv_b_proj (prefill)", heads * (self.head_dim + self.v_head_dim), self.kv_lora_rank)
+        yield OpUse(
+            "attention.mla_prefill",
+            "MLA prefill",
+            {
+                "num_q_heads": heads,
+                "num_kv_heads": heads,
+                "head_dim": self.head_dim + rope,
+                "head_dim_v": self.v_head_dim,
+            },
+            {"num_tokens": 1, "max_seqlen": 1},
+        )
+        # Decode stays in the latent space: kv_b_proj's halves multiply q and the output per head instead.
+        yield Gap("bf16 batched GEMM", "MLA decode weight absorption: q_nope x W_UK, latent output x W_UV")
+        yield OpUse(
+            "attention.mla_decode", "MLA decode", {"num_q_heads": heads, "head_dim": latent, "page_size": MLA_PAGE_SIZE}
+        )
+        yield from self._quantize("o_proj", heads * self.v_head_dim)
+        yield from self._linear("o_proj", h, heads * self.v_head_dim)
+
+    def _mlp(self, label: str, width: int, input_of: str = ""):
+        """A SwiGLU MLP; input_of names every GEMM its layer input's fp8 copy feeds (default its gate_up)."""
+        yield from self._quantize(input_of or f"{label} gate_up_proj", self.hidden)
+        yield from self._linear(f"{label} gate_up_proj", 2 * width, self.hidden)
+        yield OpUse("activation.silu_and_mul", f"{label} SwiGLU", {"intermediate": width})
+        yield from self._quantize(f"{label} down_proj", width)
+        yield from self._linear(f"{label} down_proj", self.hidden, width)
+
+    def _moe(self):
+        width, routed = self.moe_intermediate, self.top_k  # a token's rows in the routed experts: top_k
+        yield Gap("bf16 GEMM", "MoE router gate", {"n": self.num_experts, "k": self.hidden})
+        yield Gap(
+            "MoE routing",
+            "router top-k, token permutation to the experts, weighted combine",
+            {"num_experts": self.num_experts, "top_k": self.top_k},
+        )
+        if self.num_shared_experts:
+            yield from self._mlp(
+                "shared expert", self.num_shared_experts * width, "shared and routed experts' gate_up_proj"
+            )
+        yield from self._routed("gate_up_proj", 2 * width, self.hidden)
+        yield OpUse(
+            "activation.silu_and_mul", "routed experts' SwiGLU", {"intermediate": width}, {"num_tokens": routed}
+        )
+        yield from self._quantize("routed experts' down_proj", width, routed)
+        yield from self._routed("down_proj", self.hidden, width)
+        if self.weights_fp8_block:
+            # Decode: a fixed-capacity buffer per expert (the masked layout DeepEP's low-latency dispatch
+            # fills), at most one row per token per expert, sized in DeepGEMM's 128-row tiles.
+            for where, n, k in (("gate_up_proj", 2 * width, self.hidden), ("down_proj", self.hidden, width)):
+                yield OpUse(
+                    "gemm.fp8_grouped_mm_masked",
+                    f"routed experts' {where} (decode)",
+                    {"n": n, "k": k, "num_groups": self.num_experts},
+                    {"max_m": 1},
+                    {"max_m": 128},
+                    dtype=FP8,
+                )
+
+    def _routed(self, where: str, n: int, k: int):
+        """A routed experts' projection over rows sorted by expert (M = tokens x top_k before each expert's
+        128-row padding): the contiguous-layout fp8 grouped GEMM for an fp8 checkpoint (prefill), a gap for
+        a bf16 one."""
+        dims = {"n": n, "k": k, "num_groups": self.num_experts}
+        if not self.weights_fp8_block:
+            yield Gap("bf16 grouped GEMM", f"routed experts' {where}", dims)
+            return
+        yield OpUse(
+            "gemm.fp8_grouped_mm_contiguous",
+            f"routed experts' {where} (prefill)",
+            dims,
+            {"num_tokens": self.top_k},
+            dtype=FP8,
+        )
 
 
 PRESETS = {
@@ -215,6 +336,7 @@ PRESETS = {
             top_k=8,
             moe_intermediate=2048,
             num_shared_experts=1,
+            num_dense_layers=3,
             q_lora_rank=1536,
             kv_lora_rank=512,
             qk_rope_head_dim=64,

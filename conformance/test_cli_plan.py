@@ -1,0 +1,204 @@
+"""`rapid-llm plan`: the model presets name every op their architecture calls, and the default text has one
+line per run of token buckets that select one row.
+
+Catches: a preset omitting ops its model calls (DeepSeek-V3's plan listed neither its fp8 GEMMs nor its
+MLA projections), a preset naming an op or a dim the table does not have (the plan would quietly report
+it unserved, or never match a measured bucket: prefill was planned without max_seqlen), projection
+shapes that are not the published config's, bf16 GEMMs disappearing from the plan instead of showing
+as not served, and the default text listing every bucket again or merging buckets that select
+different rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from rapid_llm.cli import main
+from rapid_llm.kernels.dispatcher import build_tables
+from rapid_llm.kernels.dispatcher.rankings import Ranking, RankingStore
+from rapid_llm.kernels.dispatcher.table import OpTable
+from rapid_llm.models import PRESETS
+
+TABLE = build_tables()
+
+_GQA = {
+    "embedding.vocab_embedding",
+    "norm.rms_norm",
+    "norm.fused_add_rms_norm",
+    "embedding.rotary",
+    "kvcache.update_kv_buffer",
+    "attention.prefill",
+    "attention.prefill_paged",
+    "attention.decode",
+    "activation.silu_and_mul",
+}
+#: The table's ops each architecture calls, written from the models' designs (not read from the presets).
+ARCHITECTURE_OPS = {
+    "llama-3-8b": _GQA,
+    "qwen2.5-7b": _GQA,
+    "mixtral-8x7b": _GQA,
+    "qwen3-30b-a3b": _GQA,
+    "deepseek-v3": {
+        "embedding.vocab_embedding",
+        "norm.rms_norm",
+        "norm.fused_add_rms_norm",
+        "quantization.per_token_group_fp8",
+        "gemm.fp8_block_mm",
+        "embedding.rotary",
+        "kvcache.update_mla_buffer",
+        "attention.mla_prefill",
+        "attention.mla_decode",
+        "activation.silu_and_mul",
+        "gemm.fp8_grouped_mm_contiguous",
+        "gemm.fp8_grouped_mm_masked",
+    },
+}
+
+#: DeepSeek-V3's fp8 projections, (n, k) from its config.json: hidden 7168, q_lora_rank 1536, kv_lora_rank
+#: 512, qk_nope 128 + qk_rope 64, v_head 128, 128 heads, dense intermediate 18432, moe_intermediate 2048.
+DEEPSEEK_V3_PROJECTIONS = {
+    "q_a_proj": (1536, 7168),
+    "kv_a_proj_with_mqa": (512 + 64, 7168),
+    "q_b_proj": (128 * (128 + 64), 1536),
+    "kv_b_proj": (128 * (128 + 128), 512),
+    "o_proj": (7168, 128 * 128),
+    "dense MLP gate_up_proj": (2 * 18432, 7168),
+    "dense MLP down_proj": (7168, 18432),
+    "shared expert gate_up_proj": (2 * 2048, 7168),
+    "shared expert down_proj": (7168, 2048),
+}
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def plan_json(capsys, *argv):
+    code, out = run(capsys, "plan", *argv, "--json")
+    assert code == 0
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_a_preset_names_only_table_ops_with_exactly_their_contract_dims(model):
+    """Catches: an op id the table lacks (a typo would be reported as unserved, silently), a dim name the
+    contract lacks (never judged), and a contract dim the preset leaves out (its bucket never matches a
+    measured one: prefill planned without max_seqlen), a dtype or layout tag the op does not define."""
+    for use in PRESETS[model].op_uses():
+        assert use.op in TABLE.contracts, f"{model}: {use.op} ({use.where}) is not an op of the table"
+        contract = TABLE.contracts[use.op]
+        assert set(use.shape(1)) == set(contract.dim_names), f"{model}: {use.op} ({use.where})"
+        assert (use.dtype or "bf16") in contract.dtypes, f"{model}: {use.op} ({use.where})"
+        assert use.not_provided <= contract.tags, f"{model}: {use.op} ({use.where})"
+
+
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_the_plan_lists_every_table_op_the_architecture_calls(capsys, model):
+    """Catches: a preset omitting an op its model calls (DeepSeek-V3's plan omitted gemm.fp8_block_mm,
+    gemm.fp8_grouped_mm_masked, and listed attention.mla_decode as not served)."""
+    doc = plan_json(capsys, "--model", model, "--device", "cuda:sm90", "--lib", "triton=3.6.0")
+    assert {entry["op"] for entry in doc["plans"]} == ARCHITECTURE_OPS[model]
+
+
+def test_deepseek_v3_plans_its_projections_with_the_published_shapes(capsys):
+    """Catches: the MLA projections (q_a, kv_a, q_b, kv_b, o) or the MLP / shared expert GEMMs missing from
+    DeepSeek-V3's plan, or planned with a shape that is not its config's; and its bf16 lm_head not shown
+    as a gap."""
+    doc = plan_json(capsys, "--model", "deepseek-v3", "--device", "cuda:sm90", "--max-tokens", "1")
+    planned = {
+        entry["where"].replace(" (prefill)", ""): (entry["dims"]["n"], entry["dims"]["k"])
+        for entry in doc["plans"]
+        if entry["op"] == "gemm.fp8_block_mm"
+    }
+    assert planned == DEEPSEEK_V3_PROJECTIONS
+    grouped = [(e["op"], e["dims"]) for e in doc["plans"] if e["op"].startswith("gemm.fp8_grouped")]
+    for layout in ("gemm.fp8_grouped_mm_contiguous", "gemm.fp8_grouped_mm_masked"):
+        for n, k in ((2 * 2048, 7168), (7168, 2048)):
+            assert (layout, {"n": n, "k": k, "num_groups": 256}) in grouped
+    assert {"what": "bf16 GEMM", "where": "lm_head", "dims": {"n": 129280, "k": 7168}} in doc["not_served_yet"]
+
+
+def test_bf16_models_show_their_gemms_as_not_served(capsys):
+    """Catches: a bf16 model's GEMMs vanishing from its plan (no op serves them yet) instead of being named
+    at the end, where a user sees the gap."""
+    code, text = run(capsys, "plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "1")
+    assert code == 0
+    gaps = text[text.index("not served by rapid_llm yet") :].splitlines()
+    assert any(line.split()[:2] == ["bf16", "GEMM"] and "qkv_proj" in line and "lm_head" in line for line in gaps)
+
+
+def _table_with_measured_rms_norm_buckets():
+    """The default rows, plus two measurements of hidden 4096 on sm90: at 2-16 tokens flashinfer/rmsnorm
+    (priority 5, below native/rms_norm's 10) was the faster, so only that bucket selects it; at 17-128
+    native/rms_norm was, which keeps the row its priority gives it there."""
+
+    def measured(low, high, order):
+        return Ranking(
+            op="norm.rms_norm",
+            dtype="bf16",
+            device_class="cuda:sm90",
+            bucket=(("num_tokens", low, high), ("hidden", 4096, 4096)),
+            order=order,
+            device="test GPU",
+            evidence="test",
+        )
+
+    rankings = RankingStore(
+        [
+            measured(2, 16, (("flashinfer/rmsnorm", 5.0), ("native/rms_norm", 6.5))),
+            measured(17, 128, (("native/rms_norm", 6.0), ("flashinfer/rmsnorm", 9.0))),
+        ]
+    )
+    rows = [row for op in TABLE.ops for row in TABLE.rows(op)]
+    return OpTable.from_rows(rows, TABLE.contracts, rankings, TABLE.layout_tags)
+
+
+#: Llama-3-8B on a described sm90 with Triton and FlashInfer, buckets 1 .. 513-1024.
+PLAN_SM90 = (
+    *("plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--no-local-libs"),
+    *("--lib", "triton=3.6.0", "--lib", "flashinfer=0.6.0", "--max-tokens", "1000"),
+)
+
+
+def _cells(line: str) -> list[str]:
+    """A default-text line's cells: op, what, tokens, row, (reason); columns are 2+ spaces apart."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_the_default_text_has_one_line_per_run_of_buckets_that_select_one_row(capsys, monkeypatch):
+    """Catches: the default text listing every bucket (6 lines per op use here), merging buckets that select
+    different rows into one range, hiding the measurement that made a row win behind every row's fate, or
+    dropping the measured bucket inside a run that priority otherwise decides."""
+    monkeypatch.setattr("rapid_llm.kernels.dispatcher.default_table", _table_with_measured_rms_norm_buckets)
+    code, text = run(capsys, *PLAN_SM90)
+    assert code == 0
+    lines = [_cells(line) for line in text.splitlines() if line.startswith("norm.rms_norm ")]
+    first_norm = [cells[2:] for cells in lines if cells[1] == "first input_layernorm, final norm"]
+    assert first_norm == [
+        ["tokens 1", "native/rms_norm", "(priority 10)"],
+        ["tokens 2-16", "flashinfer/rmsnorm", "(measured 5.0 µs vs 6.5 µs for native/rms_norm)"],
+        [
+            "tokens 17-1024",
+            "native/rms_norm",
+            "(priority 10; at 17-128: measured 6.0 µs vs 9.0 µs for flashinfer/rmsnorm)",
+        ],
+    ]
+    unchanged = [_cells(line) for line in text.splitlines() if line.startswith("norm.fused_add_rms_norm ")]
+    assert [cells[2:] for cells in unchanged] == [["all tokens", "native/fused_add_rms_norm", "(priority 10)"]]
+    assert "ranked below" not in text, "the default text must not list every other row's fate"
+
+
+def test_verbose_prints_every_bucket_with_every_rows_fate(capsys, monkeypatch):
+    """Catches: --verbose merging buckets like the default text, or dropping the per-row detail."""
+    monkeypatch.setattr("rapid_llm.kernels.dispatcher.default_table", _table_with_measured_rms_norm_buckets)
+    code, text = run(capsys, *PLAN_SM90, "--verbose")
+    assert code == 0
+    lines = [line for line in text.splitlines() if line.startswith("norm.rms_norm ") and "input_layernorm" in line]
+    tokens = [line.split("final norm")[1].split()[0] for line in lines]
+    assert tokens == ["1", "2-16", "17-128", "129-256", "257-512", "513-1024"]
+    assert all("torch/rms_norm ranked below (reference)" in line for line in lines)
+    assert "measured on test GPU" in lines[1]
