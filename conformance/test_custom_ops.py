@@ -199,3 +199,35 @@ def test_the_namespace_does_not_clash_with_the_cuda_extension():
     finally:
         for library in libraries:
             library._destroy()
+
+
+def test_the_plans_a_compiled_step_ran_are_printable_and_agree_with_dispatch():
+    """Catches dispatch disappearing inside compiled code: after a compiled step, the default planner lists
+    the plan of every op the step called, and each listed row is what dispatch (what `rapid-llm explain`
+    runs) selects for that plan's query."""
+    from rapid_llm.kernels import default_planner, dispatch
+    from rapid_llm.kernels.dispatcher import Device
+
+    x = torch.randn(3, 64, device=DEVICE)
+    weight = torch.randn(64, device=DEVICE)
+
+    def step(x, weight):
+        return OPS.silu_and_mul(OPS.rms_norm(x, weight, 1e-6))
+
+    torch.compile(step, fullgraph=True)(x, weight)
+    planner = default_planner()
+    entries = {entry["op"]: entry for entry in planner.describe()}
+    assert {"norm.rms_norm", "activation.silu_and_mul"} <= set(entries)
+    for op in ("norm.rms_norm", "activation.silu_and_mul"):
+        entry = entries[op]
+        expected = dispatch(
+            op,
+            device=Device.parse(entry["device"]),
+            dtype=entry["dtype"],
+            shape={name: high for name, (_, high) in entry["bucket"].items()},
+            layout=frozenset(entry["layout"]),
+            libs=planner.env.libs,
+            deny=planner.env.deny,
+        )
+        assert entry["row"] == expected.row.name
+        assert f"{op}  {entry['dtype']}" in planner.describe_text()

@@ -96,6 +96,19 @@ class ModelPreset:
     #: 128: the checkpoint's projections are fp8 with 128x128 weight blocks, served by the fp8 GEMM ops (their
     #: activations quantized per 1x128 group); 0: bf16 projections, which no op of the table serves yet
     weights_fp8_block: int = 0
+    # What `rapid-llm run` needs to build the model (config.json's values; no op's dispatch depends on them).
+    #: rotary base (rope_theta) and the RMSNorm epsilon (rms_norm_eps)
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    #: q/k/v projections with a bias (Qwen2's attention)
+    qkv_bias: bool = False
+    #: MoE router: "softmax" (softmax over the experts, top-k, renormalised: Mixtral, Qwen3-MoE) or "sigmoid_grouped"
+    #: (DeepSeek-V3: sigmoid scores, top-k within the best topk_group of n_group expert groups chosen with a
+    #: correction bias, renormalised, times routed_scaling_factor)
+    router: str = "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
 
     @property
     def is_moe(self) -> bool:
@@ -285,6 +298,8 @@ PRESETS = {
             head_dim=128,
             intermediate=14336,
             vocab=128256,
+            rope_theta=500000.0,
+            norm_eps=1e-5,
         ),
         ModelPreset(
             name="qwen2.5-7b",
@@ -295,6 +310,9 @@ PRESETS = {
             head_dim=128,
             intermediate=18944,
             vocab=152064,
+            rope_theta=1000000.0,
+            norm_eps=1e-6,
+            qkv_bias=True,
         ),
         ModelPreset(
             name="mixtral-8x7b",
@@ -308,6 +326,8 @@ PRESETS = {
             num_experts=8,
             top_k=2,
             moe_intermediate=14336,
+            rope_theta=1000000.0,
+            norm_eps=1e-5,
         ),
         ModelPreset(
             name="qwen3-30b-a3b",
@@ -322,6 +342,8 @@ PRESETS = {
             top_k=8,
             moe_intermediate=768,
             qk_norm=True,
+            rope_theta=1000000.0,
+            norm_eps=1e-6,
         ),
         ModelPreset(
             name="deepseek-v3",
@@ -342,6 +364,12 @@ PRESETS = {
             qk_rope_head_dim=64,
             v_head_dim=128,
             weights_fp8_block=128,
+            rope_theta=10000.0,
+            norm_eps=1e-6,
+            router="sigmoid_grouped",
+            n_group=8,
+            topk_group=4,
+            routed_scaling_factor=2.5,
         ),
     )
 }

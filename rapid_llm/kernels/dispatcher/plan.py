@@ -167,6 +167,39 @@ class Planner:
     def cached_plans(self) -> int:
         return len(self._plans)
 
+    def describe(self) -> list[dict]:
+        """Every plan this planner holds, in the order it made them: what a model that ran through it got
+        (eagerly, or compiled: the custom ops of torch_ops.py call the public ops, which plan with the default
+        planner). One entry per plan: op, device, dtype, layout tags, bucket {dim: [low, high]},
+        graph_safe_only, the row and the clause that ranked it (its explain() note)."""
+        entries = []
+        for (op, device, dtype, layout, bucket, graph_safe), planned in self._plans.items():
+            row = planned.row.name
+            entries.append(
+                {
+                    "op": op,
+                    "device": str(device),
+                    "dtype": dtype,
+                    "layout": sorted(layout),
+                    "bucket": {name: [low, high] for name, low, high in bucket},
+                    "graph_safe_only": graph_safe,
+                    "row": row,
+                    "why": planned.selection.explanation.verdict(row).note,
+                }
+            )
+        return entries
+
+    def describe_text(self) -> str:
+        """describe() as one line per plan: op, dtype, bucket ranges, the row and why."""
+        lines = []
+        for entry in self.describe():
+            bucket = ", ".join(
+                f"{name}={low}" if low == high else f"{name}={low}-{high}"
+                for name, (low, high) in entry["bucket"].items()
+            )
+            lines.append(f"{entry['op']}  {entry['dtype']}  {bucket}  ->  {entry['row']}  ({entry['why']})")
+        return "\n".join(lines)
+
     def clear(self) -> None:
         """Forget every plan (the next call re-dispatches)."""
         self._plans.clear()
