@@ -367,6 +367,11 @@ class KernelSpec:
     priority: object = UNMEASURED
     graph_safe: bool = True
     description: str = ""
+    #: "module:function" of the row's per-step preparation (rapid_llm/step/plans.py): called once per forward
+    #: step with the op's arguments, it returns a callable with the op's signature that every layer's call of
+    #: that step runs (FlashInfer's plan(), FlashMLA's split schedule, a launch policy computed once). None:
+    #: a step runs the row's target in every call.
+    step: str | None = attrs.field(default=None, validator=_check_target)
 
     def __attrs_post_init__(self):
         def fail(message):

@@ -75,6 +75,7 @@ def native_row(
     priority,
     graph_safe: bool = True,
     description: str,
+    step: str | None = None,
 ) -> KernelSpec:
     """One of our own kernels (backend "native"), Triton by default.
 
@@ -97,6 +98,7 @@ def native_row(
         priority=priority,
         graph_safe=graph_safe,
         description=description,
+        step=step,
     )
 
 
@@ -114,6 +116,7 @@ def library_row(
     priority,
     graph_safe: bool,
     description: str,
+    step: str | None = None,
 ) -> KernelSpec:
     """A row served by an external library's adapter (rapid_llm/kernels/backends/<backend>/).
 
@@ -141,6 +144,7 @@ def library_row(
         priority=priority,
         graph_safe=graph_safe,
         description=description,
+        step=step,
     )
 
 

@@ -83,3 +83,11 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     run.schedule = schedule
     run.metadata = how
     return run
+
+
+def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+    """flash_mla/dense_decode's per-step preparation (KernelSpec.step): the split schedule once, from seq_lens
+    (plan_mla_decode); every layer's call of the step reuses it. The step guarantees the page table, sequence
+    lengths and scale are the planned ones, so the callable reads only each layer's q and cache."""
+    run = plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
+    return lambda q, latent_cache, *step_arguments: run(q, latent_cache)

@@ -125,16 +125,18 @@ def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
     return run
 
 
-def plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal=True):
+def plan_prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal=True, return_lse=False
+):
     """The per-step preparation of attention.prefill_paged, exposed like plan_decode: returns run(q, kv_buffer) ->
-    out (the page lists and the plan of this step, reused by every layer)."""
+    out, or (out, lse) with return_lse (the page lists and the plan of this step, reused by every layer)."""
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
     )
     _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
 
     def run(q, kv_buffer):
-        return wrapper.run(q, _paged_views(kv_buffer, page_size))
+        return _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse)
 
     return run
 
@@ -292,6 +294,11 @@ def prefill_paged(
     the new tokens are the last of each sequence, as our contract says)."""
     wrapper = _wrapper("paged_prefill", q.device, lambda ws: flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"))
     _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
+    return _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse)
+
+
+def _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse):
+    """run() of a planned paged-prefill wrapper; lse converted from FlashInfer's base 2 to the contract's natural log."""
     if not return_lse:
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
     out, lse = wrapper.run(q, _paged_views(kv_buffer, page_size), return_lse=True)
@@ -308,3 +315,28 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale)
     return _run_mla(wrapper, q, latent_cache, page_size)
+
+
+# Per-step preparations (KernelSpec.step; rapid_llm/step/plans.py): plan once per forward step, then every
+# layer's call of that step runs the planned wrapper. The step guarantees its page table, sequence lengths
+# and scale are the ones planned with, so the returned callables read only each layer's q and cache.
+
+
+def step_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """flashinfer/paged_decode's per-step preparation: plan_decode once; the op's callable runs its run()."""
+    run = plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale)
+    return lambda q, kv_buffer, *step_arguments: run(q, kv_buffer)
+
+
+def step_prefill_paged(
+    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+):
+    """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once."""
+    run = plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal, return_lse)
+    return lambda q, kv_buffer, *step_arguments: run(q, kv_buffer)
+
+
+def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+    """flashinfer/mla_decode's per-step preparation: plan_mla_decode once (its CUDA-graph mode)."""
+    run = plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
+    return lambda q, latent_cache, *step_arguments: run(q, latent_cache)

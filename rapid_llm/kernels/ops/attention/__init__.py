@@ -254,15 +254,17 @@ def _reference(op: str, function: str) -> KernelSpec:
 
 
 def _library_row(
-    name, op, library, function, *, dtypes, layout, shape=(), graph_safe, max_abs_diff, priority, description
+    name, op, library, function, *, dtypes, layout, shape=(), graph_safe, max_abs_diff, priority, description, step=None
 ):
     """A row served by an external library's adapter (backends/<library>/attention.py), sm90 (the Hopper builds
     this project tests). An empty batch is the reference row's (no library launch is tested with zero work).
-    max_abs_diff: over the library rows' parity run on the H200 (LIBRARY_PARITY)."""
+    max_abs_diff: over the library rows' parity run on the H200 (LIBRARY_PARITY). step: the adapter's per-step
+    preparation (a function name in the same module)."""
+    adapter = f"{_BACKENDS}.{name.partition('/')[0]}.attention"
     return library_row(
         name,
         op,
-        f"{_BACKENDS}.{name.partition('/')[0]}.attention:{function}",
+        f"{adapter}:{function}",
         library=library,
         capability=_SM90,
         dtypes=dtypes,
@@ -272,6 +274,7 @@ def _library_row(
         priority=priority,
         graph_safe=graph_safe,
         description=description,
+        step=f"{adapter}:{step}" if step else None,
     )
 
 
@@ -310,6 +313,7 @@ def _native_row(
     parity=None,
     priority,
     description,
+    step=None,
 ):
     """A native kernel's row (target "<module>:<function>" under this package, e.g. "prefill.gluon:prefill_gluon").
     Every tensor is read through its strides; no host sync and no per-call host data (split counts come from
@@ -326,6 +330,7 @@ def _native_row(
         parity=parity,
         priority=priority,
         description=description,
+        step=f"{_HERE}.{step}" if step else None,
     )
 
 
@@ -420,6 +425,7 @@ ROWS = (
         parity=(0.015625, "h200.attention.parity.native_decode"),
         priority=30,
         description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge",
+        step="decode.triton:prepare_decode",
     ),
     _native_row(
         "native/decode_fp8",
@@ -432,6 +438,7 @@ ROWS = (
         priority=10,
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
+        step="decode.triton:prepare_decode_fp8",
     ),
     # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
     *extension_rows(
@@ -565,6 +572,7 @@ ROWS = (
         max_abs_diff=0.0078125,
         priority=10,
         description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)",
+        step="step_prefill_paged",
     ),
     _library_row(
         "flashinfer/paged_decode",
@@ -578,6 +586,7 @@ ROWS = (
         max_abs_diff=0.00390625,
         priority=10,
         description="FlashInfer BatchDecodeWithPagedKVCacheWrapper, CUDA cores (plan per call: host sync)",
+        step="step_decode",
     ),
     _library_row(
         "flashinfer/mla_decode",
@@ -590,6 +599,7 @@ ROWS = (
         max_abs_diff=0.015625,
         priority=10,
         description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)",
+        step="step_mla_decode",
     ),
     # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to
     # the eager call on the H200 (evidence h200.libraries.probe).
@@ -605,5 +615,6 @@ ROWS = (
         max_abs_diff=0.015625,
         priority=20,
         description="FlashMLA dense decode (legacy kernel, block size 64)",
+        step="step_mla_decode",
     ),
 )

@@ -33,6 +33,8 @@ Grid: (B, Hk, NUM_SPLITS): B on axis 0 (up to 2**31 - 1), Hk and the splits (<= 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -42,30 +44,49 @@ from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_head_di
 from . import launch
 
 
+def _decode_knobs(q, kv_buffer, page_table, page_size) -> dict:
+    batch, _, head_dim = q.shape
+    return launch.decode(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.device)
+
+
+def _decode_fp8_knobs(q, kv_buffer, page_table, page_size) -> dict:
+    batch, _, head_dim = q.shape
+    capacity = page_table.shape[1] * int(page_size)
+    return launch.decode_fp8(batch, kv_buffer.shape[1] // 2, head_dim, capacity, q.dtype, q.device)
+
+
+def _run(knobs, fp8, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if q.shape[0] == 0:
+        return out
+    if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
+        k_scale = v_scale = seq_lens
+    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, dict(knobs), fp8=fp8)
+    return out
+
+
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    batch, num_q_heads, head_dim = q.shape
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if batch == 0:
-        return out
-    knobs = launch.decode(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.device)
-    # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
-    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, seq_lens, seq_lens, out, knobs, fp8=False)
-    return out
+    knobs = _decode_knobs(q, kv_buffer, page_table, page_size)
+    return _run(knobs, False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
 
 def decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    batch, num_q_heads, head_dim = q.shape
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if batch == 0:
-        return out
-    knobs = launch.decode_fp8(
-        batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.dtype, q.device
-    )
-    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8=True)
-    return out
+    knobs = _decode_fp8_knobs(q, kv_buffer, page_table, page_size)
+    return _run(knobs, True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+
+
+def prepare_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """native/decode's per-step preparation: the launch policy (tiles, split count) computed once from the step's
+    host-known sizes; returns the op's callable that every layer's call runs with it."""
+    return functools.partial(_run, _decode_knobs(q, kv_buffer, page_table, page_size), False)
+
+
+def prepare_decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+    """native/decode_fp8's per-step preparation, as prepare_decode."""
+    return functools.partial(_run, _decode_fp8_knobs(q, kv_buffer, page_table, page_size), True)
 
 
 def _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8):

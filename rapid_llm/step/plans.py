@@ -1,0 +1,94 @@
+"""Step plans: the per-step preparation of the paged attention ops, shared by every layer of one forward step.
+
+    step = StepPlan(planner, "attention.decode", q, kv_buffer, page_table, seq_lens, page_size, sm_scale)
+    for layer in layers:                                   # every layer of this forward step
+        out = step(q_l, kv_buffer_l, page_table, seq_lens, page_size, sm_scale)
+
+Engines build the metadata of a step once (FlashInfer's plan(), FlashMLA's split schedule, split counts)
+and reuse it in every layer. A StepPlan plans the op from example arguments (Planner.plan_for: the op's own
+check derives dtype, layout tags and dims), then runs the selected row's per-step preparation once
+(KernelSpec.step, e.g. FlashInfer's plan or our launch policy) and keeps the callable it returns; a row
+without one runs its target in every call. Arguments:
+
+  - per step (STEP_ARGUMENTS[op]: the page table, sequence lengths, page size, scale, ...): the ones the
+    step was built with, the same objects in every call (an identity test, no device read: a call with
+    another page table raises OpInputError, since the prepared metadata describes the step's own);
+  - per layer (q, the cache; decode's k_scale and v_scale): any tensors of the planned bucket, checked as a
+    PlannedOp call checks them (`step.impl(...)` skips the check, for arguments the engine already checked).
+
+The plain per-call op (`decode(...)`) builds no step: one semantics, two ways to call. A StepPlan is an
+explicit object the engine holds for one step (no global state); build it outside a captured region.
+"""
+
+from __future__ import annotations
+
+from ..kernels.dispatcher.contract import OpInputError
+from ..kernels.dispatcher.select import resolve_target
+from ..kernels.ops.attention import DECODE, MLA_DECODE, PREFILL_PAGED
+
+#: {op: {position: name}} of the arguments that describe the step, not the layer (the contract's order).
+STEP_ARGUMENTS = {
+    DECODE: {2: "page_table", 3: "seq_lens", 4: "page_size", 5: "sm_scale"},
+    MLA_DECODE: {2: "page_table", 3: "seq_lens", 4: "page_size", 5: "sm_scale"},
+    PREFILL_PAGED: {
+        2: "page_table",
+        3: "cu_seqlens_q",
+        4: "seq_lens",
+        5: "max_seqlen_q",
+        6: "page_size",
+        7: "sm_scale",
+        8: "causal",
+        9: "return_lse",
+    },
+}
+
+
+class StepPlan:
+    """One op's plan for one forward step: the planned row and its per-step preparation (module docstring)."""
+
+    __slots__ = ("op", "planned", "impl", "prepared", "_step_arguments")
+
+    def __init__(self, planner, op: str, *args, promises=frozenset(), graph_safe_only: bool | None = None):
+        if op not in STEP_ARGUMENTS:
+            raise ValueError(f"{op}: no step plan (step plans serve {sorted(STEP_ARGUMENTS)})")
+        self.op = op
+        self.planned = planner.plan_for(op, *args, promises=promises, graph_safe_only=graph_safe_only)
+        row = self.planned.row
+        self.prepared = row.step is not None
+        if self.prepared:
+            prepare, reason = resolve_target(row.step, None)
+            if prepare is None:
+                raise RuntimeError(f"{row.name}: its per-step preparation does not load: {reason}")
+            self.impl = prepare(*args)
+        else:
+            self.impl = self.planned.impl
+        self._step_arguments = {position: args[position] for position in STEP_ARGUMENTS[op] if position < len(args)}
+
+    @property
+    def row(self):
+        return self.planned.row
+
+    def explain(self, verbose: bool = False) -> str:
+        return self.planned.explain(verbose)
+
+    def __repr__(self) -> str:
+        how = "prepared once per step" if self.prepared else "its target per call"
+        return f"StepPlan({self.op} -> {self.row.name}, {how})"
+
+    def __call__(self, *args):
+        """One layer's call: the step's own per-step arguments (identity), then the op's check, then the kernel."""
+        for position, expected in self._step_arguments.items():
+            given = args[position] if position < len(args) else None
+            # tensors by identity (no device read); the scalars (page size, scale, flags) by value
+            if given is expected or (type(expected) in (int, float, bool) and given == expected):
+                continue
+            name = STEP_ARGUMENTS[self.op][position]
+            raise OpInputError(
+                self.op,
+                name,
+                f"the {name} this step was planned with (a step's metadata describes its own; plan a new step)",
+                f"another {type(given).__name__}",
+            )
+        anchor, layout, dims = self.planned._check(*args)
+        self.planned.confirm(anchor, layout, dims)
+        return self.impl(*args)
