@@ -4,6 +4,7 @@
     rapid-llm matrix [--device cuda:sm90 --lib flashinfer=0.6.0]
     rapid-llm explain norm.rms_norm --dtype bf16 --shape num_tokens=64,hidden=4096 [--device cuda:sm80]
     rapid-llm plan [--model llama-3-8b] [--device cuda:sm90] [--dtype bf16] [--verbose]
+    rapid-llm run [--model llama-3-8b] [--layers 2] [--batch 2] [--prompt-len 16] [--decode-steps 4] [--dtype bf16]
 
 Every command takes --json (schema version in each document's "schema").
 With neither --device nor --lib, commands describe this process's probed
@@ -15,7 +16,8 @@ Exit status:
     0    the command ran (`explain`: a row was selected)
     1    `explain`: no row is eligible (the tree says why, and its last line names the failure);
          `doctor`: it found problems (RAPID_LLM_DENY / RAPID_LLM_FORCE names the table lacks),
-         listed in its report after everything else
+         listed in its report after everything else; `run`: the final logits left the tolerance of
+         the all-reference run
     2    a usage or configuration error: a bad argument or a bad RAPID_LLM_* value. One line on
          stderr, "rapid-llm: ...", naming the argument or variable and the valid choices
     130  interrupted (Ctrl-C)
@@ -44,6 +46,8 @@ EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+#: `run`: the final logits left the tolerance of the all-reference run
+EXIT_CHECK_FAILED = 1
 
 #: SM versions --device accepts: compute capability 3.0 (sm30, the oldest CUDA GPUs) through 12.9 (sm129,
 #: room past today's newest, sm120/sm121). Anything outside is a typo (sm900) or a device index (cuda:0).
@@ -772,6 +776,80 @@ def cmd_plan(args) -> int:
 
 
 # ---------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------
+
+#: `run --dtype` choices: the activation and weight dtypes the step builds.
+RUN_DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _run_config(args):
+    """--model, --layers, ... -> RunConfig, each checked; defaults depend on the device (a few layers on the CPU)."""
+    from .models import PRESETS
+
+    if args.model not in PRESETS:
+        raise UsageError(f"--model {args.model!r}: no such preset; presets: {', '.join(sorted(PRESETS))}")
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if args.graph and not cuda:
+        raise UsageError("--graph captures the decode step in a CUDA graph: it needs a CUDA device, and there is none")
+    if args.graph:
+        raise UsageError("--graph: decode as a captured CUDA graph is not implemented yet")
+    if args.plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UsageError(f"--plot {args.plot}: needs matplotlib, which is not installed (pip install matplotlib)")
+    preset = PRESETS[args.model]
+    layers = args.layers if args.layers is not None else (preset.num_layers if cuda else 2)
+    if not 1 <= layers <= preset.num_layers:
+        raise UsageError(f"--layers {layers}: {preset.name} has 1..{preset.num_layers}")
+    for name in ("batch", "prompt_len", "narrow"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.decode_steps < 0:
+        raise UsageError(f"--decode-steps {args.decode_steps}: must be >= 0")
+    from .step.run import RunConfig
+
+    try:
+        RunConfig(model=args.model, narrow=args.narrow).preset()
+    except ValueError as error:
+        raise UsageError(f"--narrow {args.narrow}: {error}") from None
+    return RunConfig(
+        model=args.model,
+        layers=layers,
+        batch=args.batch,
+        prompt_len=args.prompt_len,
+        decode_steps=args.decode_steps,
+        dtype=args.dtype,
+        seed=args.seed,
+        narrow=args.narrow,
+        device="cuda" if cuda else "cpu",
+    )
+
+
+def cmd_run(args) -> int:
+    config = _run_config(args)
+    _probe(args)  # a bad RAPID_LLM_* value is a usage error, as in every command
+    from .step.report import document, render_text
+    from .step.run import run
+
+    doc = document(run(config))
+    if args.plot:
+        from .step.plot import plot
+
+        plot(doc, args.plot)
+    if args.json:
+        _print_json(doc)
+    else:
+        print(render_text(doc))
+        if args.plot:
+            print(f"\nplot: {args.plot}")
+    return 0 if doc["check"]["ok"] else EXIT_CHECK_FAILED
+
+
+# ---------------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -834,6 +912,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="every token bucket, with every row's fate")
     machine_options(p)
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "run", help="build a preset's model (random weights, a few layers on the CPU), prefill + decode, time every op"
+    )
+    p.add_argument(
+        "--model",
+        default="llama-3-8b",
+        help="preset: llama-3-8b, qwen2.5-7b, mixtral-8x7b, qwen3-30b-a3b, deepseek-v3 (default llama-3-8b)",
+    )
+    p.add_argument(
+        "--layers", type=int, help="the model's first N layers (default: 2 on the CPU, every layer on a GPU)"
+    )
+    p.add_argument("--batch", type=int, default=2, help="prompts (default 2)")
+    p.add_argument("--prompt-len", type=int, default=16, help="the longest prompt's tokens; the others are shorter")
+    p.add_argument("--decode-steps", type=int, default=4, help="decode steps after the prefill (default 4)")
+    p.add_argument("--dtype", choices=RUN_DTYPES, default="bf16", help="activations and weights (default bf16)")
+    p.add_argument("--seed", type=int, default=0, help="weights, prompts and page order (default 0)")
+    p.add_argument(
+        "--narrow",
+        type=int,
+        default=1,
+        help="divide the widths (hidden, MLP, heads, experts, vocab) by N: tests and quick looks (default 1: the preset)",
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="stacked bars of time per op, ours against the all-reference run")
+    p.add_argument("--graph", action="store_true", help="run decode as a captured CUDA graph (CUDA only)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

@@ -1,0 +1,85 @@
+"""Every op call of a step through a plan, timed, with the row that served it.
+
+`Recorder.op(op, where, *args)` plans the call from its arguments (`Planner.plan_for`: the op's
+own check derives dtype, layout tags and dims; the plan of that bucket is resolved once and
+cached) and runs the planned kernel (`PlannedOp.impl`: the check already ran). The check and the
+plan lookup are timed apart from the kernel, as "rapid_llm check + plan lookup". Work no op serves
+(GEMMs, MoE routing, lm_head, copies between layouts) runs in plain torch under `Recorder.torch`,
+timed the same way. Timing is wall clock around each call, after a device synchronize on CUDA (a
+kernel's time, not its launch's); the synchronizes make the step slower than an engine's.
+
+A use is keyed by (op or work, where, row): one op at one place of the model, served by one row
+(a use whose token buckets select different rows in prefill and decode is two uses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import attrs
+
+#: The name under which the per-call check and plan lookup of every op are timed.
+DISPATCH = "rapid_llm check + plan lookup"
+
+
+@attrs.define
+class Use:
+    """One op (kind "op") or one piece of plain torch work (kind "torch") at one place of the model."""
+
+    kind: str
+    name: str
+    where: str
+    row: str | None = None
+    selection: object = None  # the Selection that chose row (kind "op")
+    calls: dict = attrs.field(factory=dict)  # phase -> calls
+    seconds: dict = attrs.field(factory=dict)  # phase -> seconds
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+
+class Recorder:
+    def __init__(self, planner, synchronize=None):
+        self.planner = planner
+        self._synchronize = synchronize or (lambda: None)
+        self.uses: dict[tuple, Use] = {}
+        self.phase = "prefill"
+
+    def _use(self, kind: str, name: str, where: str, row=None, selection=None) -> Use:
+        key = (kind, name, where, row)
+        use = self.uses.get(key)
+        if use is None:
+            use = self.uses[key] = Use(kind, name, where, row, selection)
+        return use
+
+    def op(self, op: str, where: str, *args):
+        """op(*args) through its plan; returns what the op returns."""
+        self._synchronize()
+        start = time.perf_counter()
+        planned = self.planner.plan_for(op, *args)
+        planned_at = time.perf_counter()
+        result = planned.impl(*args)
+        self._synchronize()
+        end = time.perf_counter()
+        self._use("op", op, where, planned.row.name, planned.selection).add(self.phase, end - planned_at)
+        self._use("torch", DISPATCH, "every op call").add(self.phase, planned_at - start)
+        return result
+
+    def torch(self, what: str, where: str, function, *args, **kwargs):
+        """function(*args, **kwargs): work no op of the table serves, timed as (what, where)."""
+        with self.timed(what, where):
+            return function(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def timed(self, what: str, where: str):
+        """Time a block of plain torch work as (what, where)."""
+        self._synchronize()
+        start = time.perf_counter()
+        yield
+        self._synchronize()
+        self._use("torch", what, where).add(self.phase, time.perf_counter() - start)
+
+    def phase_seconds(self, phase: str) -> float:
+        return sum(use.seconds.get(phase, 0.0) for use in self.uses.values())
