@@ -102,6 +102,7 @@ class Decoder:
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits [B, vocab] fp32 of each sequence's last token of this step."""
         rec, w = self.rec, self.w
+        rec.begin_step()  # every layer of this step shares its attention step plans
         x = rec.op("embedding.vocab_embedding", EMBEDDING, batch.ids, w["embed"])
         loc = self.cache.slots(batch.sequences, batch.positions)
         residual = None

@@ -76,7 +76,13 @@ class StepPlan:
         return f"StepPlan({self.op} -> {self.row.name}, {how})"
 
     def __call__(self, *args):
-        """One layer's call: the step's own per-step arguments (identity), then the op's check, then the kernel."""
+        """One layer's call: confirm(*args), then the prepared kernel."""
+        self.confirm(*args)
+        return self.impl(*args)
+
+    def confirm(self, *args) -> None:
+        """Raise OpInputError unless args are a call of this step: its own per-step arguments (identity for
+        tensors, value for scalars) and per-layer ones its row accepts (the op's check)."""
         for position, expected in self._step_arguments.items():
             given = args[position] if position < len(args) else None
             # tensors by identity (no device read); the scalars (page size, scale, flags) by value
@@ -91,4 +97,3 @@ class StepPlan:
             )
         anchor, layout, dims = self.planned._check(*args)
         self.planned.confirm(anchor, layout, dims)
-        return self.impl(*args)

@@ -2,7 +2,9 @@
 
 `Recorder.op(op, where, *args)` plans the call from its arguments (`Planner.plan_for`: the op's
 own check derives dtype, layout tags and dims; the plan of that bucket is resolved once and
-cached) and runs the planned kernel (`PlannedOp.impl`: the check already ran). The check and the
+cached) and runs the planned kernel (`PlannedOp.impl`: the check already ran). The paged attention
+ops go through a step plan instead (step/plans.py): built at the op's first call of a forward step
+(`begin_step()` starts one), its per-step preparation reused by every later layer of the step. The check and the
 plan lookup are timed apart from the kernel, as "rapid_llm check + plan lookup". Work no op serves
 (GEMMs, MoE routing, lm_head, copies between layouts) runs in plain torch under `Recorder.torch`,
 timed the same way. Timing is wall clock around each call, after a device synchronize on CUDA (a
@@ -18,6 +20,8 @@ import contextlib
 import time
 
 import attrs
+
+from .plans import STEP_ARGUMENTS, StepPlan
 
 #: The name under which the per-call check and plan lookup of every op are timed.
 DISPATCH = "rapid_llm check + plan lookup"
@@ -46,6 +50,11 @@ class Recorder:
         self._synchronize = synchronize or (lambda: None)
         self.uses: dict[tuple, Use] = {}
         self.phase = "prefill"
+        self._steps: dict[str, StepPlan] = {}
+
+    def begin_step(self) -> None:
+        """A new forward step: the last step's plans (its page table and lengths) no longer apply."""
+        self._steps = {}
 
     def _use(self, kind: str, name: str, where: str, row=None, selection=None) -> Use:
         key = (kind, name, where, row)
@@ -58,9 +67,17 @@ class Recorder:
         """op(*args) through its plan; returns what the op returns."""
         self._synchronize()
         start = time.perf_counter()
-        planned = self.planner.plan_for(op, *args)
+        if op in STEP_ARGUMENTS:
+            step = self._steps.get(op)
+            if step is None:
+                step = self._steps[op] = StepPlan(self.planner, op, *args)
+            step.confirm(*args)
+            planned, run = step.planned, step.impl
+        else:
+            planned = self.planner.plan_for(op, *args)
+            run = planned.impl
         planned_at = time.perf_counter()
-        result = planned.impl(*args)
+        result = run(*args)
         self._synchronize()
         end = time.perf_counter()
         self._use("op", op, where, planned.row.name, planned.selection).add(self.phase, end - planned_at)
