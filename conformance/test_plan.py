@@ -325,19 +325,17 @@ def test_a_call_without_the_rows_layout_is_refused_with_the_tables_description_o
     assert "native/rows_only" in str(error.value)
 
 
-def _promise_table() -> OpTable:
-    """test.op with the promise x:finite, a fast row that needs it and a slower one that does not."""
+def _contract(**tags):
+    """test.op's contract with these layouts= and promises=."""
     from rapid_llm.kernels.dispatcher import OpContract
 
     base = fake.CONTRACTS[OP]
-    contract = OpContract(
-        op=OP,
-        parameters=base.parameters,
-        dtypes=base.dtypes,
-        dims=base.dims,
-        layouts=("x:rows",),
-        promises=("x:finite",),
-    )
+    return OpContract(op=OP, parameters=base.parameters, dtypes=base.dtypes, dims=base.dims, **tags)
+
+
+def _promise_table() -> OpTable:
+    """test.op with the promise x:finite, a fast row that needs it and a slower one that does not."""
+    contract = _contract(layouts=("x:rows",), promises=("x:finite",))
     return OpTable.from_rows(
         [
             fake.spec("native/needs_finite", priority=10, layout={"x:rows", "x:finite"}, target=fake.target("fast")),
@@ -364,15 +362,5 @@ def test_a_row_needing_a_promise_serves_only_callers_that_made_it():
 
 def test_a_tag_cannot_be_both_checked_and_promised():
     """Catches a contract whose check could contradict a caller's promise of the same tag."""
-    from rapid_llm.kernels.dispatcher import OpContract
-
-    base = fake.CONTRACTS[OP]
     with pytest.raises(ValueError, match="x:rows"):
-        OpContract(
-            op=OP,
-            parameters=base.parameters,
-            dtypes=base.dtypes,
-            dims=base.dims,
-            layouts=("x:rows",),
-            promises=("x:rows",),
-        )
+        _contract(layouts=("x:rows",), promises=("x:rows",))

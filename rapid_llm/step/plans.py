@@ -10,7 +10,7 @@ check derives dtype, layout tags and dims), then runs the selected row's per-ste
 (KernelSpec.step, e.g. FlashInfer's plan or our launch policy) and keeps the callable it returns; a row
 without one runs its target in every call. Arguments:
 
-  - per step (STEP_ARGUMENTS[op]: the page table, sequence lengths, page size, scale, ...): the ones the
+  - per step (every parameter but LAYER_PARAMETERS[op]: the page table, sequence lengths, page size, scale, ...): the ones the
     step was built with, the same objects in every call (an identity test, no device read: a call with
     another page table raises OpInputError, since the prepared metadata describes the step's own);
   - per layer (q, the cache; decode's k_scale and v_scale): any tensors of the planned bucket, checked as a
@@ -26,20 +26,11 @@ from ..kernels.dispatcher.contract import OpInputError
 from ..kernels.dispatcher.select import resolve_target
 from ..kernels.ops.attention import DECODE, MLA_DECODE, PREFILL_PAGED
 
-#: {op: {position: name}} of the arguments that describe the step, not the layer (the contract's order).
-STEP_ARGUMENTS = {
-    DECODE: {2: "page_table", 3: "seq_lens", 4: "page_size", 5: "sm_scale"},
-    MLA_DECODE: {2: "page_table", 3: "seq_lens", 4: "page_size", 5: "sm_scale"},
-    PREFILL_PAGED: {
-        2: "page_table",
-        3: "cu_seqlens_q",
-        4: "seq_lens",
-        5: "max_seqlen_q",
-        6: "page_size",
-        7: "sm_scale",
-        8: "causal",
-        9: "return_lse",
-    },
+#: {op: the contract parameters that change from layer to layer}; every other parameter describes the step.
+LAYER_PARAMETERS = {
+    DECODE: ("q", "kv_buffer", "k_scale", "v_scale"),
+    MLA_DECODE: ("q", "latent_cache"),
+    PREFILL_PAGED: ("q", "kv_buffer"),
 }
 
 
@@ -49,8 +40,8 @@ class StepPlan:
     __slots__ = ("op", "planned", "impl", "prepared", "_step_arguments")
 
     def __init__(self, planner, op: str, *args, promises=frozenset(), graph_safe_only: bool | None = None):
-        if op not in STEP_ARGUMENTS:
-            raise ValueError(f"{op}: no step plan (step plans serve {sorted(STEP_ARGUMENTS)})")
+        if op not in LAYER_PARAMETERS:
+            raise ValueError(f"{op}: no step plan (step plans serve {sorted(LAYER_PARAMETERS)})")
         self.op = op
         self.planned = planner.plan_for(op, *args, promises=promises, graph_safe_only=graph_safe_only)
         row = self.planned.row
@@ -62,7 +53,13 @@ class StepPlan:
             self.impl = prepare(*args)
         else:
             self.impl = self.planned.impl
-        self._step_arguments = {position: args[position] for position in STEP_ARGUMENTS[op] if position < len(args)}
+        parameters = planner.table.contracts[op].parameters
+        # {position: (name, the step's value)} of the per-step arguments this call gave
+        self._step_arguments = {
+            i: (name, args[i])
+            for i, name in enumerate(parameters)
+            if name not in LAYER_PARAMETERS[op] and i < len(args)
+        }
 
     @property
     def row(self):
@@ -83,12 +80,11 @@ class StepPlan:
     def confirm(self, *args) -> None:
         """Raise OpInputError unless args are a call of this step: its own per-step arguments (identity for
         tensors, value for scalars) and per-layer ones its row accepts (the op's check)."""
-        for position, expected in self._step_arguments.items():
+        for position, (name, expected) in self._step_arguments.items():
             given = args[position] if position < len(args) else None
             # tensors by identity (no device read); the scalars (page size, scale, flags) by value
             if given is expected or (type(expected) in (int, float, bool) and given == expected):
                 continue
-            name = STEP_ARGUMENTS[self.op][position]
             raise OpInputError(
                 self.op,
                 name,

@@ -21,7 +21,7 @@ import time
 
 import attrs
 
-from .plans import STEP_ARGUMENTS, StepPlan
+from .plans import LAYER_PARAMETERS, StepPlan
 
 #: The name under which the per-call check and plan lookup of every op are timed.
 DISPATCH = "rapid_llm check + plan lookup"
@@ -67,7 +67,7 @@ class Recorder:
         """op(*args) through its plan; returns what the op returns."""
         self._synchronize()
         start = time.perf_counter()
-        if op in STEP_ARGUMENTS:
+        if op in LAYER_PARAMETERS:
             step = self._steps.get(op)
             if step is None:
                 step = self._steps[op] = StepPlan(self.planner, op, *args)
