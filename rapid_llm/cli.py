@@ -794,8 +794,11 @@ def _run_config(args):
     cuda = torch.cuda.is_available()
     if args.graph and not cuda:
         raise UsageError("--graph captures the decode step in a CUDA graph: it needs a CUDA device, and there is none")
-    if args.graph:
-        raise UsageError("--graph: decode as a captured CUDA graph is not implemented yet")
+    if args.graph and PRESETS[args.model].is_moe:
+        raise UsageError(
+            f"--graph {args.model}: its MoE routing sizes each expert's GEMM on the host (counts per expert), which a "
+            "captured graph cannot replay; --graph runs the dense presets"
+        )
     if args.plot:
         import importlib.util
 
@@ -826,6 +829,7 @@ def _run_config(args):
         seed=args.seed,
         narrow=args.narrow,
         device="cuda" if cuda else "cpu",
+        graph=args.graph,
     )
 
 

@@ -107,17 +107,24 @@ class Decoder:
         loc = self.cache.slots(batch.sequences, batch.positions)
         residual = None
         for index, layer in enumerate(w["layers"]):
-            if residual is None:
-                residual, x = x, self.norm(x, layer["input_norm"], FIRST_NORM)
-            else:
-                x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, layer["input_norm"], self.eps)
-            attend = self.mla if self.p.is_mla else self.gqa
-            x = attend(layer, x, batch, loc, self.cache.buffers[index])
-            x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, layer["post_norm"], self.eps)
-            x = self.moe(layer["moe"], x, batch) if is_moe_layer(self.p, index) else self.mlp(layer["mlp"], x)
+            moe = is_moe_layer(self.p, index)
+            x, residual = self.layer(layer, x, residual, batch, loc, self.cache.buffers[index], moe)
         x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, w["final_norm"], self.eps)
         last = rec.torch("copy", "last token of each sequence", x.index_select, 0, batch.last)
         return rec.torch("GEMM", "lm_head", F.linear, last, w["lm_head"]).float()
+
+    def layer(self, layer, x, residual, batch: Batch, loc, buffer, moe: bool):
+        """One decoder layer: (x, residual) -> (x, residual); residual None before the first layer."""
+        rec = self.rec
+        if residual is None:
+            residual, x = x, self.norm(x, layer["input_norm"], FIRST_NORM)
+        else:
+            x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, layer["input_norm"], self.eps)
+        attend = self.mla if self.p.is_mla else self.gqa
+        x = attend(layer, x, batch, loc, buffer)
+        x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, layer["post_norm"], self.eps)
+        x = self.moe(layer["moe"], x, batch) if moe else self.mlp(layer["mlp"], x)
+        return x, residual
 
     def gqa(self, layer, x, batch: Batch, loc, buffer):
         p, rec = self.p, self.rec

@@ -17,13 +17,22 @@ without one runs its target in every call. Arguments:
     PlannedOp call checks them (`step.impl(...)` skips the check, for arguments the engine already checked).
 
 The plain per-call op (`decode(...)`) builds no step: one semantics, two ways to call. A StepPlan is an
-explicit object the engine holds for one step (no global state); build it outside a captured region.
+explicit object the engine holds (no global state); build it outside a captured region.
+
+Next steps and CUDA graphs: the engine may keep a StepPlan for later steps whose per-step tensors are the same
+objects with new contents (the page table and lengths of a fixed-capacity batch) and call `update()` once per
+step before the layers run: the row's preparation is refreshed in place (FlashInfer plans again into its
+fixed buffers, FlashMLA recomputes its schedule into the same tensors; our kernels read the lengths on the
+device and need nothing). That is how a decode step captured once replays for any batch contents up to its
+capacity: `StepPlan(..., graph_safe_only=True)` selects among the rows capturable on their own or through
+their step plan (KernelSpec.step_graph_safe), capture the layers' calls once, then per step:
+update the tensors' contents, `step.update()`, replay.
 """
 
 from __future__ import annotations
 
 from ..kernels.dispatcher.contract import OpInputError
-from ..kernels.dispatcher.select import resolve_target
+from ..kernels.dispatcher.select import THROUGH_STEP_PLAN, resolve_target
 from ..kernels.ops.attention import DECODE, MLA_DECODE, PREFILL_PAGED
 
 #: {op: the contract parameters that change from layer to layer}; every other parameter describes the step.
@@ -43,7 +52,10 @@ class StepPlan:
         if op not in LAYER_PARAMETERS:
             raise ValueError(f"{op}: no step plan (step plans serve {sorted(LAYER_PARAMETERS)})")
         self.op = op
-        self.planned = planner.plan_for(op, *args, promises=promises, graph_safe_only=graph_safe_only)
+        if graph_safe_only is None:
+            graph_safe_only = planner.graph_safe_only
+        graph_safe = THROUGH_STEP_PLAN if graph_safe_only else False
+        self.planned = planner.plan_for(op, *args, promises=promises, graph_safe_only=graph_safe)
         row = self.planned.row
         self.prepared = row.step is not None
         if self.prepared:
@@ -72,6 +84,27 @@ class StepPlan:
         how = "prepared once per step" if self.prepared else "its target per call"
         return f"StepPlan({self.op} -> {self.row.name}, {how})"
 
+    def update(self) -> None:
+        """The step's own tensors (page table, lengths, query offsets) have new contents: refresh the row's
+        per-step preparation in place (host work, outside a captured region; nothing for a row that reads them
+        on the device). Calls captured before replay the refreshed metadata."""
+        refresh = getattr(self.impl, "update", None)
+        if refresh is not None:
+            refresh()
+
+    def matches(self, *args) -> bool:
+        """Whether args carry this step's own per-step arguments (the test of confirm(), without raising)."""
+        return self._mismatch(args) is None
+
+    def _mismatch(self, args):
+        """(name, given) of the first per-step argument that is not this step's own, else None."""
+        for position, (name, expected) in self._step_arguments.items():
+            given = args[position] if position < len(args) else None
+            # tensors by identity (no device read); the scalars (page size, scale, flags) by value
+            if not (given is expected or (type(expected) in (int, float, bool) and given == expected)):
+                return name, given
+        return None
+
     def __call__(self, *args):
         """One layer's call: confirm(*args), then the prepared kernel."""
         self.confirm(*args)
@@ -80,11 +113,9 @@ class StepPlan:
     def confirm(self, *args) -> None:
         """Raise OpInputError unless args are a call of this step: its own per-step arguments (identity for
         tensors, value for scalars) and per-layer ones its row accepts (the op's check)."""
-        for position, (name, expected) in self._step_arguments.items():
-            given = args[position] if position < len(args) else None
-            # tensors by identity (no device read); the scalars (page size, scale, flags) by value
-            if given is expected or (type(expected) in (int, float, bool) and given == expected):
-                continue
+        mismatch = self._mismatch(args)
+        if mismatch is not None:
+            name, given = mismatch
             raise OpInputError(
                 self.op,
                 name,

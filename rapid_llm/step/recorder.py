@@ -12,6 +12,11 @@ kernel's time, not its launch's); the synchronizes make the step slower than an 
 
 A use is keyed by (op or work, where, row): one op at one place of the model, served by one row
 (a use whose token buckets select different rows in prefill and decode is two uses).
+
+Step plans live across steps: a later step whose per-step tensors are the same objects (the cache's page
+table and lengths, new contents) refreshes the held plan (StepPlan.update, once per step) instead of building
+another. With `frozen=True` (a CUDA-graph capture) the recorder only uses the step plans it was given: no
+refresh and no new plan inside the captured region; the caller refreshes them before each replay.
 """
 
 from __future__ import annotations
@@ -45,16 +50,37 @@ class Use:
 
 
 class Recorder:
-    def __init__(self, planner, synchronize=None):
+    def __init__(self, planner, synchronize=None, *, steps=None, frozen: bool = False):
         self.planner = planner
         self._synchronize = synchronize or (lambda: None)
         self.uses: dict[tuple, Use] = {}
         self.phase = "prefill"
-        self._steps: dict[str, StepPlan] = {}
+        self.steps: dict[str, StepPlan] = dict(steps or {})  # op -> the step plan this step uses
+        self._current: set[str] = set()  # ops whose step plan is prepared for this step
+        self.frozen = frozen
 
     def begin_step(self) -> None:
-        """A new forward step: the last step's plans (its page table and lengths) no longer apply."""
-        self._steps = {}
+        """A new forward step: a held step plan describes the last step's contents until refreshed."""
+        if not self.frozen:
+            self._current = set()
+
+    def update_steps(self) -> None:
+        """Refresh every held step plan for its tensors' new contents (before a CUDA-graph replay)."""
+        for step in self.steps.values():
+            step.update()
+
+    def _step_plan(self, op: str, args) -> StepPlan:
+        step = self.steps.get(op)
+        if self.frozen:
+            if step is None:
+                raise RuntimeError(f"{op}: no step plan was made before the capture")
+            return step
+        if step is None or not step.matches(*args):
+            step = self.steps[op] = StepPlan(self.planner, op, *args)
+        elif op not in self._current:
+            step.update()
+        self._current.add(op)
+        return step
 
     def _use(self, kind: str, name: str, where: str, row=None, selection=None) -> Use:
         key = (kind, name, where, row)
@@ -68,9 +94,7 @@ class Recorder:
         self._synchronize()
         start = time.perf_counter()
         if op in LAYER_PARAMETERS:
-            step = self._steps.get(op)
-            if step is None:
-                step = self._steps[op] = StepPlan(self.planner, op, *args)
+            step = self._step_plan(op, args)
             step.confirm(*args)
             planned, run = step.planned, step.impl
         else:

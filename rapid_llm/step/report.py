@@ -3,7 +3,9 @@
 JSON document (schema 1), top-level keys:
   schema            1
   model             the preset's name ("deepseek-v3"; "deepseek-v3/16" when narrowed by 16)
-  config            {model, layers, batch, prompt_len, decode_steps, dtype, seed, narrow, device}
+  config            {model, layers, batch, prompt_len, decode_steps, dtype, seed, narrow, device, graph}
+                      (graph: our decode steps after the first replayed one captured CUDA graph; their
+                      per-op times are the first step's, the throughput the replays')
   device            the dispatch device ("cpu", "cpu+triton-interpreter", "cuda:sm90")
   prompt_lengths    [int]: the ragged prompts' lengths
   parameters        int: the built model's parameter count; build_seconds: float
@@ -112,7 +114,18 @@ def document(result) -> dict:
         "model": result["preset"].name,
         "config": {
             name: getattr(config, name)
-            for name in ("model", "layers", "batch", "prompt_len", "decode_steps", "dtype", "seed", "narrow", "device")
+            for name in (
+                "model",
+                "layers",
+                "batch",
+                "prompt_len",
+                "decode_steps",
+                "dtype",
+                "seed",
+                "narrow",
+                "device",
+                "graph",
+            )
         },
         "device": str(result["env"].device),
         "prompt_lengths": config.prompt_lengths(),
@@ -136,7 +149,8 @@ def render_text(doc: dict) -> str:
         f"rapid-llm run  {doc['model']}  {preset_layers} layers, {widths}  device={doc['device']}  "
         f"dtype={config['dtype']}  seed={config['seed']}",
         f"{config['batch']} prompts of {doc['prompt_lengths']} tokens, then {config['decode_steps']} decode steps "
-        f"(tokens: the all-reference run's greedy choices, fed to both runs)",
+        f"(tokens: the all-reference run's greedy choices, fed to both runs)"
+        + ("; our decode steps after the first replay one captured CUDA graph" if config.get("graph") else ""),
         f"random weights: {doc['parameters'] / 1e9:.2f} B parameters, built in {doc['build_seconds']:.1f} s",
         "",
         f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>15}{'prefill s':>12}{'decode s':>12}",

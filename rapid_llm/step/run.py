@@ -52,6 +52,7 @@ class RunConfig:
     seed: int = 0
     narrow: int = 1
     device: str = "cpu"
+    graph: bool = False  # our decode steps after the first: one captured CUDA graph, replayed (CUDA only)
 
     def preset(self) -> ModelPreset:
         return narrowed(PRESETS[self.model], self.narrow)
@@ -104,8 +105,44 @@ class Pass:
     seconds: dict
 
 
-def run_pass(config: RunConfig, preset: ModelPreset, weights, planner, progress, label: str, feed=None) -> Pass:
-    """Prefill, then decode_steps steps; feed: the decode tokens to use (else greedy from this pass's logits)."""
+class GraphedDecode:
+    """The decode step captured once as a CUDA graph and replayed for every later step (`--graph`).
+
+    Every op of the step is planned graph_safe_only (the paged attention ops through their step plans,
+    made by the eager first decode step and refreshed before each replay: StepPlan.update). The captured
+    step reads its inputs from fixed tensors: the token ids and positions [B] here, the cache's page table
+    and lengths; a replay runs every kernel of the step with no host work but the refresh. Not for MoE
+    presets: their routing sizes each expert's GEMM on the host (rapid_llm/step/model.py)."""
+
+    def __init__(self, preset, weights, cache, rope, recorder: Recorder, batch: int, device):
+        self.recorder = Recorder(recorder.planner, steps=recorder.steps, frozen=True)
+        self.ids = torch.zeros(batch, dtype=torch.long, device=device)
+        self.positions = torch.zeros(batch, dtype=torch.long, device=device)
+        sequences = torch.arange(batch, device=device)
+        step = Batch(ids=self.ids, positions=self.positions, sequences=sequences, last=sequences)
+        decoder = Decoder(preset, weights, cache, self.recorder, rope)
+        self.cache = cache
+        self.graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(self.graph):
+            self.logits = decoder.forward(step)
+
+    def step(self, next_ids: torch.Tensor) -> torch.Tensor:
+        """One decode step: the tokens in, positions from the lengths, lengths + 1, plans refreshed, replay."""
+        self.ids.copy_(next_ids)
+        self.positions.copy_(self.cache.seq_lens)
+        self.cache.seq_lens += 1
+        self.recorder.update_steps()
+        self.graph.replay()
+        return self.logits.clone()
+
+
+def run_pass(
+    config: RunConfig, preset: ModelPreset, weights, planner, progress, label: str, feed=None, decode_planner=None
+) -> Pass:
+    """Prefill, then decode_steps steps; feed: the decode tokens to use (else greedy from this pass's logits).
+    decode_planner: the planner of the decode steps (default planner); with config.graph the steps after the
+    first replay a captured graph (GraphedDecode)."""
     device = config.device
     lengths = config.prompt_lengths()
     generator = torch.Generator().manual_seed(config.seed + 1)
@@ -140,16 +177,24 @@ def run_pass(config: RunConfig, preset: ModelPreset, weights, planner, progress,
     seconds["prefill"] = time.perf_counter() - start
     progress.step(f"{label}: prefill")
     recorder.phase = "decode"
+    recorder.planner = decode_planner or planner
     sequences = torch.arange(config.batch, device=device)
     seconds["decode"] = 0.0
+    graphed = None
     for step in range(config.decode_steps):
         next_ids = feed[step] if feed is not None else logits[-1].argmax(-1)
         tokens.append(next_ids)
+        if graphed is None and step > 0 and decode_planner is not None and config.graph:
+            graphed = GraphedDecode(preset, weights, cache, rope, recorder, config.batch, device)
         start = time.perf_counter()
-        positions = cache.seq_lens.long()
-        cache.seq_lens += 1
-        step_batch = Batch(ids=next_ids.to(device), positions=positions, sequences=sequences, last=sequences)
-        logits.append(decoder.forward(step_batch))
+        if graphed is not None:
+            logits.append(graphed.step(next_ids.to(device)))
+            torch.cuda.synchronize()
+        else:
+            positions = cache.seq_lens.long()
+            cache.seq_lens += 1
+            step_batch = Batch(ids=next_ids.to(device), positions=positions, sequences=sequences, last=sequences)
+            logits.append(decoder.forward(step_batch))
         seconds["decode"] += time.perf_counter() - start
         progress.step(f"{label}: decode step {step + 1}/{config.decode_steps}")
     return Pass(recorder, logits, tokens, seconds)
@@ -195,7 +240,17 @@ def run(config: RunConfig) -> dict:
     env = probe_environment()
     ref_planner = Planner(reference_environment(env, table), table)
     reference = run_pass(config, preset, weights, ref_planner, progress, "all-reference")
-    ours = run_pass(config, preset, weights, Planner(env, table), progress, "ours", feed=reference.tokens)
+    decode_planner = Planner(env, table, graph_safe_only=True) if config.graph else None
+    ours = run_pass(
+        config,
+        preset,
+        weights,
+        Planner(env, table),
+        progress,
+        "ours",
+        feed=reference.tokens,
+        decode_planner=decode_planner,
+    )
     progress.close()
     final_ours, final_ref = ours.logits[-1], reference.logits[-1]
     reference_max = final_ref.abs().max().item()

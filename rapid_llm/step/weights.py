@@ -59,15 +59,16 @@ def quantize_blocks(w: torch.Tensor) -> Fp8Weight:
 
 
 class _Draw:
-    """The one generator a model's weights come from, in a fixed order."""
+    """The one generator a model's weights come from, in a fixed order, on the weights' device (a GPU draws
+    billions of values in a second; the same seed gives the same weights on one kind of device)."""
 
     def __init__(self, seed: int, dtype: torch.dtype, device: str):
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         self.dtype, self.device = dtype, device
 
     def uniform(self, shape, bound: float, dtype=None) -> torch.Tensor:
-        levels = torch.randint(-127, 128, shape, dtype=torch.int8, generator=self.generator)
-        return levels.to(self.device, dtype or self.dtype).mul_(bound / 127)
+        levels = torch.randint(-127, 128, shape, dtype=torch.int8, generator=self.generator, device=self.device)
+        return levels.to(dtype or self.dtype).mul_(bound / 127)
 
     def linear(self, *shape, fp8: bool = False):
         bound = math.sqrt(3.0 / shape[-1])

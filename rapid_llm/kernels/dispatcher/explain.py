@@ -44,7 +44,7 @@ class Query:
     libs: tuple[tuple[str, str], ...]
     force: str | None
     deny: tuple[str, ...]
-    graph_safe: bool
+    graph_safe: bool | str
 
     def header(self) -> str:
         shape = ", ".join(f"{k}:{v}" for k, v in self.shape)
@@ -56,7 +56,7 @@ class Query:
         if self.deny:
             text += " deny={" + ", ".join(self.deny) + "}"
         if self.graph_safe:
-            text += " graph_safe_only"
+            text += " graph_safe_only" + (" (through a step plan)" if self.graph_safe is not True else "")
         return text
 
     def to_dict(self) -> dict:

@@ -30,6 +30,10 @@ from .explain import Check, Explanation, Query, RowVerdict
 from .spec import BACKEND_CLASSES, UNMEASURED, KernelSpec
 from .table import OpTable, default_table
 
+#: The graph_safe value of a query made for a step plan (rapid_llm/step/plans.py): a row capturable on its own,
+#: or one capturable through its per-step preparation (KernelSpec.step_graph_safe), is eligible.
+THROUGH_STEP_PLAN = "through_step_plan"
+
 
 class NoEligibleKernel(LookupError):
     """No row can serve the query. The message names the op, the query and every row's every reason."""
@@ -76,7 +80,7 @@ def _evaluate(
     layout: frozenset,
     libs: Libraries,
     deny: frozenset,
-    graph_safe: bool,
+    graph_safe: bool | str,
     forced: bool,
 ) -> tuple[Check, ...]:
     checks = []
@@ -104,12 +108,19 @@ def _evaluate(
             Check(f"layout {tag}", "the call site provides it", f"call site provides {provided}", tag in layout)
         )
     if graph_safe:
+        through_step = graph_safe == THROUGH_STEP_PLAN and row.step_graph_safe
+        capturable = row.graph_safe or through_step
         checks.append(
             Check(
                 "graph_safe",
-                "capturable in a CUDA graph (plan asked graph_safe_only)",
-                "capturable" if row.graph_safe else "not capturable (syncs or prepares host data)",
-                row.graph_safe,
+                "capturable in a CUDA graph (plan asked graph_safe_only"
+                + (", through a step plan)" if graph_safe == THROUGH_STEP_PLAN else ")"),
+                "capturable through its step plan"
+                if through_step and not row.graph_safe
+                else "capturable"
+                if capturable
+                else "not capturable (syncs or prepares host data)",
+                capturable,
             )
         )
     golden = row.golden
@@ -325,7 +336,7 @@ def dispatch(
     table: OpTable | None = None,
     force: str | None = None,
     deny=_NOTHING,
-    graph_safe: bool = False,
+    graph_safe: bool | str = False,
 ) -> Selection:
     """Select the row that serves `op` for this query. Pure and memoised.
 
@@ -334,7 +345,8 @@ def dispatch(
     site provides; libs: Libraries or {name: version}; table: OpTable
     (default: the package's table); force: a row name to use regardless of
     rank (bypasses only the golden gate); deny: backend or row names never
-    to select; graph_safe: only rows capturable in a CUDA graph.
+    to select; graph_safe: only rows capturable in a CUDA graph (THROUGH_STEP_PLAN: also rows
+    capturable once their step plan prepared the call, KernelSpec.step_graph_safe).
     """
     shape_items = () if shape is None else tuple(shape.items()) if type(shape) is dict else tuple(shape)
     # Fast path: the same call as before, with the same argument values (hashable as given).

@@ -372,6 +372,10 @@ class KernelSpec:
     #: that step runs (FlashInfer's plan(), FlashMLA's split schedule, a launch policy computed once). None:
     #: a step runs the row's target in every call.
     step: str | None = attrs.field(default=None, validator=_check_target)
+    #: Capturable in a CUDA graph when called through its step plan (a row that is not graph_safe on its own):
+    #: the preparation (made outside the captured region) keeps fixed-capacity buffers, so the prepared call
+    #: captures once and replays for any batch contents up to that capacity after StepPlan.update().
+    step_graph_safe: bool = False
 
     def __attrs_post_init__(self):
         def fail(message):
@@ -412,6 +416,8 @@ class KernelSpec:
         ):
             if not isinstance(item, kind):
                 fail(f"expected {kind.__name__}, got {item!r}")
+        if self.step_graph_safe and self.step is None:
+            fail("step_graph_safe needs a step (the per-step preparation that makes the call capturable)")
         if self.is_reference:
             if self.capability or self.libraries or self.shape or self.layout:
                 fail("the reference row must be eligible everywhere (no conditions)")

@@ -117,6 +117,7 @@ def library_row(
     graph_safe: bool,
     description: str,
     step: str | None = None,
+    step_graph_safe: bool = False,
 ) -> KernelSpec:
     """A row served by an external library's adapter (rapid_llm/kernels/backends/<backend>/).
 
@@ -143,6 +144,7 @@ def library_row(
         golden=_golden(op, parity),
         priority=priority,
         graph_safe=graph_safe,
+        step_graph_safe=step_graph_safe,
         description=description,
         step=step,
     )

@@ -63,8 +63,11 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     Returns run(q, latent_cache) -> out for tensors of the planned shapes (every layer of one decode step
     shares page_table and seq_lens, and reads the schedule computed here: on the device, from seq_lens, no
     host sync). run.schedule is the FlashMLASchedMeta it reuses; run.metadata says how it was computed.
+    run.update() recomputes the schedule from seq_lens's new contents into the same tensors (outside a captured
+    region), so a captured call replays for any lengths of the step's batch.
     With hoist=False, or a build without get_mla_decoding_metadata, the schedule is filled by one call here
-    instead (FlashMLA's own first-call initialisation), which later calls reuse the same way."""
+    instead (FlashMLA's own first-call initialisation), which later calls reuse the same way; update() then
+    runs that call again on the first layer's q and cache."""
     schedule, _ = get_mla_metadata()
     num_q_heads = q.shape[1]
     hoisted = getattr(flash_mla, "get_mla_decoding_metadata", None) if hoist else None
@@ -73,21 +76,40 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
             seq_lens, num_q_heads, 1, h_q=num_q_heads, use_legacy=True
         )
         how = f"get_mla_decoding_metadata(seq_lens, {num_q_heads}, 1, h_q={num_q_heads}, use_legacy=True)"
+
+        def update():
+            metadata, splits = hoisted(seq_lens, num_q_heads, 1, h_q=num_q_heads, use_legacy=True)
+            schedule.tile_scheduler_metadata.copy_(metadata)
+            schedule.num_splits.copy_(splits)
+
     else:
         _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
         how = "the first call's schedule (FlashMLASchedMeta filled by flash_mla_with_kvcache)"
+
+        def update():
+            fresh, _ = get_mla_metadata()
+            _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, fresh)
+            schedule.tile_scheduler_metadata.copy_(fresh.tile_scheduler_metadata)
+            schedule.num_splits.copy_(fresh.num_splits)
 
     def run(q, latent_cache):
         return _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
 
     run.schedule = schedule
     run.metadata = how
+    run.update = update
     return run
 
 
 def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     """flash_mla/dense_decode's per-step preparation (KernelSpec.step): the split schedule once, from seq_lens
-    (plan_mla_decode); every layer's call of the step reuses it. The step guarantees the page table, sequence
-    lengths and scale are the planned ones, so the callable reads only each layer's q and cache."""
+    (plan_mla_decode); every layer's call of the step reuses it, and update() refreshes it for new lengths. The
+    step guarantees the page table, sequence lengths and scale are the planned ones, so the callable reads only
+    each layer's q and cache."""
     run = plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
-    return lambda q, latent_cache, *step_arguments: run(q, latent_cache)
+
+    def call(q, latent_cache, *step_arguments):
+        return run(q, latent_cache)
+
+    call.update = run.update
+    return call

@@ -83,32 +83,50 @@ def _csr_pages(page_table, seq_lens, page_size: int):
     return indptr, indices.to(torch.int32), last_page_len.to(torch.int32)
 
 
+def _page_list_buffers(page_table, seq_lens) -> dict:
+    """Fixed-capacity page lists of a CUDA-graph plan: indptr [B + 1], indices [every page of the page table],
+    last_page_len [B] (int32), so any batch contents of this page table fit without reallocating."""
+    batch, device = seq_lens.shape[0], seq_lens.device
+    return {
+        "indptr": torch.empty(batch + 1, dtype=torch.int32, device=device),
+        "indices": torch.empty(page_table.numel(), dtype=torch.int32, device=device),
+        "last_page_len": torch.empty(batch, dtype=torch.int32, device=device),
+    }
+
+
 def plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, *, cuda_graph=False):
     """The per-step preparation of attention.decode, exposed: plan once (host sync, schedule), run per layer.
 
     Returns run(q, kv_buffer) -> out for tensors of the planned shapes and dtypes (every layer of one decode
-    step shares page_table and seq_lens). The plan owns its wrapper and workspace (128 MiB), so several
-    plans can be alive at once; an engine keeps one per step. This is how FlashInfer is meant to be driven
-    and how the benchmarks time it beside our rows ("planned"); the row itself plans in every call.
-    cuda_graph: FlashInfer's CUDA-graph mode (use_cuda_graph=True): plan() copies the page lists into
-    buffers fixed for the wrapper's life, so run() can be captured and replayed (how engines replay decode)."""
-    indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+    step shares page_table and seq_lens), and run.update(): plan again from the same page_table and seq_lens
+    tensors after their contents changed (outside a captured region). The plan owns its wrapper and workspace
+    (128 MiB), so several plans can be alive at once; an engine keeps one per step. This is how FlashInfer is
+    meant to be driven and how the benchmarks time it beside our rows ("planned"); the row itself plans in
+    every call. cuda_graph: FlashInfer's CUDA-graph mode (use_cuda_graph=True): plan() copies the page lists
+    into buffers fixed for the wrapper's life (sized for every page of page_table), so run() can be captured
+    once and replayed after update() for any contents of page_table and seq_lens (how engines replay decode)."""
     fixed = {}
     if cuda_graph:
+        buffers = _page_list_buffers(page_table, seq_lens)
         fixed = {
             "use_cuda_graph": True,
-            "paged_kv_indptr_buffer": torch.empty_like(indptr),
-            "paged_kv_indices_buffer": torch.empty_like(indices),
-            "paged_kv_last_page_len_buffer": torch.empty_like(last_page_len),
+            "paged_kv_indptr_buffer": buffers["indptr"],
+            "paged_kv_indices_buffer": buffers["indices"],
+            "paged_kv_last_page_len_buffer": buffers["last_page_len"],
         }
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed
     )
-    _plan_decode(wrapper, q, kv_buffer, indptr, indices, last_page_len, page_size, sm_scale)
+
+    def update():
+        indptr, indices, last_page_len = _csr_pages(page_table, seq_lens, page_size)
+        _plan_decode(wrapper, q, kv_buffer, indptr, indices, last_page_len, page_size, sm_scale)
 
     def run(q, kv_buffer):
         return wrapper.run(q, _paged_views(kv_buffer, page_size))
 
+    update()
+    run.update = update
     return run
 
 
@@ -126,18 +144,44 @@ def plan_prefill(q, k, v, cu_seqlens, sm_scale, causal=True):
 
 
 def plan_prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    *,
+    cuda_graph=False,
 ):
     """The per-step preparation of attention.prefill_paged, exposed like plan_decode: returns run(q, kv_buffer) ->
-    out, or (out, lse) with return_lse (the page lists and the plan of this step, reused by every layer)."""
+    out, or (out, lse) with return_lse (the page lists and the plan of this step, reused by every layer), and
+    run.update(). cuda_graph: the wrapper's CUDA-graph mode, its page lists and query offsets in fixed buffers
+    (the batch's token count fixed by q's shape)."""
+    fixed = {}
+    if cuda_graph:
+        buffers = _page_list_buffers(page_table, seq_lens)
+        fixed = {
+            "use_cuda_graph": True,
+            "qo_indptr_buf": torch.empty_like(cu_seqlens_q, dtype=torch.int32),
+            "paged_kv_indptr_buf": buffers["indptr"],
+            "paged_kv_indices_buf": buffers["indices"],
+            "paged_kv_last_page_len_buf": buffers["last_page_len"],
+        }
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD"
+        torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), "NHD", **fixed
     )
-    _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
+
+    def update():
+        _plan_paged_prefill(wrapper, q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal)
 
     def run(q, kv_buffer):
         return _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse)
 
+    update()
+    run.update = update
     return run
 
 
@@ -150,29 +194,35 @@ def _latent_pages(latent_cache, page_size: int):
 
 def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, *, cuda_graph=True):
     """The per-step preparation of attention.mla_decode, exposed like plan_decode: returns run(q, latent_cache) ->
-    out. cuda_graph (the default: how engines drive MLA decode): BatchMLAPagedAttentionWrapper's CUDA-graph mode,
-    plan() copies the page lists into buffers fixed for the wrapper's life, so run() can be captured and
-    replayed; the kernels and the plan are those of the plain mode."""
+    out and run.update(). cuda_graph (the default: how engines drive MLA decode): BatchMLAPagedAttentionWrapper's
+    CUDA-graph mode, plan() copies the page lists into buffers fixed for the wrapper's life (sized for every page
+    of page_table), so run() can be captured and replayed after update(); the kernels and the plan are those of
+    the plain mode."""
     batch = q.shape[0]
-    indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
     qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
     fixed = {}
     if cuda_graph:
+        buffers = _page_list_buffers(page_table, seq_lens)
         fixed = {
             "use_cuda_graph": True,
             "qo_indptr": torch.empty_like(qo_indptr),
-            "kv_indptr": torch.empty_like(indptr),
-            "kv_indices": torch.empty_like(indices),
+            "kv_indptr": buffers["indptr"],
+            "kv_indices": buffers["indices"],
             "kv_len_arr": torch.empty_like(seq_lens),
         }
     wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(
         torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=q.device), **fixed
     )
-    _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale)
+
+    def update():
+        indptr, indices, _ = _csr_pages(page_table, seq_lens, page_size)
+        _plan_mla(wrapper, q, latent_cache, qo_indptr, indptr, indices, seq_lens, page_size, sm_scale)
 
     def run(q, latent_cache):
         return _run_mla(wrapper, q, latent_cache, page_size)
 
+    update()
+    run.update = update
     return run
 
 
@@ -319,24 +369,37 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
 
 # Per-step preparations (KernelSpec.step; rapid_llm/step/plans.py): plan once per forward step, then every
 # layer's call of that step runs the planned wrapper. The step guarantees its page table, sequence lengths
-# and scale are the ones planned with, so the returned callables read only each layer's q and cache.
+# and scale are the ones planned with, so the returned callables read only each layer's q and cache. They plan
+# in FlashInfer's CUDA-graph mode (fixed-capacity page lists): a call captured once replays for new contents of
+# the step's page table and lengths after the callable's update() (StepPlan.update), so the rows are
+# step_graph_safe.
+
+
+def _layer_call(run):
+    """The op's callable of a step (the step's own arguments ignored: the plan holds them), with run.update."""
+
+    def call(q, cache, *step_arguments):
+        return run(q, cache)
+
+    call.update = run.update
+    return call
 
 
 def step_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
-    """flashinfer/paged_decode's per-step preparation: plan_decode once; the op's callable runs its run()."""
-    run = plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale)
-    return lambda q, kv_buffer, *step_arguments: run(q, kv_buffer)
+    """flashinfer/paged_decode's per-step preparation: plan_decode once, in CUDA-graph mode."""
+    return _layer_call(plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, cuda_graph=True))
 
 
 def step_prefill_paged(
     q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
 ):
-    """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once."""
-    run = plan_prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal, return_lse)
-    return lambda q, kv_buffer, *step_arguments: run(q, kv_buffer)
+    """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once, in CUDA-graph mode."""
+    run = plan_prefill_paged(
+        q, kv_buffer, page_table, cu_seqlens_q, seq_lens, page_size, sm_scale, causal, return_lse, cuda_graph=True
+    )
+    return _layer_call(run)
 
 
 def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     """flashinfer/mla_decode's per-step preparation: plan_mla_decode once (its CUDA-graph mode)."""
-    run = plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
-    return lambda q, latent_cache, *step_arguments: run(q, latent_cache)
+    return _layer_call(plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale))

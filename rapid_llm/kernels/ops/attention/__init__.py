@@ -254,12 +254,25 @@ def _reference(op: str, function: str) -> KernelSpec:
 
 
 def _library_row(
-    name, op, library, function, *, dtypes, layout, shape=(), graph_safe, max_abs_diff, priority, description, step=None
+    name,
+    op,
+    library,
+    function,
+    *,
+    dtypes,
+    layout,
+    shape=(),
+    graph_safe,
+    max_abs_diff,
+    priority,
+    description,
+    step=None,
+    step_graph_safe=False,
 ):
     """A row served by an external library's adapter (backends/<library>/attention.py), sm90 (the Hopper builds
     this project tests). An empty batch is the reference row's (no library launch is tested with zero work).
     max_abs_diff: over the library rows' parity run on the H200 (LIBRARY_PARITY). step: the adapter's per-step
-    preparation (a function name in the same module)."""
+    preparation (a function name in the same module); step_graph_safe: capturable through it (KernelSpec)."""
     adapter = f"{_BACKENDS}.{name.partition('/')[0]}.attention"
     return library_row(
         name,
@@ -275,6 +288,7 @@ def _library_row(
         graph_safe=graph_safe,
         description=description,
         step=f"{adapter}:{step}" if step else None,
+        step_graph_safe=step_graph_safe,
     )
 
 
@@ -573,6 +587,7 @@ ROWS = (
         priority=10,
         description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)",
         step="step_prefill_paged",
+        step_graph_safe=True,
     ),
     _library_row(
         "flashinfer/paged_decode",
@@ -587,6 +602,7 @@ ROWS = (
         priority=10,
         description="FlashInfer BatchDecodeWithPagedKVCacheWrapper, CUDA cores (plan per call: host sync)",
         step="step_decode",
+        step_graph_safe=True,
     ),
     _library_row(
         "flashinfer/mla_decode",
@@ -600,6 +616,7 @@ ROWS = (
         priority=10,
         description="FlashInfer BatchMLAPagedAttentionWrapper (plan per call: host sync)",
         step="step_mla_decode",
+        step_graph_safe=True,
     ),
     # graph_safe: the split schedule is computed on the device in the call; captured and replayed equal to
     # the eager call on the H200 (evidence h200.libraries.probe).
