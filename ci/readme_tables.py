@@ -14,6 +14,8 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
   docs/performance.md
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
+    step-plan-table  h200.attention.bench.step_plans (+ .raw): the rows with a per-step preparation, each through
+                     its step plan and per call, beside the engine-driven peers
     extension-table  h200.extension.bench.scale and h200.extension.bench.kv_write (the CUDA extension's rows)
     dispatcher-table the CPU dispatcher baseline, perf/baselines/cpu/<machine id>/NNNN_dispatcher.json
                      (pytest-benchmark's saved format; found as ci/perf_gate finds it)
@@ -298,6 +300,43 @@ def attention_table() -> str:
     return "\n".join(lines)
 
 
+STEP_PLAN_BENCH = "h200.attention.bench.step_plans"
+
+
+def step_plan_table() -> str:
+    """The paged attention rows with a per-step preparation: the cost of a layer's call through a step plan (what
+    dispatch ranks them by) against the same row called per call, and the preparation's own host time."""
+    run, cases = _run_cases(STEP_PLAN_BENCH)
+    with open(evidence.file(STEP_PLAN_BENCH + ".raw")) as handle:
+        extra = {b["name"]: b["extra_info"] for b in json.load(handle)["benchmarks"]}
+    lines = [
+        "The rows with a per-step preparation (`KernelSpec.step`: FlashInfer's plan, FlashMLA's schedule, our "
+        "launch policy), timed as `rapid-llm run` and engines call them: through a step plan, the preparation "
+        "once per step outside the timing, the call each layer makes timed (CUDA-graph replay where captured: "
+        "FlashInfer's rows are capturable through their step plans). **per call**: the same row called without "
+        "a step plan (its preparation in every call; CUDA-event median). **preparation**: host time of one step "
+        "plan's construction (once per step, shared by every layer). Dispatch ranks these rows by the step-plan "
+        "time (`python -m perf.write_rankings h200.attention.bench h200.attention.bench.step_plans`).",
+        "",
+        f"- {_run_line(STEP_PLAN_BENCH, run)}",
+        "",
+        "| op | case | row | through its step plan | per call | preparation | fastest engine-driven peer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case in cases:
+        info = extra.get(case["test"], {})
+        if info.get("per_call_us") is None:
+            continue
+        timer = "graph" if case.get("graph_us") else "event"
+        engine = (case.get("engine_peer") or {}).get(timer)
+        peer = f"`{engine['row']}` {engine['us']:.1f} µs" if engine else "-"
+        lines.append(
+            f"| {case['op']} | {case['case']} | `{case['row']}` | {_device_time(case, timer):.1f} µs ({timer}) | "
+            f"{info['per_call_us']:.1f} µs | {info['step_prepare_us']:.0f} µs | {peer} |"
+        )
+    return "\n".join(lines)
+
+
 def extension_table() -> str:
     """The CUDA extension's rows (aot/, jit/) beside the native and reference rows of the same ops."""
     return _ranked_table(
@@ -372,6 +411,7 @@ PAGES = {
     "docs/performance.md": (
         ("perf-table", perf_table),
         ("attention-table", attention_table),
+        ("step-plan-table", step_plan_table),
         ("extension-table", extension_table),
         ("dispatcher-table", dispatcher_table),
     ),

@@ -7,9 +7,13 @@ kernels driven as engines drive them.
     test_mla_decode[peer/flash_mla.mla_decode(metadata)-B64-L4096-h128/1-d576-page64-bf16]
 
 Every library is timed both ways (DESIGN §6):
-  - as its row, as our dispatch calls it (`flashinfer/paged_decode`, `flash_mla/dense_decode`, ...): what a
-    caller of the public op pays, per-call planning included (FlashInfer's rows plan, a host sync, in every
-    call; FlashMLA's row computes its split schedule on the device in every call);
+  - as its row, as our dispatch calls it (`flashinfer/paged_decode`, `flash_mla/dense_decode`, ...). The paged
+    attention ops (decode, mla_decode, prefill_paged) are called through a step plan (rapid_llm.step.StepPlan:
+    the row's per-step preparation once, outside the timing, then every layer's call timed; capturable rows,
+    FlashInfer's through their step plan, also in graph replay): the cost dispatch ranks them by. The same
+    row called per call (its preparation in every call: FlashInfer plans, a host sync; FlashMLA computes its
+    schedule) is recorded beside it, extra_info per_call_us (event timing) and step_prepare_us (host time of
+    one step plan's construction);
   - as an engine drives it (`peer/...`, perf/peers.py): the per-step preparation once, outside the timed
     region, then the call each layer makes:
       peer/flashinfer.decode(planned)        BatchDecodeWithPagedKVCacheWrapper.plan() once, run() timed
@@ -65,6 +69,10 @@ pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timi
 #: 128 nope + 64 rope dims.
 MLA_SM_SCALE = 192**-0.5
 ROW_DRIVEN = "row: as our dispatch calls it (the planned row's kernel, per-call preparation included)"
+STEP_DRIVEN = (
+    "row: through its step plan, as rapid-llm run and engines call it (the row's per-step preparation once, "
+    "outside the timing; the call each layer makes timed)"
+)
 
 
 def _contenders(op):
@@ -152,7 +160,45 @@ def _run_arm(op, arm, case_id, dtype, args):
     info = _checked(op, arm, case_id, dtype, args, lambda: checked(*args))
     # the contract dims and dtype of the call: perf/write_rankings.py buckets the measurement by them
     info.update(driven=ROW_DRIVEN, dims=shape, dtype=dtype)
-    return (lambda: checked.impl(*args)), row.graph_safe, info
+    if row.step is None:
+        return (lambda: checked.impl(*args)), row.graph_safe, info
+    return _through_step_plan(op, arm, args, checked, info)
+
+
+def _through_step_plan(op, arm, args, checked, info):
+    """(timed fn, graph_safe, extra_info) of a row with a per-step preparation, called through its StepPlan
+    (module docstring); the per-call cost and the preparation's host time recorded beside."""
+    import time
+
+    import attrs
+    import torch
+
+    from rapid_llm.kernels.dispatcher import Planner, default_table, probe_environment
+    from rapid_llm.step.plans import StepPlan
+
+    env, table = probe_environment(), default_table()
+    planner = Planner(attrs.evolve(env, force={**dict(env.force), op: arm}), table)
+    promises = table.contracts[op].promises
+    StepPlan(planner, op, *args, promises=promises, graph_safe_only=True)  # first: loads, compiles
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    step = StepPlan(planner, op, *args, promises=promises, graph_safe_only=True)
+    torch.cuda.synchronize()
+    prepare_us = 1e6 * (time.perf_counter() - start)
+    got, expected = step.impl(*args), checked.impl(*args)
+    got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
+    difference = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, expected))
+    per_call_us = None  # the warm-up (compile only) times nothing
+    if not gpu_timing.compile_only():
+        per_call_us = gpu_timing.event_timer(lambda: checked.impl(*args), iterations=20, warmup=2).median_us
+    info.update(
+        driven=STEP_DRIVEN,
+        step_prepare_us=prepare_us,
+        per_call_us=per_call_us,
+        step_vs_per_call_max_abs_diff=difference,
+    )
+    info["correctness"] += f"; through its step plan: max |diff| {difference:g} from the per-call row"
+    return (lambda: step.impl(*args)), step.row.graph_safe or step.row.step_graph_safe, info
 
 
 def _peer(op, arm, case_id, dtype, args, run, driven):

@@ -11,7 +11,8 @@ Records of table rows only (peers and references are not rows that dispatch rank
 (op, dtype, bucket of the dims under the op's contract rules); within a bucket, rows are ranked by their
 mean time over the shapes that timed them, fastest first (_bucket_means: which shapes count together).
 Writes one file per device class (rankings/<class>.json, e.g. cuda_sm90.json) with the device name and
-the evidence ids; dispatch reads it through build_tables().
+the evidence ids; dispatch reads it through build_tables(). With several ids, a later report's bucket
+replaces an earlier report's same (op, dtype, bucket): a rerun of some ops updates just their buckets.
 """
 
 from __future__ import annotations
@@ -101,14 +102,21 @@ def main(argv=None) -> int:
             device_class, device, entries = rankings_of(json.load(handle), evidence, table)
         document = documents.setdefault(
             device_class,
-            {"schema": SCHEMA, "device_class": device_class, "device": device, "evidence": evidence, "entries": []},
+            {"schema": SCHEMA, "device_class": device_class, "device": device, "evidence": [], "entries": {}},
         )
-        document["entries"] += entries
+        document["evidence"].append(evidence)
+        for entry in entries:
+            key = (entry["op"], entry["dtype"], json.dumps(entry["bucket"]))
+            document["entries"].pop(key, None)  # a later report's bucket goes after the ones it keeps
+            document["entries"][key] = entry
     os.makedirs(args.out, exist_ok=True)
     for device_class, document in documents.items():
         path = os.path.join(args.out, device_class.replace(":", "_") + ".json")
         header = {key: value for key, value in document.items() if key != "entries"}
-        lines = [json.dumps(entry) for entry in document["entries"]]  # one measured bucket a line: a diff per bucket
+        header["evidence"] = " ".join(header["evidence"])
+        lines = [
+            json.dumps(entry) for entry in document["entries"].values()
+        ]  # one measured bucket a line: a diff per bucket
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(header)[:-1] + ', "entries": [\n ' + ",\n ".join(lines) + "\n]}\n")
         print(f"{path}: {len(document['entries'])} measured buckets")
