@@ -231,3 +231,62 @@ def test_the_plans_a_compiled_step_ran_are_printable_and_agree_with_dispatch():
         )
         assert entry["row"] == expected.row.name
         assert f"{op}  {entry['dtype']}" in planner.describe_text()
+
+
+#: A decode layer of the custom ops (norms, rotary, the KV write, paged decode, SwiGLU) and torch GEMMs, compiled
+#: fullgraph with the batch dynamic, in a fresh interpreter: its first call compiles before any op ran.
+_COLD_LAYER = r"""
+import sys, torch, torch._dynamo.testing
+from rapid_llm.kernels.torch_ops import register
+ops = register()
+device = sys.argv[1]
+hq, hk, d, hidden, page, pages_per_seq = 4, 2, 16, 64, 4, 4
+g = torch.Generator().manual_seed(0)
+def rand(*shape):
+    return torch.randn(*shape, generator=g).to(device)
+w = {"norm": rand(hidden), "post": rand(hidden), "qkv": rand((hq + 2 * hk) * d, hidden) / 8,
+     "o": rand(hidden, hq * d) / 8, "gate_up": rand(256, hidden) / 8, "down": rand(hidden, 128) / 8}
+cos_sin = torch.cat([torch.ones(64, d // 2), torch.zeros(64, d // 2)], 1).to(device)
+
+def layer(x, residual, positions, loc, kv, table, lens):
+    ops.fused_add_rms_norm(x, residual, w["norm"], 1e-6)
+    qkv = x @ w["qkv"].T
+    q, k = qkv[:, : hq * d], qkv[:, hq * d : (hq + hk) * d]
+    ops.rotary(positions, q, k, d, cos_sin, True)
+    ops.update_kv_buffer(qkv[:, hq * d :].reshape(-1, 2 * hk, d), loc, kv)
+    attended = ops.decode(q.reshape(-1, hq, d), kv, table, lens, page, d ** -0.5)
+    x = attended.reshape(-1, hq * d) @ w["o"].T
+    ops.fused_add_rms_norm(x, residual, w["post"], 1e-6)
+    return ops.silu_and_mul(x @ w["gate_up"].T) @ w["down"].T, residual
+
+counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+compiled = torch.compile(layer, backend=counter, fullgraph=True, dynamic=True)
+for batch in (5, 6, 7):
+    lens = torch.full((batch,), 9, dtype=torch.int32)
+    table = torch.randperm(batch * pages_per_seq, generator=g).view(batch, pages_per_seq).int()
+    args = [rand(batch, hidden), rand(batch, hidden), (lens - 1).long(), None,
+            rand(batch * pages_per_seq * page, 2 * hk, d), table, lens]
+    args[3] = (table[:, 2].long() * page + 0)
+    args = [a.to(device) for a in args]
+    eager_args = [a.clone() for a in args]
+    got, expected = compiled(*args), layer(*eager_args)
+    for a, b in zip((*got, args[4]), (*expected, eager_args[4])):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+print("frames", counter.frame_count)
+"""
+
+
+def test_a_decoder_layer_compiles_from_a_cold_process_once_for_every_batch():
+    """Catches a graph break in a decoder layer of our ops compiled fullgraph from a fresh interpreter (no op
+    called before: the fake implementations alone must trace), a compiled result or cache write that differs
+    from eager, and a recompile across batch sizes (a fake implementation or schema that specialises on the
+    token count): three batch sizes, one compiled frame."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _COLD_LAYER, DEVICE], capture_output=True, text=True, timeout=600, env={**os.environ}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "frames 1", result.stdout
