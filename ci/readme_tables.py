@@ -12,6 +12,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      libraries at the versions the H200 image loads) and for a CPU machine with the
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
+    model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
     step-plan-table  h200.attention.bench.step_plans (+ .raw): the rows with a per-step preparation, each through
@@ -300,6 +301,93 @@ def attention_table() -> str:
     return "\n".join(lines)
 
 
+MODEL_STEP = "h200.model_step"
+
+
+def _model_step(part: str):
+    """The result of one perf.model_step part and its header, or None when that evidence is not committed."""
+    try:
+        document = _load(f"{MODEL_STEP}.{part}")
+    except KeyError:
+        return None
+    return document
+
+
+def _breakdown_line(run: dict, top: int = 6) -> str:
+    parts = [f"{item['name'].split('.')[-1]} ({item['where']}) {item['ms']:.2f} ms" for item in run["breakdown"][:top]]
+    return "; ".join(parts)
+
+
+def model_step_table() -> str:
+    """The model step against the hardware's limit (perf/model_step.py): decode as one CUDA graph against the
+    roofline, the baselines, prefill against the bf16 peak, and each run's largest op uses."""
+    decode, prefill = _model_step("decode"), _model_step("prefill")
+    compiled, moe = _model_step("compiled"), _model_step("moe")
+    if decode is None:
+        return "No model-step run is committed yet."
+    d = decode["result"]
+    lines = [
+        "`python -m perf.model_step --out DIR` on the GPU (its docstring has every formula). Decode: "
+        f"{d['model']}, every layer ({d['layers']}), bf16, batch {d['batch']}, context {d['context']}, random "
+        "weights and KV; the roofline is (weight bytes + KV bytes read) / the device-to-device copy bandwidth "
+        "measured in the same run. Per-op breakdowns: one eager step with a synchronize around every call.",
+        "",
+        f"- `{MODEL_STEP}.decode` (`{evidence.resolve(MODEL_STEP + '.decode')}`): {decode['device']}, torch "
+        f"{decode['versions']['torch']}, triton {decode['versions'].get('triton')}; roofline "
+        f"{d['roofline_ms']:.2f} ms = ({d['weight_bytes'] / 1e9:.1f} GB weights + {d['kv_bytes'] / 1e9:.1f} GB "
+        f"KV) / {d['copy_bandwidth_bytes_per_s'] / 1e12:.2f} TB/s",
+        "",
+        "| run | how | time per step | / roofline |",
+        "|---|---|---|---|",
+    ]
+    runs = dict(d["runs"])
+    if compiled is not None:
+        runs.update(compiled["result"]["runs"])
+    hows = {
+        "ours": "every op planned graph_safe_only, paged decode through its step plan",
+        "reference": "every op on its torch reference row (its KV write syncs: eager only)",
+        "compiled_reference": "torch.compile of the reference layer, captured",
+    }
+    for label, run in runs.items():
+        if "error" in run:
+            lines.append(f"| {label} | {hows.get(label, '')} | failed: {run['error']} | - |")
+            continue
+        for kind in ("graph", "eager"):
+            if f"{kind}_ms" in run:
+                lines.append(
+                    f"| {label} ({'one CUDA graph' if kind == 'graph' else 'eager, no per-op sync'}) | "
+                    f"{hows.get(label, '')} | {run[f'{kind}_ms']:.2f} ms | {run[f'{kind}_over_roofline']:.2f}x |"
+                )
+    lines += ["", f"Largest op uses of our eager decode step: {_breakdown_line(runs['ours'])}."]
+    if prefill is not None:
+        p = prefill["result"]
+        lines += [
+            "",
+            f"Prefill (`{MODEL_STEP}.prefill`): {p['model']}, {p['prompts']} x {p['prompt_length']} tokens, eager: "
+            f"{p['step_ms']:.1f} ms per step, {p['tflops_per_s']:.0f} TFLOP/s = "
+            f"{100 * p['fraction_of_bf16_dense_peak']:.1f}% of the {p['bf16_dense_peak_flops'] / 1e12:.1f} TFLOP/s "
+            f"dense bf16 peak. Largest op uses: {_breakdown_line(p)}.",
+        ]
+    if moe is not None:
+        lines += ["", f"MoE and MLA presets (`{MODEL_STEP}.moe`, `rapid-llm run` on the GPU):", ""]
+        for model, doc in moe["result"].items():
+            if "error" in doc:
+                lines.append(f"- {model} ({doc['layers_reduced']}): failed: {doc['error']}")
+                continue
+            ours = doc["throughput"]["ours"]
+            uses = sorted(doc["uses"], key=lambda use: -use["ours_ms"])[:6]
+            top = "; ".join(f"{use['name'].split('.')[-1]} ({use['where']}) {use['ours_ms']:.1f} ms" for use in uses)
+            fallbacks = ", ".join(sorted({f["op"] for f in doc["fallbacks"]})) or "none"
+            lines.append(
+                f"- {model} ({doc['layers_reduced']}; batch {doc['config']['batch']}, prompts of "
+                f"{max(doc['prompt_lengths'])} tokens): prefill {ours['prefill_tokens_per_s']:,.0f} tok/s, decode "
+                f"{ours['decode_tokens_per_s']:,.0f} tok/s (eager, a synchronize around every call); logits "
+                f"{'within' if doc['check']['ok'] else 'OUTSIDE'} tolerance; torch-reference fallbacks: {fallbacks}; "
+                f"largest uses: {top}"
+            )
+    return "\n".join(lines)
+
+
 STEP_PLAN_BENCH = "h200.attention.bench.step_plans"
 
 
@@ -409,6 +497,7 @@ def dispatcher_table() -> str:
 PAGES = {
     "docs/support-matrix.md": (("support-matrix", support_matrix),),
     "docs/performance.md": (
+        ("model-step-table", model_step_table),
         ("perf-table", perf_table),
         ("attention-table", attention_table),
         ("step-plan-table", step_plan_table),
