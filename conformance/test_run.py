@@ -97,7 +97,7 @@ def test_the_text_report_names_the_row_of_every_op_use_and_the_check(capsys):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--graph"], "--graph"),
+        (["--graph", "--model", "qwen3-30b-a3b"], "--graph"),
         (["--model", "llama-9"], "--model 'llama-9'"),
         (["--layers", "0"], "--layers 0"),
         (["--batch", "0"], "--batch 0"),
@@ -106,10 +106,27 @@ def test_the_text_report_names_the_row_of_every_op_use_and_the_check(capsys):
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(capsys, argv, needle):
-    """Fails when a bad `run` argument (--graph without CUDA, an unknown preset, a count below 1) starts
-    the run or prints a traceback instead of one `rapid-llm: ...` line with exit status 2."""
+    """Fails when a bad `run` argument (--graph without CUDA or for an MoE preset, an unknown preset, a count
+    below 1) starts the run or prints a traceback instead of one `rapid-llm: ...` line with exit status 2."""
     assert main(["run", *argv]) == EXIT_USAGE
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rapid-llm: ") and needle in lines[0], captured.err
     assert captured.out == ""
+
+
+def test_graph_decode_replays_what_eager_decode_gives():
+    """Catches a captured decode step (GraphedDecode, `run --graph`) whose replays read stale inputs (token ids,
+    positions, lengths, step plans not refreshed) or skip a write: every step's logits of the graph run equal
+    the eager run's, bitwise, on the same tokens."""
+    import attrs
+    import torch
+
+    from rapid_llm.step.run import RunConfig, run
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA graphs need a CUDA device")
+    config = RunConfig(layers=2, batch=3, prompt_len=12, decode_steps=5, device="cuda")
+    eager, graphed = run(config), run(attrs.evolve(config, graph=True))
+    for step, (a, b) in enumerate(zip(eager["ours"].logits, graphed["ours"].logits)):
+        assert torch.equal(a, b), f"step {step}: max |diff| {(a - b).abs().max().item()}"
