@@ -34,6 +34,11 @@ def launch_override(row: str, **knobs):
         _ACTIVE.reset(token)
 
 
+def active() -> bool:
+    """Whether any override is active (cached launch policies are bypassed while one is)."""
+    return bool(_ACTIVE.get())
+
+
 def apply(row: str, knobs: dict) -> dict:
     """`knobs` (a policy's fresh dict) with the active overrides of `row` applied."""
     override = _ACTIVE.get().get(row)

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch_override import apply
+from ..fast_launch import LaunchPolicy, cached, cdiv
 
 
 def launch_config(intermediate: int) -> dict:
@@ -46,8 +46,8 @@ def gated_activation(activation: str, x: torch.Tensor, out: torch.Tensor | None)
     out_rows = out.view(num_rows, intermediate)
     if num_rows == 0:
         return out
-    config = apply(f"native/{activation}_and_mul", launch_config(intermediate))
-    blocks = triton.cdiv(intermediate, config["BLOCK"])
+    config = _POLICIES[activation].get((intermediate,))
+    blocks = cdiv(intermediate, config["BLOCK"])
     grid = (num_rows * blocks,) if config["FLAT"] else (num_rows, blocks)
     _gated_kernel[grid](
         x_rows, out_rows, x_rows.stride(0), out_rows.stride(0), intermediate, blocks, ACTIVATION=activation, **config
@@ -55,6 +55,7 @@ def gated_activation(activation: str, x: torch.Tensor, out: torch.Tensor | None)
     return out
 
 
+@cached
 @triton.jit
 def _gated_kernel(
     x_ptr,
@@ -87,3 +88,7 @@ def _gated_kernel(
         inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
         activated = gate / (1.0 + tl.exp(-2.0 * inner))
     tl.store(out_ptr + row * out_row_stride + columns, (activated * up).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+#: The launch policy of each activation's row, cached per intermediate size.
+_POLICIES = {name: LaunchPolicy(f"native/{name}_and_mul", launch_config) for name in ("silu", "gelu_tanh")}

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..fast_launch import cached, cdiv, next_power_of_2
 from .splits import split_partials
 
 #: log2(e): the kernels take logits in base 2 (qk * sm_scale * LOG2E), so each weight is one exp2.
@@ -132,8 +133,8 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
     Grid (B, H, Dv / MERGE_BLOCK_D): a small batch still spreads the partials' read over many SMs
     (B=1, 16 MLA heads, 128 splits: 4 MiB of partials in 64 programs, not 16)."""
     batch, heads, splits, width = partial.shape
-    block_d = min(triton.next_power_of_2(width), MERGE_BLOCK_D)
-    _merge_kernel[(batch, heads, triton.cdiv(width, block_d))](
+    block_d = min(next_power_of_2(width), MERGE_BLOCK_D)
+    _merge_kernel[(batch, heads, cdiv(width, block_d))](
         partial,
         partial_lse,
         out,
@@ -143,12 +144,13 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
         heads,
         splits,
         width,
-        SPLITS_PAD=triton.next_power_of_2(splits),
+        SPLITS_PAD=next_power_of_2(splits),
         BLOCK_D=block_d,
         num_warps=4,
     )
 
 
+@cached
 @triton.jit
 def _merge_kernel(
     partial_ptr,

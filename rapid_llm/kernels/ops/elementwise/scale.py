@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch_override import apply
+from ..fast_launch import LaunchPolicy, cached, cdiv
 
 
 def launch_config(num_elements: int) -> dict:
@@ -30,15 +30,19 @@ def scale(x: torch.Tensor, factor: float) -> torch.Tensor:
     num_elements = x.numel()
     if num_elements == 0:
         return out
-    config = apply("native/scale", launch_config(num_elements))
-    grid = (triton.cdiv(num_elements, config["BLOCK"]),)
+    config = _POLICY.get((num_elements,))
+    grid = (cdiv(num_elements, config["BLOCK"]),)
     _scale_kernel[grid](x, out, num_elements, float(factor), **config)
     return out
 
 
+@cached
 @triton.jit
 def _scale_kernel(x_ptr, out_ptr, num_elements, factor, BLOCK: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < num_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     tl.store(out_ptr + offsets, (x.to(tl.float32) * factor).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_POLICY = LaunchPolicy("native/scale", launch_config)

@@ -22,8 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch_override import apply
-
+from ..fast_launch import LaunchPolicy, cached, cdiv
 
 #: Self-test hook of ci/gpu_perf_gate, the only caller that sets the variable: a deliberately worse launch
 #: config (4 heads x 4 warps per program: measurably slower at prefill sizes; evidence
@@ -69,7 +68,7 @@ def rotary(
             q_heads,
             k_heads,
             rotary_dim,
-            apply("native/rotary", launch_config(q_heads, k_heads, rotary_dim)),
+            _POLICY.get((q_heads, k_heads, rotary_dim)),
         )
     return q, k
 
@@ -77,8 +76,8 @@ def rotary(
 def launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, rotary_dim, config) -> None:
     """Run the kernel with an explicit config (checked arguments; the tuning sweep calls this directly)."""
     block_heads = config["BLOCK_HEADS"]
-    q_blocks = triton.cdiv(q_heads, block_heads)
-    grid = (positions.shape[0], q_blocks + triton.cdiv(k_heads, block_heads))
+    q_blocks = cdiv(q_heads, block_heads)
+    grid = (positions.shape[0], q_blocks + cdiv(k_heads, block_heads))
     _rotary_kernel[grid](
         positions,
         q,
@@ -99,6 +98,7 @@ def launch(positions, q, k, head_dim, cos_sin_cache, is_neox, q_heads, k_heads, 
     )
 
 
+@cached
 @triton.jit
 def _rotary_kernel(
     positions_ptr,
@@ -153,3 +153,6 @@ def _rotary_kernel(
     out2 = x2 * cos[None, :] + x1 * sin[None, :]
     tl.store(base + first, out1.to(base.dtype.element_ty), mask=mask)
     tl.store(base + second, out2.to(base.dtype.element_ty), mask=mask)
+
+
+_POLICY = LaunchPolicy("native/rotary", launch_config)

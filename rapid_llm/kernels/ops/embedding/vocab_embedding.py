@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..fast_launch import LaunchPolicy, cached, cdiv
 from .checks import shard_end
-from ..launch_override import apply
 
 
 def launch_config(hidden: int) -> dict:
@@ -37,14 +37,15 @@ def vocab_embedding(
     if num_tokens == 0:
         return out
     flat_ids = ids.reshape(-1)  # a strided view when one exists; a tiny copy otherwise (4-8 bytes a token)
-    config = apply("native/vocab_embedding", launch_config(hidden))
-    grid = (num_tokens, triton.cdiv(hidden, config["BLOCK"]))
+    config = _POLICY.get((hidden,))
+    grid = (num_tokens, cdiv(hidden, config["BLOCK"]))
     _vocab_embedding_kernel[grid](
         flat_ids, table, out, flat_ids.stride(0), table.stride(0), hidden, vocab_start, vocab_end, **config
     )
     return out
 
 
+@cached
 @triton.jit
 def _vocab_embedding_kernel(
     ids_ptr, table_ptr, out_ptr, ids_stride, table_row_stride, hidden, vocab_start, vocab_end, BLOCK: tl.constexpr
@@ -60,3 +61,6 @@ def _vocab_embedding_kernel(
     load_mask = mask & (local_block >= 0) & (local_block < vocab_end - vocab_start)
     row = tl.load(table_ptr + local_block * table_row_stride + columns, mask=load_mask, other=0.0)
     tl.store(out_ptr + token * hidden + columns, row, mask=mask)
+
+
+_POLICY = LaunchPolicy("native/vocab_embedding", launch_config)

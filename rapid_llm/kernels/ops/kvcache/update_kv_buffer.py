@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch_override import apply
+from ..fast_launch import LaunchPolicy, cached, cdiv
 
 
 def launch_config(row_width: int) -> dict:
@@ -33,7 +33,7 @@ def update_kv_buffer(kv: torch.Tensor, loc: torch.Tensor, buffer: torch.Tensor) 
     kv_rows, buffer_rows = scatter_rows(kv, buffer)
     num_tokens, width = kv_rows.shape
     if num_tokens:
-        config = apply("native/update_kv_buffer", launch_config(width))
+        config = _POLICY.get((width,))
         _update_kv_buffer_kernel[scatter_grid(num_tokens, width, config)](
             kv_rows,
             loc,
@@ -57,9 +57,10 @@ def scatter_rows(kv: torch.Tensor, buffer: torch.Tensor) -> tuple[torch.Tensor, 
 
 def scatter_grid(num_tokens: int, width: int, config: dict) -> tuple[int, int]:
     """(token blocks, column blocks) of a KV scatter kernel's launch."""
-    return triton.cdiv(num_tokens, config["BLOCK_TOKENS"]), triton.cdiv(width, config["BLOCK"])
+    return cdiv(num_tokens, config["BLOCK_TOKENS"]), cdiv(width, config["BLOCK"])
 
 
+@cached
 @triton.jit
 def _update_kv_buffer_kernel(
     kv_ptr,
@@ -83,3 +84,6 @@ def _update_kv_buffer_kernel(
     # Ids outside [0, rows) are skipped (padding; unchecked out-of-range ids): no host sync.
     store_mask = mask & ((rows >= 0) & (rows < buffer_rows))[:, None]
     tl.store(buffer_ptr + rows[:, None] * buffer_row_stride + columns[None, :], values, mask=store_mask)
+
+
+_POLICY = LaunchPolicy("native/update_kv_buffer", launch_config)

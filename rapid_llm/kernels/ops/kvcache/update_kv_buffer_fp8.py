@@ -18,9 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..fast_launch import LaunchPolicy, cached
 from ..fp8 import E4M3_MAX
 from .update_kv_buffer import scatter_grid, scatter_rows
-from ..launch_override import apply
 
 
 def launch_config(row_width: int) -> dict:
@@ -42,7 +42,7 @@ def update_kv_buffer_fp8(
     kv_rows, buffer_rows = scatter_rows(kv, buffer)
     num_tokens, width = kv_rows.shape
     if num_tokens:
-        config = apply("native/update_kv_buffer_fp8", launch_config(width))
+        config = _POLICY.get((width,))
         _update_kv_buffer_fp8_kernel[scatter_grid(num_tokens, width, config)](
             kv_rows,
             loc,
@@ -62,6 +62,7 @@ def update_kv_buffer_fp8(
     return buffer
 
 
+@cached
 @triton.jit
 def _update_kv_buffer_fp8_kernel(
     kv_ptr,
@@ -97,3 +98,6 @@ def _update_kv_buffer_fp8_kernel(
         quantized.to(buffer_ptr.dtype.element_ty),
         mask=store_mask,
     )
+
+
+_POLICY = LaunchPolicy("native/update_kv_buffer_fp8", launch_config)

@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..fast_launch import LaunchPolicy, cached
 from ..fp8 import E4M3_MAX
-from ..launch_override import apply
 
 
 def launch_config(kv_lora_rank: int, rope_dim: int) -> dict:
@@ -53,8 +53,7 @@ def launch_mla_write(
     num_tokens, kv_lora_rank = latent.shape
     rope_dim = rope.shape[1]
     if num_tokens:
-        row = "native/update_mla_buffer" if scale is None else "native/update_mla_buffer_fp8"
-        config = apply(row, launch_config(kv_lora_rank, rope_dim))
+        config = _POLICIES[scale is not None].get((kv_lora_rank, rope_dim))
         _update_mla_buffer_kernel[(num_tokens,)](
             latent,
             rope,
@@ -97,6 +96,7 @@ def _copy_part(
         tl.store(destination_ptr + columns, values.to(destination_ptr.dtype.element_ty), mask=mask)
 
 
+@cached
 @triton.jit
 def _update_mla_buffer_kernel(
     latent_ptr,
@@ -143,3 +143,10 @@ def _update_mla_buffer_kernel(
             FP8_MAX,
             BLOCK_ROPE,
         )
+
+
+#: The launch policy of each write (a plain copy, e4m3), cached per (kv_lora_rank, rope_dim).
+_POLICIES = {
+    False: LaunchPolicy("native/update_mla_buffer", launch_config),
+    True: LaunchPolicy("native/update_mla_buffer_fp8", launch_config),
+}

@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..fast_launch import LaunchPolicy, cached, cdiv
 from .rms_norm import launch_config
-from ..launch_override import apply
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
@@ -30,8 +30,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     residual_rows = residual.view(num_rows, hidden)
     if num_rows == 0:
         return x, residual
-    config = apply("native/fused_add_rms_norm", launch_config(hidden))
-    grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
+    config = _POLICY.get((hidden,))
+    grid = (cdiv(num_rows, config["BLOCK_ROWS"]),)
     _fused_add_rms_norm_kernel[grid](
         x_rows,
         residual_rows,
@@ -47,6 +47,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return x, residual
 
 
+@cached
 @triton.jit
 def _fused_add_rms_norm_kernel(
     x_ptr,
@@ -97,3 +98,6 @@ def _fused_add_rms_norm_kernel(
             weight = tl.load(weight_ptr + (start + columns) * weight_stride, mask=start + columns < hidden, other=0.0)
             y = summed * inverse_rms[:, None] * weight.to(tl.float32)
             tl.store(x_rows + start + columns, y.to(x_ptr.dtype.element_ty), mask=mask)
+
+
+_POLICY = LaunchPolicy("native/fused_add_rms_norm", launch_config)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch_override import apply
+from ..fast_launch import LaunchPolicy, cached, cdiv
 
 MAX_SINGLE_PASS_HIDDEN = 16384
 CHUNK_HIDDEN = 4096
@@ -55,12 +55,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if num_rows == 0:
         return out
-    config = apply("native/rms_norm", launch_config(hidden))
-    grid = (triton.cdiv(num_rows, config["BLOCK_ROWS"]),)
+    config = _POLICY.get((hidden,))
+    grid = (cdiv(num_rows, config["BLOCK_ROWS"]),)
     _rms_norm_kernel[grid](rows, weight, out, rows.stride(0), weight.stride(0), hidden, num_rows, float(eps), **config)
     return out
 
 
+@cached
 @triton.jit
 def _rms_norm_kernel(
     x_ptr,
@@ -101,3 +102,6 @@ def _rms_norm_kernel(
             weight = tl.load(weight_ptr + (start + columns) * weight_stride, mask=start + columns < hidden, other=0.0)
             y = x * inverse_rms[:, None] * weight.to(tl.float32)
             tl.store(out_rows + start + columns, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+_POLICY = LaunchPolicy("native/rms_norm", launch_config)

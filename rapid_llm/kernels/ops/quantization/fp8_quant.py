@@ -31,8 +31,8 @@ import triton
 import triton.language as tl
 
 from ..device_facts import multiprocessor_count
+from ..fast_launch import LaunchPolicy, cached, cdiv
 from ..fp8 import E4M3_MAX, SCALE_FLOOR, group_scale_storage
-from ..launch_override import apply
 
 MAX_SINGLE_PASS = 16384
 CHUNK = 4096
@@ -87,8 +87,9 @@ def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor, 
     total_groups = tokens * groups_per_token
     if total_groups == 0:
         return q
-    config = apply(row, launch_config(group_size, total_groups, multiprocessor_count(x_rows.device)))
-    grid = (triton.cdiv(total_groups, config["BLOCK_GROUPS"]),)
+    policy = _POLICIES.get(row) or _POLICIES.setdefault(row, LaunchPolicy(row, launch_config))
+    config = policy.get((group_size, total_groups, multiprocessor_count(x_rows.device)))
+    grid = (cdiv(total_groups, config["BLOCK_GROUPS"]),)
     _quantize_groups_kernel[grid](
         x_rows,
         q,
@@ -107,6 +108,7 @@ def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor, 
     return q
 
 
+@cached
 @triton.jit
 def _quantize_groups_kernel(
     x_ptr,
@@ -155,3 +157,7 @@ def _quantize_groups_kernel(
             q = tl.clamp(x * inverse[:, None], -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
             tl.store(q_groups + start + columns, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + token * scale_token_stride + group * scale_group_stride, scale, mask=group_mask)
+
+
+#: row -> its cached launch policy (per_token_fp8 and per_token_group_fp8 rows share the kernel).
+_POLICIES: dict = {}

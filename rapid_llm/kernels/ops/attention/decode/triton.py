@@ -39,64 +39,88 @@ import torch
 import triton
 import triton.language as tl
 
+from ...fast_launch import LaunchPolicy, cached, next_power_of_2
 from ...launch_fitting import launch_fitting
 from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_head_dim, split_k
 from . import launch
 
 
-def _decode_knobs(q, kv_buffer, page_table, page_size) -> dict:
-    batch, _, head_dim = q.shape
-    return launch.decode(batch, kv_buffer.shape[1] // 2, head_dim, page_table.shape[1] * int(page_size), q.device)
+def _plan(fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, dtype, device) -> tuple[int, dict]:
+    """(splits, the kernel's keyword arguments) of a call: the launch policy's knobs (launch.decode or
+    launch.decode_fp8, which apply launch_override) and the constexprs derived from the sizes."""
+    if fp8:
+        knobs = launch.decode_fp8(batch, num_kv_heads, head_dim, capacity, dtype, device)
+    else:
+        knobs = launch.decode(batch, num_kv_heads, head_dim, capacity, device)
+    splits = knobs.pop("splits")
+    d_a, d_b = split_head_dim(head_dim)
+    constants = {
+        "PAGE_SIZE": page_size,
+        "SINGLE": splits == 1,
+        "G_PAD": max(16, next_power_of_2(num_q_heads // num_kv_heads)),
+        "D_A": d_a,
+        "D_B": d_b,
+        "D_B_PAD": max(d_b, 16),
+        "FP8": fp8,
+        "PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+    }
+    return splits, {**constants, **knobs}
 
 
-def _decode_fp8_knobs(q, kv_buffer, page_table, page_size) -> dict:
-    batch, _, head_dim = q.shape
-    capacity = page_table.shape[1] * int(page_size)
-    return launch.decode_fp8(batch, kv_buffer.shape[1] // 2, head_dim, capacity, q.dtype, q.device)
+#: _plan per call sizes, built once per sizes (its policies apply launch_override themselves).
+_PLANS = LaunchPolicy(None, _plan)
 
 
-def _run(knobs, fp8, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def _plan_of(fp8, q, kv_buffer, page_table, page_size) -> tuple[int, dict]:
+    batch, num_q_heads, head_dim = q.shape
+    page_size = int(page_size)
+    capacity = page_table.shape[1] * page_size
+    sizes = (fp8, batch, num_q_heads, kv_buffer.shape[1] // 2, head_dim, capacity, page_size, q.dtype, q.device)
+    return _PLANS.get(sizes)
+
+
+def _run(fp8, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
         return out
+    # the plan of this call's own sizes (a cache lookup), so a layer's call never runs with another's constexprs
+    plan = _plan_of(fp8, q, kv_buffer, page_table, page_size)
     if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
         k_scale = v_scale = seq_lens
-    _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, dict(knobs), fp8=fp8)
+    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, out, plan)
     return out
 
 
 def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    knobs = _decode_knobs(q, kv_buffer, page_table, page_size)
-    return _run(knobs, False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+    return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
 
 def decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    knobs = _decode_fp8_knobs(q, kv_buffer, page_table, page_size)
-    return _run(knobs, True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+    return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
 
 def prepare_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
-    """native/decode's per-step preparation: the launch policy (tiles, split count) computed once from the step's
-    host-known sizes; returns the op's callable that every layer's call runs with it."""
-    return functools.partial(_run, _decode_knobs(q, kv_buffer, page_table, page_size), False)
+    """native/decode's per-step preparation: the launch plan (tiles, split count, constexprs) of the step's
+    host-known sizes, computed here once and cached; returns the op's callable that every layer's call runs."""
+    _plan_of(False, q, kv_buffer, page_table, page_size)
+    return functools.partial(_run, False)
 
 
 def prepare_decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
     """native/decode_fp8's per-step preparation, as prepare_decode."""
-    return functools.partial(_run, _decode_fp8_knobs(q, kv_buffer, page_table, page_size), True)
+    _plan_of(True, q, kv_buffer, page_table, page_size)
+    return functools.partial(_run, True)
 
 
-def _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, out, knobs, fp8):
-    batch, num_q_heads, head_dim = q.shape
+def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, out, plan):
+    batch, num_q_heads, _ = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
-    group = num_q_heads // num_kv_heads
-    splits = knobs.pop("splits")
+    splits, config = plan
 
     def launch_kernel(partial, partial_lse):
-        d_a, d_b = split_head_dim(head_dim)
         launch_fitting(
             _decode_kernel,
             (batch, num_kv_heads, splits),
@@ -120,20 +144,12 @@ def _launch(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_
             page_table.stride(1),
             seq_lens.stride(0),
             num_kv_heads,
-            group,
+            num_q_heads // num_kv_heads,
             float(sm_scale) * LOG2E,
             splits,
             kv_buffer.shape[0],
             page_table.shape[1],
-            PAGE_SIZE=int(page_size),
-            SINGLE=splits == 1,
-            G_PAD=max(16, triton.next_power_of_2(group)),
-            D_A=d_a,
-            D_B=d_b,
-            D_B_PAD=max(d_b, 16),
-            FP8=fp8,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            **knobs,
+            **config,
         )
 
     split_k(out, splits, launch_kernel)
@@ -162,6 +178,7 @@ def _kv_to(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
     return x.to(dtype)
 
 
+@cached
 @triton.jit
 def _decode_kernel(
     q_ptr,

@@ -29,10 +29,8 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -40,7 +38,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ...fast_launch import DescriptorCache, LaunchPolicy, cached, cdiv
 from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..gluon_tiles import GL_DTYPES, cache_row
 from ..tiles import LOG2E, split_k
@@ -73,15 +73,14 @@ def mla_decode_gluon(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    knobs = launch.gluon(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
-    splits = knobs.pop("splits")
+    page_size = int(page_size)
+    splits, knobs = _PLANS.get((batch, num_q_heads, page_table.shape[1] * page_size, q.device))
 
     def launch_kernel(partial, partial_lse):
         layouts = _layouts(latent_cache.dtype)
-        shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
-        values = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, VALUE_HALF], layouts["value"])
-        rope = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, MLA_ROPE_DIM], layouts["rope"])
-        _mla_decode_gluon_kernel[(batch, triton.cdiv(num_q_heads, BLOCK_H), splits)](
+        boxes = ((VALUE_HALF, layouts["value"]), (MLA_ROPE_DIM, layouts["rope"]))
+        values, rope = _DESCRIPTORS.row_boxes(TensorDescriptor, latent_cache, BLOCK_N, boxes)
+        _mla_decode_gluon_kernel[(batch, cdiv(num_q_heads, BLOCK_H), splits)](
             q,
             values,
             rope,
@@ -104,7 +103,7 @@ def mla_decode_gluon(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
             splits,
             latent_cache.shape[0],
             page_table.shape[1],
-            PAGE_SIZE=int(page_size),
+            PAGE_SIZE=page_size,
             SINGLE=splits == 1,
             DTYPE=layouts["DTYPE"],
             Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
@@ -170,6 +169,7 @@ def _softmax_and_values(s, valid, acc_lo, acc_hi, m_i, l_i, lo, hi, p_smem, qk_s
     return acc_lo, acc_hi, m_new, l_i
 
 
+@cached
 @gluon.jit
 def _mla_decode_gluon_kernel(
     q_ptr,
@@ -375,3 +375,15 @@ def _mla_decode_gluon_kernel(
 
 
 __all__ = ["BLOCK_H", "BLOCK_N", "mla_decode_gluon"]
+
+
+def _plan(batch, num_q_heads, capacity, device) -> tuple[int, dict]:
+    """(splits, the kernel's other launch knobs): launch.gluon's, computed once per call sizes."""
+    knobs = launch.gluon(batch, num_q_heads, capacity, device)
+    return knobs.pop("splits"), knobs
+
+
+#: _plan per call sizes (launch.gluon applies launch_override itself).
+_PLANS = LaunchPolicy(None, _plan)
+#: The latent cache's two descriptors, reused while the cache lives (built per call, they cost more than the launch).
+_DESCRIPTORS = DescriptorCache()

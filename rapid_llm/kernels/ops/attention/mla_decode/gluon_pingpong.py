@@ -40,10 +40,8 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -51,7 +49,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ...fast_launch import DescriptorCache, LaunchPolicy, cached, cdiv
 from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..gluon_tiles import GL_DTYPES, cache_row
 from ..tiles import LOG2E, split_k
@@ -82,15 +82,14 @@ def mla_decode_gluon_pingpong(q, latent_cache, page_table, seq_lens, page_size, 
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    knobs = launch.gluon_pingpong(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
-    splits = knobs.pop("splits")
+    page_size = int(page_size)
+    splits, knobs = _PLANS.get((batch, num_q_heads, page_table.shape[1] * page_size, q.device))
 
     def launch_kernel(partial, partial_lse):
         layouts = _layouts(latent_cache.dtype)
-        shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
-        halves = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, VALUE_HALF], layouts["half"])
-        rope = TensorDescriptor(latent_cache, shape, strides, [BLOCK_N, MLA_ROPE_DIM], layouts["rope"])
-        _mla_decode_pingpong_kernel[(batch, triton.cdiv(num_q_heads, BLOCK_H), splits)](
+        boxes = ((VALUE_HALF, layouts["half"]), (MLA_ROPE_DIM, layouts["rope"]))
+        halves, rope = _DESCRIPTORS.row_boxes(TensorDescriptor, latent_cache, BLOCK_N, boxes)
+        _mla_decode_pingpong_kernel[(batch, cdiv(num_q_heads, BLOCK_H), splits)](
             q,
             halves,
             rope,
@@ -109,7 +108,7 @@ def mla_decode_gluon_pingpong(q, latent_cache, page_table, seq_lens, page_size, 
             float(sm_scale) * LOG2E,
             splits,
             page_table.shape[1],
-            PAGE_SIZE=int(page_size),
+            PAGE_SIZE=page_size,
             SINGLE=splits == 1,
             DTYPE=layouts["DTYPE"],
             Q_VALUE_LAYOUT=layouts["Q_VALUE_LAYOUT"],
@@ -531,6 +530,7 @@ def _store_half(
         gl.store(partial_ptr + gl.expand_dims(slots, 1) * (2 * HALF) + dims, o, mask=head_valid)
 
 
+@cached
 @gluon.jit
 def _mla_decode_pingpong_kernel(
     q_ptr,
@@ -738,3 +738,15 @@ def _mla_decode_pingpong_kernel(
 
 
 __all__ = ["BLOCK_H", "BLOCK_N", "mla_decode_gluon_pingpong"]
+
+
+def _plan(batch, num_q_heads, capacity, device) -> tuple[int, dict]:
+    """(splits, the kernel's other launch knobs): launch.gluon_pingpong's, computed once per call sizes."""
+    knobs = launch.gluon_pingpong(batch, num_q_heads, capacity, device)
+    return knobs.pop("splits"), knobs
+
+
+#: _plan per call sizes (launch.gluon_pingpong applies launch_override itself).
+_PLANS = LaunchPolicy(None, _plan)
+#: The latent cache's two descriptors, reused while the cache lives (built per call, they cost more than the launch).
+_DESCRIPTORS = DescriptorCache()

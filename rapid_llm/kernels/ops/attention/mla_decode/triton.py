@@ -20,8 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
+from ...fast_launch import LaunchPolicy, cached, cdiv
 from ...launch_fitting import launch_fitting
+from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_k
 from . import launch
 
@@ -32,13 +33,13 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    knobs = launch.pointer(batch, num_q_heads, page_table.shape[1] * int(page_size), q.dtype, q.device)
-    splits = knobs.pop("splits")
+    page_size = int(page_size)
+    splits, config = _PLANS.get((batch, num_q_heads, page_table.shape[1] * page_size, q.dtype, q.device, page_size))
 
     def launch_kernel(partial, partial_lse):
         launch_fitting(
             _mla_decode_kernel,
-            (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits),
+            (batch, cdiv(num_q_heads, config["BLOCK_H"]), splits),
             q.device,
             q,
             latent_cache,
@@ -60,15 +61,22 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
             splits,
             latent_cache.shape[0],
             page_table.shape[1],
-            PAGE_SIZE=int(page_size),
-            SINGLE=splits == 1,
-            DV=MLA_VALUE_DIM,
-            DR=MLA_ROPE_DIM,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            **knobs,
+            **config,
         )
 
     return split_k(out, splits, launch_kernel)
+
+
+def _plan(batch, num_q_heads, capacity, dtype, device, page_size) -> tuple[int, dict]:
+    """(splits, the kernel's keyword arguments) of a call: launch.pointer's knobs and the constexprs."""
+    knobs = launch.pointer(batch, num_q_heads, capacity, dtype, device)
+    splits = knobs.pop("splits")
+    constants = {"PAGE_SIZE": page_size, "SINGLE": splits == 1, "DV": MLA_VALUE_DIM, "DR": MLA_ROPE_DIM}
+    return splits, {**constants, "PRECISION": "ieee" if dtype == torch.float32 else "tf32", **knobs}
+
+
+#: _plan per call sizes, built once (launch.pointer applies launch_override itself).
+_PLANS = LaunchPolicy(None, _plan)
 
 
 @triton.jit
@@ -120,6 +128,7 @@ def _latent_tile(
     return acc, m_i, l_i
 
 
+@cached
 @triton.jit
 def _mla_decode_kernel(
     q_ptr,

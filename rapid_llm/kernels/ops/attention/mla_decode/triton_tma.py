@@ -21,8 +21,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
+from ...fast_launch import DescriptorCache, LaunchPolicy, cached, cdiv
 from ...launch_fitting import launch_fitting
+from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
 from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_k
 from . import VALUE_HALF, launch
 
@@ -33,20 +34,15 @@ def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    knobs = launch.tma(batch, num_q_heads, page_table.shape[1] * int(page_size), q.device)
-    splits = knobs.pop("splits")
+    page_size = int(page_size)
+    splits, config = _PLANS.get((batch, num_q_heads, page_table.shape[1] * page_size, q.device, page_size))
 
     def launch_kernel(partial, partial_lse):
-        shape, strides = list(latent_cache.shape), [latent_cache.stride(0), 1]
-        values = TensorDescriptor(
-            latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], VALUE_HALF]
-        )
-        rope = TensorDescriptor(
-            latent_cache, shape=shape, strides=strides, block_shape=[knobs["BLOCK_N"], MLA_ROPE_DIM]
-        )
+        boxes = ((VALUE_HALF, None), (MLA_ROPE_DIM, None))
+        values, rope = _DESCRIPTORS.row_boxes(TensorDescriptor, latent_cache, config["BLOCK_N"], boxes)
         launch_fitting(
             _mla_decode_tma_kernel,
-            (batch, triton.cdiv(num_q_heads, knobs["BLOCK_H"]), splits),
+            (batch, cdiv(num_q_heads, config["BLOCK_H"]), splits),
             q.device,
             q,
             values,
@@ -70,14 +66,23 @@ def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
             splits,
             latent_cache.shape[0],
             page_table.shape[1],
-            PAGE_SIZE=int(page_size),
-            SINGLE=splits == 1,
-            HALF=VALUE_HALF,
-            DR=MLA_ROPE_DIM,
-            **knobs,
+            **config,
         )
 
     return split_k(out, splits, launch_kernel)
+
+
+def _plan(batch, num_q_heads, capacity, device, page_size) -> tuple[int, dict]:
+    """(splits, the kernel's keyword arguments) of a call: launch.tma's knobs and the constexprs."""
+    knobs = launch.tma(batch, num_q_heads, capacity, device)
+    splits = knobs.pop("splits")
+    return splits, {"PAGE_SIZE": page_size, "SINGLE": splits == 1, "HALF": VALUE_HALF, "DR": MLA_ROPE_DIM, **knobs}
+
+
+#: _plan per call sizes, built once (launch.tma applies launch_override itself).
+_PLANS = LaunchPolicy(None, _plan)
+#: The latent cache's two descriptors, reused while the cache lives (built per call, they cost more than the launch).
+_DESCRIPTORS = DescriptorCache()
 
 
 @triton.jit
@@ -126,6 +131,7 @@ def _tail_tile(
     return acc_lo, acc_hi, m_i, l_i
 
 
+@cached
 @triton.jit
 def _mla_decode_tma_kernel(
     q_ptr,

@@ -51,11 +51,8 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -63,8 +60,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ...device_facts import multiprocessor_count
+from ...fast_launch import LaunchPolicy, cached, cdiv
 from ..gluon_tiles import GL_DTYPES
 from ..tiles import LOG2E
 from . import launch
@@ -113,17 +112,11 @@ def prefill_gluon(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return
     batch = cu_seqlens.shape[0] - 1
     if tokens == 0 or batch == 0 or int(max_seqlen) == 0:
         return (out, lse) if return_lse else out
-    knobs = launch.gluon(q.device)
-    consumers, block_n, stages = knobs["CONSUMERS"], int(knobs["BLOCK_N"]), int(knobs["STAGES"])
-    if consumers not in REGISTERS or (knobs["PINGPONG"] and consumers != 2) or (consumers == 3 and block_n != 64):
-        raise ValueError(f"native/prefill_gluon: 2 or 3 consumers (2 with PINGPONG; 3 with 64-key tiles), got {knobs}")
-    block_m = ROWS.value * consumers
-    consumer_regs, producer_regs, max_registers = REGISTERS[consumers]
+    block_m, block_n, programs, config = _PLANS.get((q.dtype, q.device))
     layouts = _layouts(q.dtype, block_n)
-    num_blocks = triton.cdiv(int(max_seqlen), block_m)
+    num_blocks = cdiv(int(max_seqlen), block_m)
     items = num_blocks * batch * num_q_heads
-    grid = min(items, knobs["PROGRAMS"] or multiprocessor_count(q.device))
-    _prefill_gluon_kernel[(grid,)](
+    _prefill_gluon_kernel[(min(items, programs),)](
         _descriptor(q, ROWS.value, layouts["q"]),
         _descriptor(k, block_n, layouts["kv"]),
         _descriptor(v, block_n, layouts["kv"]),
@@ -152,19 +145,38 @@ def prefill_gluon(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return
         items,
         CAUSAL=bool(causal),
         WRITE_LSE=lse is not None,
-        DTYPE=layouts["DTYPE"],
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        HEAD_DIM=HEAD_DIM,
-        STAGES=stages,
-        Q_SLOTS=int(knobs["Q_SLOTS"]),
-        PINGPONG=bool(knobs["PINGPONG"]),
-        CONSUMER_REGS=consumer_regs,
-        PRODUCER_REGS=producer_regs,
-        num_warps=4,
-        maxnreg=max_registers,
+        **config,
     )
     return (out, lse) if return_lse else out
+
+
+def _plan(dtype: torch.dtype, device: torch.device) -> tuple[int, int, int, dict]:
+    """(BLOCK_M, BLOCK_N, programs, the kernel's keyword arguments but CAUSAL and WRITE_LSE) from launch.gluon's
+    knobs (which apply launch_override), checked."""
+    knobs = launch.gluon(device)
+    consumers, block_n, stages = knobs["CONSUMERS"], int(knobs["BLOCK_N"]), int(knobs["STAGES"])
+    if consumers not in REGISTERS or (knobs["PINGPONG"] and consumers != 2) or (consumers == 3 and block_n != 64):
+        raise ValueError(f"native/prefill_gluon: 2 or 3 consumers (2 with PINGPONG; 3 with 64-key tiles), got {knobs}")
+    block_m = ROWS.value * consumers
+    consumer_regs, producer_regs, max_registers = REGISTERS[consumers]
+    config = {
+        "DTYPE": _layouts(dtype, block_n)["DTYPE"],
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "HEAD_DIM": HEAD_DIM,
+        "STAGES": stages,
+        "Q_SLOTS": int(knobs["Q_SLOTS"]),
+        "PINGPONG": bool(knobs["PINGPONG"]),
+        "CONSUMER_REGS": consumer_regs,
+        "PRODUCER_REGS": producer_regs,
+        "num_warps": 4,
+        "maxnreg": max_registers,
+    }
+    return block_m, block_n, knobs["PROGRAMS"] or multiprocessor_count(device), config
+
+
+#: _plan per (dtype, device), built once (launch.gluon applies launch_override itself).
+_PLANS = LaunchPolicy(None, _plan)
 
 
 @gluon.jit
@@ -876,6 +888,7 @@ def _consumer_third(
     _consumer(args, CAUSAL, WRITE_LSE, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, PINGPONG, 2)
 
 
+@cached
 @gluon.jit
 def _prefill_gluon_kernel(
     q_desc,
