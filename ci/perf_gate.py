@@ -1,6 +1,7 @@
-"""CI perf gate: run the CPU dispatcher benchmarks and fail on a regression against the stored baseline.
+"""CI perf gate: run the CPU dispatcher and host-path benchmarks and fail on a regression against the stored baseline.
 
-    ci/perf_gate                      run perf/test_dispatcher_bench.py fresh, compare with the baseline
+    ci/perf_gate                      run SUITES (perf/test_dispatcher_bench.py, perf/test_host_path_bench.py)
+                                      fresh, compare with the baseline
     ci/perf_gate --self-test          prove the gate works: an unplanted run must pass AND a run with a
                                       planted 2x slowdown (RAPID_LLM_PERF_PLANT) must fail, naming it
     ci/perf_gate --gate-and-self-test the gate, whose run doubles as the self-test's unplanted run, then the
@@ -84,7 +85,8 @@ import sys
 import tempfile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SUITE = "perf/test_dispatcher_bench.py"
+#: The CPU suites the gate runs: the dispatcher tier and the public ops' host path (stub launches).
+SUITES = ("perf/test_dispatcher_bench.py", "perf/test_host_path_bench.py")
 GATE_LOGIC_TESTS = "perf/test_gate_logic.py"
 STORAGE = os.path.join("perf", "baselines", "cpu")
 BASELINE_NAME = "dispatcher"  # --benchmark-save name: <storage>/<machine id>/NNNN_dispatcher.json
@@ -476,7 +478,7 @@ def run_suite(
     env.pop(PLANT_ENV, None)
     if plant:
         env[PLANT_ENV] = plant
-    command = ["python", "-m", "pytest", *(node_ids or [SUITE])]
+    command = ["python", "-m", "pytest", *(node_ids or SUITES)]
     if save_storage:
         saved_before = set(glob.glob(os.path.join(save_storage, "*", "*.json")))
         command += [f"--benchmark-save={BASELINE_NAME}", f"--benchmark-storage=file://{save_storage}"]
@@ -648,7 +650,7 @@ def make_baseline(documents: list[dict], command: list[str]) -> tuple[dict, int]
             "(median_normalised) and of extra_info['paired']['normalised'] (paired_normalised; "
             "perf/calibration.py), and the per-run values. The gate decides on the normalised medians."
         ),
-        "suite": SUITE,
+        "suite": " ".join(SUITES),
         "runs": len(documents),
         "saved_run": index + 1,
         "calibration": calibration,
@@ -788,7 +790,7 @@ def mode_update_baseline(args, workdir: str) -> int:
         "python",
         "-m",
         "pytest",
-        SUITE,
+        *SUITES,
         f"--benchmark-save={BASELINE_NAME}",
         "--benchmark-storage=file://...",
         *BENCHMARK_OPTIONS,

@@ -120,6 +120,9 @@ def _byte_pattern(t):
 
 
 def _byte_extent(t) -> int:
+    """Bytes from t.data_ptr() to the end of t's last element (t not empty)."""
+    if t.is_contiguous():  # the common case, without a Python loop over the dims
+        return t.numel() * t.element_size()
     return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
@@ -203,10 +206,7 @@ def may_overlap(a, b) -> bool:
     missed overlap). Tensors without memory (meta) never overlap."""
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":
         return False
-    storage_a, storage_b = a.untyped_storage(), b.untyped_storage()
-    first_a, first_b = storage_a.data_ptr(), storage_b.data_ptr()
-    if first_a + storage_a.nbytes() <= first_b or first_b + storage_b.nbytes() <= first_a:
-        return False  # the common case: separate allocations (a view's bytes lie inside its storage's)
+    # the common case first (separate allocations): spans apart, read without building storage objects
     start_a, start_b = a.data_ptr(), b.data_ptr()
     if start_a + _byte_extent(a) <= start_b or start_b + _byte_extent(b) <= start_a:
         return False
