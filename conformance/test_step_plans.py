@@ -90,13 +90,15 @@ def test_a_prepared_row_prepares_once_per_step(monkeypatch):
     if not env.triton_interpret and env.device.kind != "cuda":
         pytest.skip("native/decode runs on the GPU or under RAPID_LLM_TRITON_INTERPRET=1")
     calls = []
-    original = decode_module._decode_knobs
+    policies = decode_module._PLANS
+    original = policies.policy
 
-    def counting(*args):
-        calls.append(1)
-        return original(*args)
+    def counting(*sizes):
+        calls.append(sizes)
+        return original(*sizes)
 
-    monkeypatch.setattr(decode_module, "_decode_knobs", counting)
+    monkeypatch.setattr(policies, "policy", counting)
+    monkeypatch.setattr(policies, "_cache", {})
     args = _make(DECODE, "ragged_page16")
     step = StepPlan(planner_forcing(DECODE, "native/decode"), DECODE, *args)
     assert step.prepared
