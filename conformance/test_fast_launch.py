@@ -142,6 +142,16 @@ def test_a_launch_hook_sees_every_launch(compiles):
     assert not compiles.compiled[0].calls
 
 
+def test_a_kernel_with_a_pre_run_hook_takes_the_slow_path(compiles):
+    kernel = _kernel()
+    launch = fast_launch.Launcher(kernel, {"BLOCK": 64})
+    launch((1,), _x(), 64, 0.5, True)
+    kernel.add_pre_run_hook(lambda *args, **kwargs: None)  # added after the first launch: still honoured
+    launch((1,), _x(), 64, 0.5, True)
+    assert len(compiles.compiled) == 2
+    assert not compiles.compiled[0].calls
+
+
 class _RecordingJIT(JITFunction):
     """A JITFunction whose kernel[grid](...) records the launch instead of compiling (Triton's own slow path)."""
 

@@ -30,9 +30,7 @@ import statistics
 import sys
 import time
 
-from perf.host_path import CASES, case_args
-
-PREFILL_TOKENS, PREFILL_Q_HEADS, PREFILL_KV_HEADS, PREFILL_HEAD_DIM = 128, 32, 8, 128
+from perf.host_path import CASES, GPU_CASES, case_args
 
 
 def _version(distribution: str) -> str | None:
@@ -40,18 +38,6 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _prefill_args(torch):
-    generator = torch.Generator(device="cpu").manual_seed(0)
-
-    def randn(*shape):
-        return torch.randn(shape, generator=generator).to(device="cuda", dtype=torch.bfloat16)
-
-    q = randn(PREFILL_TOKENS, PREFILL_Q_HEADS, PREFILL_HEAD_DIM)
-    k, v = (randn(PREFILL_TOKENS, PREFILL_KV_HEADS, PREFILL_HEAD_DIM) for _ in range(2))
-    cu_seqlens = torch.tensor([0, PREFILL_TOKENS], dtype=torch.int32, device="cuda")
-    return q, k, v, cu_seqlens, PREFILL_TOKENS, PREFILL_HEAD_DIM**-0.5
 
 
 def _flashinfer():
@@ -126,11 +112,8 @@ def _arms(torch, kernels, name: str) -> tuple[dict, dict]:
     """({arm: callable}, facts) for case `name`."""
     from rapid_llm.kernels.dispatcher import default_planner
 
-    if name == "prefill":
-        op, public, args = "attention.prefill", kernels.prefill, _prefill_args(torch)
-    else:
-        op, function, _ = CASES[name]
-        public, args = getattr(kernels, function), case_args(name, torch, "cuda")
+    op, function, _ = {**CASES, **GPU_CASES}[name]
+    public, args = getattr(kernels, function), case_args(name, torch, "cuda")
     planned = default_planner().plan_for(op, *args)
     arms = {"public": lambda: public(*args), "impl": lambda: planned.impl(*args)}
     facts = {"op": op, "row": planned.row.name}
@@ -184,7 +167,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="calls per timed batch (default 200)")
     parser.add_argument("--rounds", type=int, default=25, help="interleaved rounds (default 25)")
     parser.add_argument("--warmup", type=int, default=50, help="warm-up calls per arm (default 50)")
-    parser.add_argument("--cases", default=",".join([*CASES, "prefill"]), help="comma-separated case names")
+    parser.add_argument("--cases", default=",".join([*CASES, *GPU_CASES]), help="comma-separated case names")
     args = parser.parse_args(argv)
 
     import torch

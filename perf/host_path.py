@@ -28,7 +28,11 @@ CASES = {
     "mla_decode": ("attention.mla_decode", "mla_decode", "native/mla_decode"),
 }
 
+#: Cases timed on the GPU only (perf/host_cost.py): their Triton rows need a GPU (Gluon, TMA).
+GPU_CASES = {"prefill": ("attention.prefill", "prefill", "native/prefill_gluon")}
+
 HIDDEN, INTERMEDIATE = 4096, 14336
+PREFILL_TOKENS = 128
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 16
 DECODE_LENGTH = 1024
 MLA_HEADS, MLA_LATENT, MLA_PAGE, MLA_LENGTH = 16, 576, 64, 32768
@@ -70,7 +74,12 @@ def case_args(name: str, torch, device, dtype=None) -> tuple:
         seq_lens = torch.tensor([MLA_LENGTH], dtype=torch.int32, device=device)
         latent = randn(pages * MLA_PAGE, MLA_LATENT)
         return randn(1, MLA_HEADS, MLA_LATENT), latent, page_table, seq_lens, MLA_PAGE, 192**-0.5
-    raise KeyError(f"unknown host-path case {name!r}; cases: {sorted(CASES)}")
+    if name == "prefill":  # one sequence of PREFILL_TOKENS, GQA 32/8, D 128
+        q = randn(PREFILL_TOKENS, Q_HEADS, HEAD_DIM)
+        k, v = randn(PREFILL_TOKENS, KV_HEADS, HEAD_DIM), randn(PREFILL_TOKENS, KV_HEADS, HEAD_DIM)
+        cu_seqlens = torch.tensor([0, PREFILL_TOKENS], dtype=torch.int32, device=device)
+        return q, k, v, cu_seqlens, PREFILL_TOKENS, HEAD_DIM**-0.5
+    raise KeyError(f"unknown host-path case {name!r}; cases: {sorted([*CASES, *GPU_CASES])}")
 
 
 @contextlib.contextmanager
@@ -103,4 +112,4 @@ def stub_host_path():
         plan_module._DEFAULT_PLANNER = saved
 
 
-__all__ = ["CASES", "FP16_ON_CPU", "case_args", "stub_host_path"]
+__all__ = ["CASES", "FP16_ON_CPU", "GPU_CASES", "case_args", "stub_host_path"]

@@ -60,13 +60,17 @@ def expect_float_tensor(op: str, argument: str, value) -> None:
 
 
 def expect_real_number(op: str, argument: str, value, *, minimum: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    # a float or int (the usual eps, scale) skips the isinstance test against the numbers.Real ABC
+    kind = type(value)
+    if kind is not float and kind is not int and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
         raise OpInputError(op, argument, "a Python real number", type(value).__name__)
     if minimum is not None and not value >= minimum:
         raise OpInputError(op, argument, f"a number >= {minimum}", repr(value))
 
 
 def expect_int(op: str, argument: str, value, *, minimum: int | None = None) -> None:
+    if type(value) is int and (minimum is None or value >= minimum):
+        return  # the usual case, without the message or the isinstance test against numbers.Integral
     expected = "a Python int" if minimum is None else "a positive int" if minimum == 1 else f"an int >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise OpInputError(op, argument, expected, type(value).__name__)

@@ -108,11 +108,9 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _int_class(value: int) -> int:
-    """Triton's specialisation of a runtime int, refined: 1 (a constant), else width class x 16-divisibility."""
-    if value == 1:
-        return 1
-    width = 2 if _I32_LOW <= value < _I32_HIGH else 4 if _I32_LOW <= value < _I64_HIGH or value < 0 else 6
+def _wide_int_class(value: int) -> int:
+    """The class of an int outside i32: i64 (4) or u64 (6), plus its divisibility by 16."""
+    width = 4 if value < _I64_HIGH else 6
     return width + (value % 16 == 0)
 
 
@@ -132,16 +130,22 @@ def _descriptor_key(descriptor) -> tuple:
 
 def specialisation_key(args: tuple) -> tuple:
     """A key equal for two argument tuples only if Triton compiles both alike (see the module docstring).
-    Raises _Unknown for an argument type it does not model."""
+    Raises _Unknown for an argument type it does not model. Ints are classed as 1 (a constant to Triton),
+    2/3 (i32, not / divisible by 16), 4/5 (i64), 6/7 (u64)."""
     key = []
     append = key.append
     for value in args:
         kind = type(value)
-        if kind is _Tensor or isinstance(value, _Tensor):
+        if kind is int:  # the most common argument: inline, no call
+            if value == 1:
+                append(1)
+            elif _I32_LOW <= value < _I32_HIGH:
+                append(3 if value % 16 == 0 else 2)
+            else:
+                append(_wide_int_class(value))
+        elif kind is _Tensor or isinstance(value, _Tensor):
             append(value.dtype)
             append(value.data_ptr() % 16 == 0)
-        elif kind is int:
-            append(_int_class(value))
         elif kind is float:
             append(float)
         elif kind is bool or value is None:
@@ -181,17 +185,23 @@ class Launcher:
     args are the kernel's leading runtime arguments, positionally; config holds its constexprs and launch
     options (hashable values). See the module docstring for when a call skips Triton's binder."""
 
-    __slots__ = ("_direct", "_entries", "config", "kernel")
+    __slots__ = ("_direct", "_entries", "_pre_run_hooks", "config", "kernel")
 
     def __init__(self, kernel, config: dict):
         self.kernel = kernel
         self.config = dict(config)
         self._entries: dict = {}
-        # pre-run hooks see every call's arguments: such a kernel always takes kernel[grid]
-        self._direct = JITFunction is not None and isinstance(kernel, JITFunction) and not kernel.pre_run_hooks
+        self._direct = JITFunction is not None and isinstance(kernel, JITFunction)
+        # pre-run hooks see every call's arguments: while the kernel has any, it takes kernel[grid]
+        self._pre_run_hooks = getattr(kernel, "pre_run_hooks", None) if self._direct else None
 
     def __call__(self, grid, *args):
-        if self._direct and (_state["stub"] is not None or _api_matches()) and _hooks_idle():
+        if (
+            self._direct
+            and not self._pre_run_hooks
+            and (_state["stub"] is not None or _api_matches())
+            and _hooks_idle()
+        ):
             try:
                 key = specialisation_key(args)
             except _Unknown:
