@@ -13,6 +13,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
+    host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
     step-plan-table  h200.attention.bench.step_plans (+ .raw): the rows with a per-step preparation, each through
@@ -74,18 +75,20 @@ def _perf_gate():
 
 
 def dispatcher_rows(benchmarks: dict, calibration: str) -> list[tuple[str, str, str]]:
-    """(test name, label, requirement) for every benchmark of the baseline but the calibration.
+    """(full name, label, requirement) for every benchmark of the baseline but the calibration: the dispatcher
+    suite's in DISPATCHER_LABELS order, then the others (the host-path suite's) by name.
 
     benchmarks: {fullname: pytest-benchmark benchmark entry} of the saved baseline.
     """
-    names = [name.removeprefix(SUITE_PREFIX) for name in benchmarks if name != calibration]
-    ordered = [name for name in DISPATCHER_LABELS if name in names]
-    ordered += sorted(name for name in names if name not in DISPATCHER_LABELS)
+    names = [name for name in benchmarks if name != calibration]
+    short = {name: name.removeprefix(SUITE_PREFIX) for name in names}
+    ordered = [SUITE_PREFIX + label for label in DISPATCHER_LABELS if SUITE_PREFIX + label in benchmarks]
+    ordered += sorted(name for name in names if name not in ordered)
     rows = []
     for name in ordered:
-        info = benchmarks[SUITE_PREFIX + name].get("extra_info", {})
+        info = benchmarks[name].get("extra_info", {})
         label, requirement = DISPATCHER_LABELS.get(
-            name, (f"`{name}`", (info.get("requirement") or {}).get("text", "-"))
+            short[name], (f"`{short[name].rpartition('::')[2]}`", (info.get("requirement") or {}).get("text", "-"))
         )
         rows.append((name, label, requirement))
     return rows
@@ -388,6 +391,36 @@ def model_step_table() -> str:
     return "\n".join(lines)
 
 
+HOST_COST = "h200.host_cost"
+
+
+def host_cost_table() -> str:
+    """Host (CPU) time per call on the GPU machine: our public op and its PlannedOp.impl beside the peer's call."""
+    run = _load(HOST_COST)
+    lines = [
+        "What an eager engine pays on the host per call (`python -m perf.host_cost` on the GPU machine): "
+        "`time.perf_counter` over back-to-back calls without a synchronize, median of interleaved rounds. "
+        "**public**: the op as imported (its check, the plan lookup, the kernel); **impl**: the planned kernel "
+        "(`PlannedOp.impl`, what `rapid-llm run` and a kept plan call); **peer**: the library's own call, "
+        "driven as engines drive it; `torch.add` on a 4-element tensor is the host's yardstick.",
+        "",
+        f"- `{HOST_COST}` (`{evidence.resolve(HOST_COST)}`): {run['device']}, torch {run['versions']['torch']}, "
+        f"triton {run['versions']['triton']}",
+        "",
+        "| case | row | public | impl | peer | public / peer | torch.add |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, case in run["cases"].items():
+        us = case["us_per_call"]
+        peer = f"{us['peer']:.1f} µs (`{case['peer']}`)" if "peer" in us else "-"
+        ratio = f"{us['public'] / us['peer']:.2f}x" if "peer" in us else "-"
+        lines.append(
+            f"| {name} | `{case['row']}` | {us['public']:.1f} µs | {us['impl']:.1f} µs | {peer} | {ratio} | "
+            f"{us['torch.add']:.1f} µs |"
+        )
+    return "\n".join(lines)
+
+
 STEP_PLAN_BENCH = "h200.attention.bench.step_plans"
 
 
@@ -458,7 +491,7 @@ def dispatcher_table() -> str:
         raise SystemExit(f"{path} was not written by ci/perf_gate --update-baseline (no '{gate.GATE_KEY}' key)")
     benchmarks = {bench["fullname"]: bench for bench in baseline["benchmarks"]}
     lines = [
-        f"CPU dispatcher costs from the stored baseline (`{os.path.relpath(path, ROOT)}`, "
+        f"CPU dispatcher and host-path costs from the stored baseline (`{os.path.relpath(path, ROOT)}`, "
         f"{baseline['datetime'][:10]}, {made['runs']} runs, this project's 2-core VM, Python "
         f"{baseline['machine_info'].get('python_version', '?')}). Median: the median over the runs of "
         "pytest-benchmark's median; best: the fastest batch seen while interleaved with the calibration "
@@ -468,7 +501,7 @@ def dispatcher_table() -> str:
         "|---|---|---|---|---|",
     ]
     for name, label, requirement in dispatcher_rows(benchmarks, made["calibration"]):
-        info = benchmarks[SUITE_PREFIX + name].get("extra_info", {})
+        info = benchmarks[name].get("extra_info", {})
         best = (info.get("paired") or {}).get("work_min_s")
         note = ""
         if "plan_overhead_s" in info:
@@ -498,6 +531,7 @@ PAGES = {
     "docs/support-matrix.md": (("support-matrix", support_matrix),),
     "docs/performance.md": (
         ("model-step-table", model_step_table),
+        ("host-cost-table", host_cost_table),
         ("perf-table", perf_table),
         ("attention-table", attention_table),
         ("step-plan-table", step_plan_table),
