@@ -81,9 +81,7 @@ def copy_bandwidth(gib: int = 4) -> float:
     """Bytes per second of a device-to-device copy (read + write)."""
     source = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)
-    seconds = _event_seconds(lambda: target.copy_(source), 10)
-    del source, target
-    return 2 * (gib << 30) / seconds
+    return 2 * (gib << 30) / _event_seconds(lambda: target.copy_(source), 10)
 
 
 def weight_bytes(weights) -> int:
@@ -115,7 +113,6 @@ class Direct:
     def __init__(self, table):
         self.impls = {op: resolve_target(table.reference(op).target, None)[0] for op in table.ops}
         self.impls["kvcache.update_kv_buffer"] = _index_put_kv
-        self.steps = {}
 
     def begin_step(self):
         pass
@@ -192,7 +189,7 @@ def _decode_setup(model: str, batch: int, context: int):
 def decode_part(model: str, batch: int, context: int, repeats: int) -> dict:
     preset, weights, cache, rope, step, result = _decode_setup(model, batch, context)
     roofline = result["roofline_ms"] / 1e3
-    table, planners = _planners(graph_safe_only=True)
+    _, planners = _planners(graph_safe_only=True)
     planners["reference"] = _planners(graph_safe_only=False)[1]["reference"]
     eager_logits = {}
     for label, planner in planners.items():
@@ -272,7 +269,7 @@ def prefill_part(model: str, prompts: int, length: int) -> dict:
         cu_seqlens=cu,
         max_seqlen=length,
     )
-    table, planners = _planners(graph_safe_only=False)
+    _, planners = _planners(graph_safe_only=False)
     timed = Recorder(planners["ours"], torch.cuda.synchronize)
     Decoder(preset, weights, cache, timed, rope).forward(batch)  # warm
     timed.uses.clear()
