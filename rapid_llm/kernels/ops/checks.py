@@ -199,6 +199,27 @@ def _patterns_meet(a, b, delta: int, steps: list) -> bool:
     return False
 
 
+def _row_views_meet(a, b, delta: int):
+    """Whether two row views with one row stride share a byte, in closed form; None for other shapes.
+
+    The views engines pass most (q, k and v: column slices of one fused projection): a [Ta, Ca] and b [Tb, Cb],
+    each row contiguous, both rows R bytes apart, b starting delta bytes after a. Row i of a covers
+    [i R, i R + Wa), row j of b [delta + j R, delta + j R + Wb); two rows meet iff -Wb < delta + k R < Wa for
+    k = j - i, and every k in [1 - Ta, Tb - 1] is some pair's."""
+    if a.dim() != 2 or b.dim() != 2:
+        return None
+    (rows_a, columns_a), (rows_b, columns_b) = a.shape, b.shape
+    if (columns_a > 1 and a.stride(1) != 1) or (columns_b > 1 and b.stride(1) != 1) or rows_a < 2 or rows_b < 2:
+        return None
+    stride = a.stride(0) * a.element_size()
+    if stride <= 0 or b.stride(0) * b.element_size() != stride:
+        return None
+    width_a, width_b = columns_a * a.element_size(), columns_b * b.element_size()
+    low = max((-width_b - delta) // stride + 1, 1 - rows_a)
+    high = min(-((delta - width_a) // stride) - 1, rows_b - 1)
+    return low <= high
+
+
 def may_overlap(a, b) -> bool:
     """Whether tensors a and b share a byte of memory (any dtypes, shapes and strides, one storage or two).
 
@@ -210,8 +231,14 @@ def may_overlap(a, b) -> bool:
     missed overlap). Tensors without memory (meta) never overlap."""
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device or a.device.type == "meta":
         return False
-    # the common case first (separate allocations): spans apart, read without building storage objects
+    # the common cases first, read without building storage objects: two dense tensors meet iff their spans
+    # do; two row views of one row stride (q, k, v of a fused projection) in closed form; spans apart
     start_a, start_b = a.data_ptr(), b.data_ptr()
+    if a.is_contiguous() and b.is_contiguous():
+        return start_b < start_a + a.numel() * a.element_size() and start_a < start_b + b.numel() * b.element_size()
+    rows = _row_views_meet(a, b, start_b - start_a)
+    if rows is not None:
+        return rows
     if start_a + _byte_extent(a) <= start_b or start_b + _byte_extent(b) <= start_a:
         return False
     try:
