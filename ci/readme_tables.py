@@ -310,10 +310,9 @@ MODEL_STEP = "h200.model_step"
 def _model_step(part: str):
     """The result of one perf.model_step part and its header, or None when that evidence is not committed."""
     try:
-        document = _load(f"{MODEL_STEP}.{part}")
+        return _load(f"{MODEL_STEP}.{part}")
     except KeyError:
         return None
-    return document
 
 
 def _breakdown_line(run: dict, top: int = 6) -> str:
@@ -434,7 +433,7 @@ def step_plan_table() -> str:
         "The rows with a per-step preparation (`KernelSpec.step`: FlashInfer's plan, FlashMLA's schedule, our "
         "launch policy), timed as `rapid-llm run` and engines call them: through a step plan, the preparation "
         "once per step outside the timing, the call each layer makes timed (CUDA-graph replay where captured: "
-        "FlashInfer's rows are capturable through their step plans). **per call**: the same row called without "
+        "FlashInfer's decode rows are capturable through their step plans). **per call**: the same row called without "
         "a step plan (its preparation in every call; CUDA-event median). **preparation**: host time of one step "
         "plan's construction (once per step, shared by every layer). Dispatch ranks these rows by the step-plan "
         "time (`python -m perf.write_rankings h200.attention.bench h200.attention.bench.step_plans`).",

@@ -127,6 +127,16 @@ def bytes_per_element(label: str) -> int:
     return torch_dtype(label).itemsize
 
 
+def forcing_planner(op: str, row_name: str):
+    """A Planner of the probed environment and the default table that forces `row_name` for `op`."""
+    import attrs
+
+    from rapid_llm.kernels.dispatcher import Planner, default_table, probe_environment
+
+    env = probe_environment()
+    return Planner(attrs.evolve(env, force={**dict(env.force), op: row_name}), default_table())
+
+
 def load_row(op: str, row_name: str, *, dtype: str, shape: dict, layout):
     """(PlannedOp running the row, KernelSpec), or pytest.skip with the reason this row cannot run here.
 
@@ -138,13 +148,9 @@ def load_row(op: str, row_name: str, *, dtype: str, shape: dict, layout):
     `planned.impl`, the unchecked kernel, as the peers are unchecked calls.
     A skip carries the explain() tree, so the report doubles as the support matrix.
     """
-    import attrs
+    from rapid_llm.kernels.dispatcher import NoEligibleKernel
 
-    from rapid_llm.kernels.dispatcher import NoEligibleKernel, Planner, default_table, probe_environment
-
-    env = probe_environment()
-    table = default_table()
-    planner = Planner(attrs.evolve(env, force={**dict(env.force), op: row_name}), table)
+    planner = forcing_planner(op, row_name)
     try:
         planned = planner.plan(op, dtype=dtype, shape=shape, layout=layout)
     except NoEligibleKernel as error:  # not eligible, or its target failed to load: the tree says which

@@ -19,8 +19,9 @@ decode   Llama-3-8B (every layer, bf16, random weights), batch 64, context 4096:
          and the graph replay's logits against the eager step's (max |diff|).
 prefill  Llama-3-8B prefill of 4 prompts x 4096 tokens (eager, ours): time per step (CUDA events around the
          forward) and its fraction of the dense bf16 peak (989.4 TFLOP/s on the H100/H200 SXM):
-             FLOPs = 2 x tokens x (projection parameters per layer x layers) + lm_head on the 4 last tokens
-                     + causal attention 2 x L^2 x Hq x D x 2 (QK^T and PV, half the square) per sequence and layer
+             FLOPs = 2 x tokens x (projection parameters per layer x layers) + 2 x lm_head on the 4 last tokens
+                     + causal attention 2 x L^2 x Hq x D per sequence and layer (QK^T and PV, 2 FLOPs per
+                       multiply-add each, over half of the L x L square)
          plus the per-op breakdown.
 compiled the decode step's torch.compile baseline (above), a part of its own (minutes of compiling).
 moe      `rapid-llm run`'s document (rapid_llm/step/run.py) for Qwen3-30B-A3B and DeepSeek-V3 with their layers
@@ -47,7 +48,7 @@ from rapid_llm.step.cache import PagedCache
 from rapid_llm.step.model import Batch, Decoder, rope_cache
 from rapid_llm.step.recorder import Recorder
 from rapid_llm.step.run import reference_environment
-from rapid_llm.step.weights import random_weights
+from rapid_llm.step.weights import Fp8Weight, leaves, random_weights
 
 BF16_DENSE_PEAK = 989.4e12
 
@@ -85,18 +86,14 @@ def copy_bandwidth(gib: int = 4) -> float:
 
 
 def weight_bytes(weights) -> int:
-    """Bytes a decode step reads of the weights: every tensor but the embedding table."""
-
-    def count(value):
-        if isinstance(value, dict):
-            return sum(count(v) for v in value.values())
-        if isinstance(value, list):
-            return sum(count(v) for v in value)
-        if isinstance(value, torch.Tensor):
-            return value.numel() * value.element_size()
-        return 0
-
-    return count({key: value for key, value in weights.items() if key != "embed"})
+    """Bytes a decode step reads of the weights: every tensor but the embedding table (an fp8 weight with its
+    block scales)."""
+    parts = (
+        part
+        for leaf in leaves({key: value for key, value in weights.items() if key != "embed"})
+        for part in ((leaf.weight, leaf.scale) if isinstance(leaf, Fp8Weight) else (leaf,))
+    )
+    return sum(part.numel() * part.element_size() for part in parts)
 
 
 def _index_put_kv(kv, loc, buffer):
@@ -144,11 +141,13 @@ def breakdown(recorder: Recorder, phase: str) -> list[dict]:
     return sorted(rows, key=lambda row: -row["ms"])
 
 
-def _planners(graph_safe_only: bool):
+def _planners(graph_safe_only: bool) -> dict:
+    """{"ours": the probed environment's planner, "reference": every op forced to its torch row}."""
     table, env = default_table(), probe_environment()
-    ours = Planner(env, table, graph_safe_only=graph_safe_only)
-    reference = Planner(reference_environment(env, table), table, graph_safe_only=graph_safe_only)
-    return table, {"ours": ours, "reference": reference}
+    return {
+        "ours": Planner(env, table, graph_safe_only=graph_safe_only),
+        "reference": Planner(reference_environment(env, table), table, graph_safe_only=graph_safe_only),
+    }
 
 
 def _decode_setup(model: str, batch: int, context: int):
@@ -189,8 +188,8 @@ def _decode_setup(model: str, batch: int, context: int):
 def decode_part(model: str, batch: int, context: int, repeats: int) -> dict:
     preset, weights, cache, rope, step, result = _decode_setup(model, batch, context)
     roofline = result["roofline_ms"] / 1e3
-    _, planners = _planners(graph_safe_only=True)
-    planners["reference"] = _planners(graph_safe_only=False)[1]["reference"]
+    planners = _planners(graph_safe_only=True)
+    planners["reference"] = _planners(graph_safe_only=False)["reference"]
     eager_logits = {}
     for label, planner in planners.items():
         timed = Recorder(planner, torch.cuda.synchronize)
@@ -269,7 +268,7 @@ def prefill_part(model: str, prompts: int, length: int) -> dict:
         cu_seqlens=cu,
         max_seqlen=length,
     )
-    _, planners = _planners(graph_safe_only=False)
+    planners = _planners(graph_safe_only=False)
     timed = Recorder(planners["ours"], torch.cuda.synchronize)
     Decoder(preset, weights, cache, timed, rope).forward(batch)  # warm
     timed.uses.clear()

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import pytest
 
 from perf import gpu_timing
-from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
+from perf.gpu_cases import check_against_reference, describe_check, forcing_planner, load_row, reference_row, table_arms
 from perf.peers import (
     FLASHINFER_GRAPH_DECODE,
     FLASHINFER_PLANNED_DECODE,
@@ -170,15 +170,12 @@ def _through_step_plan(op, arm, args, checked, info):
     (module docstring); the per-call cost and the preparation's host time recorded beside."""
     import time
 
-    import attrs
     import torch
 
-    from rapid_llm.kernels.dispatcher import Planner, default_table, probe_environment
     from rapid_llm.step.plans import StepPlan
 
-    env, table = probe_environment(), default_table()
-    planner = Planner(attrs.evolve(env, force={**dict(env.force), op: arm}), table)
-    promises = table.contracts[op].promises
+    planner = forcing_planner(op, arm)
+    promises = planner.table.contracts[op].promises
     StepPlan(planner, op, *args, promises=promises, graph_safe_only=True)  # first: loads, compiles
     torch.cuda.synchronize()
     start = time.perf_counter()

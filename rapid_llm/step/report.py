@@ -23,6 +23,8 @@ JSON document (schema 1), top-level keys:
 
 from __future__ import annotations
 
+from .weights import Fp8Weight, leaves
+
 SCHEMA_VERSION = 1
 
 
@@ -95,16 +97,8 @@ def fallbacks(result) -> list[dict]:
 
 
 def parameters(weights) -> int:
-    def count(value):
-        if isinstance(value, dict):
-            return sum(count(v) for v in value.values())
-        if isinstance(value, list):
-            return sum(count(v) for v in value)
-        if hasattr(value, "weight") and hasattr(value, "scale"):
-            return value.weight.numel()
-        return value.numel() if hasattr(value, "numel") else 0
-
-    return count({k: v for k, v in weights.items()})
+    """Parameters of the built model (an fp8 weight counts its values, not its block scales)."""
+    return sum(w.weight.numel() if isinstance(w, Fp8Weight) else w.numel() for w in leaves(weights))
 
 
 def document(result) -> dict:

@@ -48,6 +48,18 @@ class Fp8Weight:
         return (self.weight.float() * scale).to(dtype)
 
 
+def leaves(value):
+    """Every weight of a (nested) weights dict: its tensors and Fp8Weights, in order (None entries skipped)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from leaves(item)
+    elif isinstance(value, (torch.Tensor, Fp8Weight)):
+        yield value
+
+
 def quantize_blocks(w: torch.Tensor) -> Fp8Weight:
     """fp32 [..., N, K] (K % 128 == 0) -> e4m3 values and per-128x128-block scales absmax / 448."""
     *lead, n, k = w.shape

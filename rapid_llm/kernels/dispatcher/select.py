@@ -108,21 +108,18 @@ def _evaluate(
             Check(f"layout {tag}", "the call site provides it", f"call site provides {provided}", tag in layout)
         )
     if graph_safe:
-        through_step = graph_safe == THROUGH_STEP_PLAN and row.step_graph_safe
-        capturable = row.graph_safe or through_step
-        checks.append(
-            Check(
-                "graph_safe",
-                "capturable in a CUDA graph (plan asked graph_safe_only"
-                + (", through a step plan)" if graph_safe == THROUGH_STEP_PLAN else ")"),
-                "capturable through its step plan"
-                if through_step and not row.graph_safe
-                else "capturable"
-                if capturable
-                else "not capturable (syncs or prepares host data)",
-                capturable,
-            )
+        step_plan = graph_safe == THROUGH_STEP_PLAN
+        capturable = row.graph_safe or (step_plan and row.step_graph_safe)
+        if row.graph_safe:
+            observed = "capturable"
+        elif capturable:
+            observed = "capturable through its step plan"
+        else:
+            observed = "not capturable (syncs or prepares host data)"
+        required = "capturable in a CUDA graph (plan asked graph_safe_only" + (
+            ", through a step plan)" if step_plan else ")"
         )
+        checks.append(Check("graph_safe", required, observed, capturable))
     golden = row.golden
     if golden.verified:
         observed = (
