@@ -400,22 +400,32 @@ def host_cost_table() -> str:
         "What an eager engine pays on the host per call (`python -m perf.host_cost` on the GPU machine): "
         "`time.perf_counter` over back-to-back calls without a synchronize, median of interleaved rounds. "
         "**public**: the op as imported (its check, the plan lookup, the kernel); **impl**: the planned kernel "
-        "(`PlannedOp.impl`, what `rapid-llm run` and a kept plan call); **peer**: the library's own call, "
-        "driven as engines drive it; `torch.add` on a 4-element tensor is the host's yardstick.",
+        "(`PlannedOp.impl`, what `rapid-llm run` and a kept plan call); both are host replays with "
+        "`rapid_llm._host` built (`ops/host_replay.py`); **python**: the kernel entry's Python, never replayed "
+        "(`PlannedOp.kernel`); **peer**: the library's own call, driven as engines drive it; `torch.add` on a "
+        "4-element tensor is the host's yardstick. **replayed**: whether both replayed calls returned exactly "
+        "what the Python entry returns on the same inputs.",
         "",
         f"- `{HOST_COST}` (`{evidence.resolve(HOST_COST)}`): {run['device']}, torch {run['versions']['torch']}, "
         f"triton {run['versions']['triton']}",
         "",
-        "| case | row | public | impl | peer | public / peer | torch.add |",
-        "|---|---|---|---|---|---|---|",
+        "| case | row | public | impl | python | peer | public / peer | torch.add | replayed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, case in run["cases"].items():
         us = case["us_per_call"]
         peer = f"{us['peer']:.1f} µs (`{case['peer']}`)" if "peer" in us else "-"
         ratio = f"{us['public'] / us['peer']:.2f}x" if "peer" in us else "-"
+        python = f"{us['python']:.1f} µs" if "python" in us else "-"
+        replay = case.get("replay")
+        replayed = (
+            ("equal" if case.get("replay_equal") else "DIFFERS")
+            if isinstance(replay, dict) and set(replay.values()) == {"replay"}
+            else "no"
+        )
         lines.append(
-            f"| {name} | `{case['row']}` | {us['public']:.1f} µs | {us['impl']:.1f} µs | {peer} | {ratio} | "
-            f"{us['torch.add']:.1f} µs |"
+            f"| {name} | `{case['row']}` | {us['public']:.1f} µs | {us['impl']:.1f} µs | {python} | {peer} | {ratio} | "
+            f"{us['torch.add']:.1f} µs | {replayed} |"
         )
     return "\n".join(lines)
 

@@ -169,6 +169,8 @@ def test_jit_and_aot_build_the_same_sources():
     assert jit.SOURCE_SUFFIXES == (".cu", ".cc", ".cpp") and jit.source_root() == CSRC
     names = {os.path.relpath(path, REPO_ROOT) for path in jit.sources()}
     assert {"csrc/common_extension.cc", "csrc/elementwise/scale.cu", "csrc/kvcache/update_kv_buffer.cu"} <= names
+    # csrc/host/ is rapid_llm._host, its own module: compiled into _C it would define PyInit__host there too
+    assert not any(name.startswith("csrc/host/") for name in names) and "HOST = os.path.join(CSRC" in setup_text
 
 
 # ---------------------------------------------------------------------------

@@ -45,11 +45,11 @@ def test_a_cached_launch_matches_tritons_launch_bit_for_bit(name, monkeypatch):
 
     monkeypatch.setattr(JITFunction, "run", counting_run)
     monkeypatch.setitem(fast_launch._state, "api", False)  # Triton's own launch for every call
-    slow = [_outputs(planned.impl(*make())) for _ in range(2)]
+    slow = [_outputs(planned.kernel(*make())) for _ in range(2)]
     monkeypatch.setitem(fast_launch._state, "api", True)
-    planned.impl(*make())  # primes the cache for these arguments' specialisation
+    planned.kernel(*make())  # primes the cache for these arguments' specialisation
     before = len(binder_calls)
-    fast = [_outputs(planned.impl(*make())) for _ in range(2)]
+    fast = [_outputs(planned.kernel(*make())) for _ in range(2)]
     torch.cuda.synchronize()
     assert len(binder_calls) == before, f"{name}: the cached calls went through JITFunction.run"
     for got, expected in zip(fast, slow):

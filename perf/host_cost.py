@@ -7,13 +7,18 @@ without synchronisation (after warm-up; the device is synchronised between batch
 the launch queue never fills and the number stays the host's, not the GPU's), per arm:
 
     public     rapid_llm.kernels.<op>(...)             the check, the plan lookup, the kernel's host path
-    impl       PlannedOp.impl(...) of the same plan    the kernel entry alone (what a step plan's layers call)
+                                                       (a host replay of them, with rapid_llm._host built)
+    impl       PlannedOp.impl(...) of the same plan    the kernel entry alone (what a step plan's layers call;
+                                                       a host replay of it, with rapid_llm._host built)
+    python     PlannedOp.kernel(...)                   the kernel entry's Python, never replayed
     peer       the peer library's own call, driven as an engine drives it: FlashInfer's rmsnorm /
                fused_add_rmsnorm / silu_and_mul / rope; its decode wrapper's run() after one plan(); FlashMLA
                with its schedule computed once; FA3's varlen forward. Absent when the library does not import.
     torch.add  the host's yardstick (one tiny ATen op)
 
-Arms are interleaved round by round (each round times every arm once, in turn), and the median over the
+Before timing, each case checks that the public op and the impl (replayed) return exactly what the
+Python entry returns on the same inputs (`replay_equal`), and records each replayer's verdict for the
+case's arguments ("replay", or why its calls run Python). Arms are interleaved round by round (each round times every arm once, in turn), and the median over the
 rounds is reported. Cases (bf16, batch 1, one decode token): perf/host_path.py CASES (rms_norm 1x4096,
 fused_add_rms_norm, silu_and_mul, rotary, update_kv_buffer, decode B=1 L=1024 GQA 32/8 D=128 page 16,
 mla_decode B=1 L=32768 Hq=16 latent 576 page 64) plus prefill 1x128 (32/8 heads, D=128).
@@ -30,7 +35,7 @@ import statistics
 import sys
 import time
 
-from perf.host_path import CASES, GPU_CASES, case_args
+from perf.host_path import CASES, GPU_CASES, case_args, public_arguments
 
 
 def _version(distribution: str) -> str | None:
@@ -114,9 +119,14 @@ def _arms(torch, kernels, name: str) -> tuple[dict, dict]:
 
     op, function, _ = {**CASES, **GPU_CASES}[name]
     public, args = getattr(kernels, function), case_args(name, torch, "cuda")
-    planned = default_planner().plan_for(op, *args)
-    arms = {"public": lambda: public(*args), "impl": lambda: planned.impl(*args)}
-    facts = {"op": op, "row": planned.row.name}
+    planner = default_planner()
+    planned = planner.plan_for(op, *args)
+    arms = {
+        "public": lambda: public(*args),
+        "impl": lambda: planned.impl(*args),
+        "python": lambda: planned.kernel(*args),
+    }
+    facts = {"op": op, "row": planned.row.name, **_replay_facts(torch, planner, planned, public, op, args)}
     label, peer = _peer(name, args)
     if label is None:
         facts["peer_absent"] = peer
@@ -126,6 +136,38 @@ def _arms(torch, kernels, name: str) -> tuple[dict, dict]:
     yardstick = torch.ones(4, device="cuda")
     arms["torch.add"] = lambda: torch.add(yardstick, yardstick)
     return arms, facts
+
+
+def _replay_facts(torch, planner, planned, public, op: str, args: tuple) -> dict:
+    """Whether the replayed calls return what the Python entry returns, and each replayer's verdict."""
+    from rapid_llm.kernels.ops import host_replay
+
+    ok, reason = host_replay.available()
+    if not ok:
+        return {"replay": reason}
+    for _ in range(3):  # the first calls plan and record; later ones replay
+        public(*args), planned.impl(*args)
+    equal = True
+    for call in (public, planned.impl):  # in-place ops: every arm starts from the same inputs
+        inputs = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        expected_inputs = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        got, expected = call(*inputs), planned.kernel(*expected_inputs)
+        equal = equal and _same(torch, got, expected) and _same(torch, inputs, expected_inputs)
+    verdicts = {}
+    for arm, replayer, key in (
+        ("public", planner.replayers.get(op), public_arguments(public, args)),
+        ("impl", planned.impl, args),
+    ):
+        verdicts[arm] = replayer.lookup(key) if hasattr(replayer, "lookup") else "no replayer"
+    return {"replay_equal": equal, "replay": verdicts}
+
+
+def _same(torch, a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(_same(torch, x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def measure(names, calls: int, rounds: int, warmup: int) -> dict:
@@ -156,8 +198,9 @@ def _row(name: str, facts: dict) -> str:
     peer = f"{us['peer']:7.1f}" if "peer" in us else "      -"
     ratio = f"{us['public'] / us['peer']:5.2f}x" if "peer" in us else "     -"
     return (
-        f"{name:20s} {us['public']:7.1f} {us['impl']:7.1f} {peer} {ratio} {us['torch.add']:7.1f}   "
-        f"{facts['row']}  | {facts.get('peer') or facts.get('peer_absent')}"
+        f"{name:20s} {us['public']:7.1f} {us['impl']:7.1f} {us['python']:7.1f} {peer} {ratio} {us['torch.add']:7.1f}   "
+        f"{facts['row']}  | {facts.get('peer') or facts.get('peer_absent')} | replay {facts.get('replay')} "
+        f"equal={facts.get('replay_equal')}"
     )
 
 
@@ -178,7 +221,9 @@ def main(argv=None) -> int:
         return 2
     names = [name.strip() for name in args.cases.split(",") if name.strip()]
     print(f"host µs per call (median of {args.rounds} interleaved rounds x {args.calls} calls, no sync)")
-    print(f"{'case':20s} {'public':>7s} {'impl':>7s} {'peer':>7s} {'pub/peer':>6s} {'add':>7s}   row | peer")
+    print(
+        f"{'case':20s} {'public':>7s} {'impl':>7s} {'python':>7s} {'peer':>7s} {'pub/peer':>6s} {'add':>7s}   row | peer"
+    )
     results = measure(names, args.calls, args.rounds, args.warmup)
     document = {
         "what": "host CPU time per op call, time.perf_counter over back-to-back calls without sync (perf/host_cost.py)",

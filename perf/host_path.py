@@ -82,6 +82,16 @@ def case_args(name: str, torch, device, dtype=None) -> tuple:
     raise KeyError(f"unknown host-path case {name!r}; cases: {sorted([*CASES, *GPU_CASES])}")
 
 
+def public_arguments(function, args: tuple) -> tuple:
+    """The argument tuple a public op function hands to its op (args plus its defaults): the key its host
+    Replayer sees (`replayer.lookup(public_arguments(...))`)."""
+    import inspect
+
+    bound = inspect.signature(function).bind(*args)
+    bound.apply_defaults()
+    return tuple(bound.arguments.values())
+
+
 @contextlib.contextmanager
 def stub_host_path():
     """Within the block the public ops run their host path on the CPU with stub launches (module docstring).
@@ -112,4 +122,4 @@ def stub_host_path():
         plan_module._DEFAULT_PLANNER = saved
 
 
-__all__ = ["CASES", "FP16_ON_CPU", "GPU_CASES", "case_args", "stub_host_path"]
+__all__ = ["CASES", "FP16_ON_CPU", "GPU_CASES", "case_args", "public_arguments", "stub_host_path"]

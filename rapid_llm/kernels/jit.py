@@ -88,9 +88,11 @@ def source_root() -> Path:
 
 
 def sources(root: Path | None = None) -> list[str]:
-    """Every .cu/.cc/.cpp under csrc/, sorted: the same rule as setup.py's AOT build."""
+    """Every .cu/.cc/.cpp under csrc/ but csrc/host/ (rapid_llm._host), sorted: the same rule as setup.py's
+    AOT build."""
     root = source_root() if root is None else root
-    return sorted(str(path) for path in root.rglob("*") if path.suffix in SOURCE_SUFFIXES)
+    host = root / "host"
+    return sorted(str(path) for path in root.rglob("*") if path.suffix in SOURCE_SUFFIXES and host not in path.parents)
 
 
 def compile_flags() -> dict[str, tuple[str, ...]]:

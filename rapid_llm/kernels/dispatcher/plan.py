@@ -21,6 +21,13 @@ it returned, and call `impl` directly: nothing is checked twice.
 
 `graph_safe_only=True` (on the planner or per plan) re-dispatches to the best
 row that is capturable in a CUDA graph instead of failing.
+
+Host replay (ops/host_replay.py, with the optional rapid_llm._host built): on
+a CUDA device a native row's `impl` is a Replayer in front of its kernel
+entry (`PlannedOp.kernel`), and the public ops reach each op through a
+Replayer in front of the whole call (check, plan lookup, kernel): after the
+first call with a given argument structure, later ones replay its launches
+without the Python. The check is skipped only for a structure it passed.
 """
 
 from __future__ import annotations
@@ -36,11 +43,13 @@ from .table import OpTable, default_table
 class PlannedOp:
     """A loaded kernel bound with the selection that chose it. Call it like the op.
 
-    `impl` is the unchecked kernel; calling the PlannedOp checks first.
+    `impl` is the unchecked kernel; calling the PlannedOp checks first. `kernel` is the row's Python kernel
+    entry; `impl` is the same entry, or a host Replayer in front of it (module docstring).
     """
 
     __slots__ = (
         "impl",
+        "kernel",
         "selection",
         "bucket",
         "device",
@@ -63,7 +72,14 @@ class PlannedOp:
         layout_tags,
         promises=frozenset(),
     ):
+        self.kernel = impl
         self.impl = impl
+        if device.kind == "cuda":
+            # imported here: host_replay imports triton, which must not load before the environment is probed
+            from ..ops import host_replay
+
+            if host_replay.replayable(selection.row.name, device.kind):
+                self.impl = host_replay.replayer(impl) or impl
         self.selection = selection
         self.bucket = bucket
         self.device = device
@@ -143,6 +159,8 @@ class Planner:
         self._plans: dict = {}
         # The public ops' fast path: exact (op, torch device, torch dtype, layout, dims) -> the bucket's plan.
         self._plans_by_call: dict = {}
+        # op -> host Replayer in front of call(op, ·) (call_op uses it; made on an op's first native-row call)
+        self.replayers: dict = {}
         self._checks: dict = {}
         self._check_environment_names()
 
@@ -203,6 +221,7 @@ class Planner:
         """Forget every plan (the next call re-dispatches)."""
         self._plans.clear()
         self._plans_by_call.clear()
+        self.replayers.clear()
 
     def check_for(self, op: str):
         """The op's argument check (loaded once), or None when its contract names none."""
@@ -288,6 +307,32 @@ class Planner:
 
     def call(self, op: str, args: tuple):
         """Run `op` on `args` (the public ops' path): check once, plan by what the check found, run the kernel."""
+        planned = self._planned_for_call(op, args)
+        if op not in self.replayers and not self.env.check_bounds and planned.impl is not planned.kernel:
+            from ..ops import host_replay
+
+            self.replayers[op] = host_replay.replayer(self._call_unreplayed(op), self._recorder(op))
+        return planned.impl(*args)
+
+    def _call_unreplayed(self, op: str):
+        return lambda *args: self.call(op, args)
+
+    def _recorder(self, op: str):
+        """record(replayer, args) of the public Replayer of op: the check, the plan, the row's kernel recorded
+        (a key whose row is not replayable runs it and is marked skip)."""
+
+        def record(replayer, args):
+            planned = self._planned_for_call(op, args)
+            from ..ops import host_replay
+
+            if planned.impl is planned.kernel:
+                replayer.skip(args, f"{planned.row.name} is not replayed")
+                return planned.impl(*args)
+            return host_replay.record(replayer, args, planned.kernel)
+
+        return record
+
+    def _planned_for_call(self, op: str, args: tuple) -> PlannedOp:
         anchor, layout, dims = (self._checks.get(op) or self.check_for(op))(*args)
         key = (op, anchor.device, anchor.dtype, layout, dims)
         planned = self._plans_by_call.get(key)
@@ -301,7 +346,7 @@ class Planner:
             )
             if len(self._plans_by_call) < self.CALL_KEYS_LIMIT:
                 self._plans_by_call[key] = planned
-        return planned.impl(*args)
+        return planned
 
     def _resolve(self, op, contract, device, dtype, shape, layout, bucket, graph_safe) -> PlannedOp:
         representative = {name: high for name, _, high in bucket}
@@ -356,8 +401,12 @@ def default_planner() -> Planner:
 
 
 def call_op(op: str, args: tuple):
-    """Run `op` on `args` through the default planner: the body of every public op function (ops/<family>/api.py)."""
+    """Run `op` on `args` through the default planner: the body of every public op function (ops/<family>/api.py).
+    Through the op's host Replayer when it has one (module docstring)."""
     planner = _DEFAULT_PLANNER or default_planner()
+    replayer = planner.replayers.get(op)
+    if replayer is not None:
+        return replayer.call(args)
     return planner.call(op, args)
 
 

@@ -34,6 +34,7 @@ import contextlib
 import functools
 import inspect
 import os
+import threading
 
 import torch
 
@@ -72,8 +73,9 @@ _LAUNCH_CALL = (
     "knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *bound_args.values())",
 )
 
-# The module's state: whether the launch API matched (None: not checked yet) and the active stub.
-_state = {"api": None, "stub": None}
+# The module's state: whether the launch API matched (None: not checked yet), the active stub, and
+# (thread id, list) that host_replay records that thread's launches into (None: not recording).
+_state = {"api": None, "stub": None, "recording": None}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -198,6 +200,7 @@ class Launcher:
     def __call__(self, grid, *args):
         if (
             self._direct
+            and _state["recording"] is None
             and not self._pre_run_hooks
             and (_state["stub"] is not None or _api_matches())
             and _hooks_idle()
@@ -236,6 +239,9 @@ class Launcher:
             compiled = stub(self.kernel, grid, args, self.config)
         else:
             compiled = self.kernel[grid](*args, **self.config)
+        recording = _state["recording"]
+        if recording is not None and self._direct and recording[0] == threading.get_ident():
+            recording[1].append((self, compiled, grid, args))
         if key is not None:
             entry = self._entry(compiled, len(args))
             if entry is not None:
@@ -245,6 +251,21 @@ class Launcher:
         """(run, function, packed metadata, trailing argument values, used globals), or None when this launch
         cannot be repeated directly (an unknown compiled-kernel shape, a constexpr among the positional
         arguments, a trailing parameter without a value)."""
+        tail = self.trailing_values(positional)
+        if tail is None:
+            return None
+        try:
+            run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+        except AttributeError:
+            return None
+        if function is None or not callable(run):
+            return None
+        used_globals = tuple(getattr(self.kernel, "used_global_vals", {}).items())
+        return run, function, metadata, tail, used_globals
+
+    def trailing_values(self, positional: int):
+        """The values of the kernel's parameters after the first `positional` (from the config, else their
+        defaults), or None when a positional one is a constexpr or a trailing one has no value."""
         params = self.kernel.params
         if positional > len(params) or any(param.is_constexpr for param in params[:positional]):
             return None
@@ -256,14 +277,7 @@ class Launcher:
                 tail.append(param.default)
             else:
                 return None
-        try:
-            run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
-        except AttributeError:
-            return None
-        if function is None or not callable(run):
-            return None
-        used_globals = tuple(getattr(self.kernel, "used_global_vals", {}).items())
-        return run, function, metadata, tuple(tail), used_globals
+        return tuple(tail)
 
     def clear(self) -> None:
         """Forget the compiled kernels (the next call of each specialisation takes kernel[grid] again)."""

@@ -21,6 +21,11 @@ _EMPTY = MappingProxyType({})
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("rapid_llm_launch_override", default=_EMPTY)
 
 
+#: Context-manager factories entered while any override is active: host_replay registers its suspension
+#: (a replayed call would repeat the launches it recorded without the override).
+WHILE_ACTIVE: list = []
+
+
 @contextlib.contextmanager
 def launch_override(row: str, **knobs):
     """Within the block, `row`'s kernel launches with `knobs` in place of its policy's values."""
@@ -29,7 +34,10 @@ def launch_override(row: str, **knobs):
     merged[row] = MappingProxyType({**current.get(row, {}), **knobs})
     token = _ACTIVE.set(MappingProxyType(merged))
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            for enter in WHILE_ACTIVE:
+                stack.enter_context(enter())
+            yield
     finally:
         _ACTIVE.reset(token)
 

@@ -371,9 +371,8 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
 # layer's call of that step runs the planned wrapper. The step guarantees its page table, sequence lengths
 # and scale are the ones planned with, so the returned callables read only each layer's q and cache. They plan
 # in FlashInfer's CUDA-graph mode (fixed-capacity page lists): a call captured once replays for new contents of
-# the step's page table and lengths after the callable's update() (StepPlan.update). The decode and MLA decode
-# rows are step_graph_safe (captured and replayed on the H200 by conformance/test_step_plans.py); paged prefill
-# plans the same way but its capture is not tested, so its row does not claim it.
+# the step's page table and lengths after the callable's update() (StepPlan.update). The decode, paged prefill
+# and MLA decode rows are step_graph_safe (captured and replayed on the H200 by conformance/test_step_plans.py).
 
 
 def _layer_call(run):

@@ -587,6 +587,7 @@ ROWS = (
         priority=10,
         description="FlashInfer BatchPrefillWithPagedKVCacheWrapper (plan per call: host sync)",
         step="step_prefill_paged",
+        step_graph_safe=True,
     ),
     _library_row(
         "flashinfer/paged_decode",
