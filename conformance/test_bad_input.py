@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import rapid_llm.kernels as kernels
-from conformance.rows_here import loadable_rows
+from conformance.rows_here import TABLE, loadable_rows, planner_forcing, skip_reason
+from rapid_llm.kernels.dispatcher import NoEligibleKernel
 from rapid_llm.kernels.ops.checks import OpInputError
 
 
@@ -475,3 +476,131 @@ def test_dtype_messages_name_each_allowed_dtype_once(env):
     with pytest.raises(OpInputError) as info:
         kernels.rms_norm(x, torch.ones(8, device=_device(env), dtype=torch.float16), 1e-6)
     assert str(info.value).count("torch.float32") == 1, str(info.value)
+
+
+def _mm_plan(row, env=None):
+    """The PlannedOp forcing `row` for gemm.mm in fp16 at 4 tokens (native/mm_splitk serves m <= 16 only)."""
+    return planner_forcing("gemm.mm", row, env).plan(
+        "gemm.mm", dtype="fp16", shape={"num_tokens": 4}, layout=TABLE.contracts["gemm.mm"].tags
+    )
+
+
+def _mm_rows():
+    """A PlannedOp of every gemm.mm row that runs here, and the public op."""
+    rows = []
+    for row in TABLE.rows("gemm.mm"):
+        try:
+            rows.append(pytest.param(row.name, _mm_plan(row.name), id=row.name))
+        except NoEligibleKernel:
+            continue
+    return rows + [pytest.param("public", kernels.mm, id="public")]
+
+
+@pytest.mark.parametrize("name, fn", _mm_rows())
+class TestMmBadInput:
+    def _args(self, env, n=8, k=16):
+        device = _device(env)
+        return (
+            torch.randn(4, k, device=device).half(),
+            torch.randn(n, k, device=device).half(),
+            torch.randn(n, device=device).half(),
+        )
+
+    def _rejects(self, fn, args, argument, words):
+        with pytest.raises(OpInputError) as info:
+            fn(*args)
+        _expect(info, argument, words)
+        assert info.value.op == "gemm.mm", info.value
+
+    def test_w_of_another_dtype_is_rejected(self, name, fn, env):
+        """Catches fp32 weights read with fp16 loads (half their bytes: a silent wrong answer)."""
+        x, w, bias = self._args(env)
+        self._rejects(fn, (x, w.float(), bias), "w", ["torch.float16", "torch.float32"])
+
+    def test_w_of_another_k_is_rejected(self, name, fn, env):
+        """Catches w [N, K'] with K' != x's K: x's K columns read against w's rows (past their end, or
+        dropping columns)."""
+        x, _, bias = self._args(env)
+        self._rejects(fn, (x, torch.randn(8, 17, device=_device(env)).half(), bias), "w", ["[N, 16]", "[8, 17]"])
+
+    def test_one_dimensional_w_is_rejected(self, name, fn, env):
+        """Catches a [K] weight taken for [1, K] or read with a row stride it does not have."""
+        x, _, _ = self._args(env)
+        self._rejects(fn, (x, torch.randn(16, device=_device(env)).half()), "w", ["[N, 16]", "[16]"])
+
+    def test_zero_rows_of_w_are_rejected(self, name, fn, env):
+        """Catches N = 0 reaching a kernel whose clamped column index (N - 1) is -1: a read before w."""
+        x, _, _ = self._args(env)
+        self._rejects(fn, (x, torch.randn(0, 16, device=_device(env)).half()), "w", ["N >= 1", "[0, 16]"])
+
+    def test_bias_of_wrong_length_is_rejected(self, name, fn, env):
+        """Catches a bias of N + 1 elements (another layer's) added without error."""
+        x, w, _ = self._args(env)
+        self._rejects(fn, (x, w, torch.randn(9, device=_device(env)).half()), "bias", ["[8]", "[9]"])
+
+    def test_bias_of_another_dtype_is_rejected(self, name, fn, env):
+        """Catches an fp32 bias read with fp16 loads (wrong values, no error)."""
+        x, w, bias = self._args(env)
+        self._rejects(fn, (x, w, bias.float()), "bias", ["torch.float16", "torch.float32"])
+
+    def test_zero_dim_x_is_rejected(self, name, fn, env):
+        _, w, _ = self._args(env)
+        self._rejects(fn, (torch.tensor(1.0, device=_device(env)).half(), w), "x", ["[..., K]", "0-d"])
+
+    def test_zero_k_is_rejected(self, name, fn, env):
+        """Catches K = 0 passing silently (an output of zeros or of the bias alone)."""
+        device = _device(env)
+        x, w = torch.randn(4, 0, device=device).half(), torch.randn(8, 0, device=device).half()
+        self._rejects(fn, (x, w), "x", ["K", ">= 1", "[4, 0]"])
+
+    def test_integer_x_is_rejected(self, name, fn, env):
+        x, w, _ = self._args(env)
+        self._rejects(fn, (x.to(torch.int32), w), "x", ["torch.int32"])
+
+    def test_w_on_another_device_is_rejected(self, name, fn, env):
+        if env.device.kind != "cuda":
+            pytest.skip("needs a CUDA device to put w on another device than x")
+        x, w, bias = self._args(env)
+        self._rejects(fn, (x, w.cpu(), bias), "w", ["device"])
+
+    def test_bias_on_another_device_is_rejected(self, name, fn, env):
+        if env.device.kind != "cuda":
+            pytest.skip("needs a CUDA device to put bias on another device than x")
+        x, w, bias = self._args(env)
+        self._rejects(fn, (x, w, bias.cpu()), "bias", ["device"])
+
+
+def _native_mm(row, env):
+    """The PlannedOp of a native gemm.mm row, or skip with the row's explain() reason."""
+    try:
+        return _mm_plan(row, env)
+    except NoEligibleKernel as error:
+        pytest.skip(skip_reason(row, error))
+
+
+@pytest.mark.parametrize("row", ["native/mm", "native/mm_splitk"])
+def test_planned_native_mm_refuses_x_without_unit_k_stride(row, env):
+    """Catches a native GEMM reading a transposed x as rows (its kernel assumes unit stride along K)."""
+    planned = _native_mm(row, env)
+    x = torch.randn(16, 4, device=_device(env)).half().t()
+    with pytest.raises(OpInputError) as info:
+        planned(x, torch.randn(8, 16, device=_device(env)).half())
+    _expect(info, "x", ["x:rows", row])
+
+
+@pytest.mark.parametrize("row", ["native/mm", "native/mm_splitk"])
+def test_planned_native_mm_refuses_transposed_w(row, env):
+    """Catches a native GEMM reading w stored transposed (w = buffer.t()) as if its rows were contiguous."""
+    planned = _native_mm(row, env)
+    w = torch.randn(16, 8, device=_device(env)).half().t()
+    with pytest.raises(OpInputError) as info:
+        planned(torch.randn(4, 16, device=_device(env)).half(), w)
+    _expect(info, "w", ["w:rows", row])
+
+
+def test_planned_native_mm_splitk_refuses_more_than_16_tokens(env):
+    """Catches native/mm_splitk handed 17 rows: its one 16-row tile would leave row 17 unwritten."""
+    planned = _native_mm("native/mm_splitk", env)
+    with pytest.raises(OpInputError) as info:
+        planned(torch.randn(17, 16, device=_device(env)).half(), torch.randn(8, 16, device=_device(env)).half())
+    _expect(info, "num_tokens", ["<=16", "17"])

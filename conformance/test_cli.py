@@ -238,7 +238,7 @@ _FLOATS = "dtypes: bf16, fp16, fp32"
         ),
         (
             ["explain", "norm.rms_norm", "--dtype", "bf16", "--deny", "flashinfr"],
-            "--deny 'flashinfr' is neither a backend nor a row; backends: aot, deep_ep",
+            "--deny 'flashinfr' is neither a backend nor a row; backends: aot, cublas, deep_ep",
         ),
         (["matrix", "--lib", "triton=abc"], "--lib triton=abc: the version must start with a number"),
         (["matrix", "--lib", "tritonn=3.6.0"], "--lib: unknown library 'tritonn'; known: "),
@@ -397,7 +397,7 @@ def test_bad_environment_variables_stop_every_command_with_one_line(monkeypatch,
     unknown_names = [
         (
             {"RAPID_LLM_DENY": "flashinfr"},
-            "RAPID_LLM_DENY: unknown name(s) 'flashinfr' (neither a backend nor a row); backends: aot, deep_ep",
+            "RAPID_LLM_DENY: unknown name(s) 'flashinfr' (neither a backend nor a row); backends: aot, cublas, deep_ep",
         ),
         (
             {"RAPID_LLM_FORCE": "norm.rms_norm=native/rms"},

@@ -1,4 +1,12 @@
-"""GPU benchmarks of the block-scaled fp8 GEMMs: every row of each op, at DeepSeek-V3 shapes.
+"""GPU benchmarks of the GEMMs: every row of each op, at the presets' projection shapes.
+
+gemm.mm (bf16, every row: cuBLAS, our tiled and split-K kernels; the torch reference checks them):
+Llama-3-8B's projections (N, K): qkv (6144, 4096), o (4096, 4096), gate_up (28672, 4096), down
+(4096, 14336), lm_head (128256, 4096); Qwen3-30B-A3B's attention (qkv 9216/2048... see MM_SHAPES);
+M = 1, 16 (decode), 128, 4096 (prefill); and the 8192^3 anchor. bytes = x + w + out (the weight read
+once dominates at decode: pct_of_copy_bw is the decode kernels' figure of merit); FLOPs 2 M N K.
+
+The block-scaled fp8 GEMMs at DeepSeek-V3 shapes:
 
     test_fp8_block_mm[deep_gemm/fp8_gemm_nt-m=4096-n=2112-k=7168-fp8_e4m3]
     test_fp8_grouped_mm_contiguous[torch/fp8_grouped_mm_contiguous-experts=32-per_expert=16-n=4096-k=7168-fp8_e4m3]
@@ -34,6 +42,18 @@ from perf.gpu_cases import check_against_reference, describe_check, load_row, re
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
+MM = "gemm.mm"
+MM_SHAPES = (
+    (6144, 4096, "llama-3-8b qkv_proj"),
+    (4096, 4096, "llama-3-8b o_proj"),
+    (28672, 4096, "llama-3-8b gate_up_proj"),
+    (4096, 14336, "llama-3-8b down_proj"),
+    (128256, 4096, "llama-3-8b lm_head"),
+    (5120, 2048, "qwen3-30b-a3b qkv_proj"),
+    (2048, 4096, "qwen3-30b-a3b o_proj"),
+)
+MM_TOKENS = (1, 16, 128, 4096)
+MM_ANCHOR = (8192, 8192, 8192)
 BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 MASKED = "gemm.fp8_grouped_mm_masked"
@@ -134,6 +154,65 @@ def _check_and_time(benchmark, gpu_session, op, arm, planned, args, out, *, spec
 
 def _scale_bytes(*tensors):
     return sum(t.numel() * 4 for t in tensors)
+
+
+# ---------------------------------------------------------------------------
+# gemm.mm
+# ---------------------------------------------------------------------------
+
+
+def _mm_params():
+    cases = [(m, n, k, where) for n, k, where in MM_SHAPES for m in MM_TOKENS]
+    cases.append((*MM_ANCHOR, "anchor 8192^3"))
+    return [
+        pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-bf16")
+        for arm in table_arms(MM)
+        if not arm.startswith("torch/")  # the reference checks each arm; it is not ranked
+        for m, n, k, where in cases
+    ]
+
+
+@pytest.mark.parametrize("arm,m,n,k,where", _mm_params())
+def test_mm(benchmark, gpu_session, arm, m, n, k, where):
+    import torch
+
+    x = torch.randn((m, k), device="cuda", generator=_generator(m + k)).bfloat16()
+    w = (torch.randn((n, k), device="cuda", generator=_generator(n + k)) / math.sqrt(k)).bfloat16()
+    shape = {"num_tokens": m, "n": n, "k": k}
+    planned, _ = load_row(MM, arm, dtype="bf16", shape=shape, layout=frozenset({"x:rows", "w:rows"}))
+    reference_name, reference = reference_row(MM)
+    want = reference(x, w)
+    got = planned(x, w)
+    torch.cuda.synchronize()
+    case = f"m={m}-n={n}-k={k}"
+    check = check_against_reference(MM, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=(x, w))
+    del want, got
+    flops = 2 * m * n * k
+    benchmark.extra_info.update(
+        op=MM,
+        row=arm,
+        dtype="bf16",
+        model=where.split()[0],
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        flops=flops,
+        flops_formula="2 * M * N * K",
+        bytes_formula="x + w read, out written (bf16)",
+        case=case,
+        tokens=m,
+        shape=[m, n, k],
+        dims=shape,
+        where=where,
+        phase="decode" if m <= 16 else "prefill",
+    )
+    fn = planned.impl
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, w), bytes_moved=2 * (m * k + n * k + m * n), graph_safe=True
+    )
+    extra = benchmark.extra_info
+    extra["TFLOPs"] = flops / (extra["event_median_us"] * 1e-6) / 1e12
+    extra["graph_TFLOPs"] = flops / (extra["graph_us"] * 1e-6) / 1e12 if extra.get("graph_us") else None
 
 
 # ---------------------------------------------------------------------------

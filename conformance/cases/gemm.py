@@ -1,6 +1,13 @@
-"""Parity cases of the gemm family: block-scaled fp8 GEMMs (dense, m-grouped contiguous, m-grouped masked).
+"""Parity cases of the gemm family: gemm.mm (float GEMM, x @ w.T + bias) and the block-scaled fp8 GEMMs
+(dense, m-grouped contiguous, m-grouped masked).
 
-Inputs are seeded random data quantized the DeepSeek-V3 way: activations
+gemm.mm inputs: x ~ N(0, 1), w ~ N(0, 1/K), bias ~ N(0, 1), so outputs are ~N(0, 1) (N(0, 2) with the
+bias) at every K; placed like the fp8 cases' (rows of a wider buffer, column-major storage, every other
+element, an offset start), filled elsewhere with junk. Cases without x:rows (a non-unit stride along K)
+or w:rows (w stored transposed) are served by the reference and cuBLAS only; the native rows are skipped
+with the reason.
+
+fp8 inputs are seeded random data quantized the DeepSeek-V3 way: activations
 x ~ N(0, 1) in 1x128 groups, weights w ~ N(0, 1/K) in 128x128 blocks, each
 scale = max(absmax, 1e-4) / 448 (positive, finite), so outputs are ~N(0, 1).
 Each case builds its tensors on the target device directly in the layout it
@@ -25,11 +32,12 @@ import math
 import torch
 
 from conformance.cases.case import Case, index_view
-from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
+from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM
 from rapid_llm.kernels.ops.gemm.checks import (
     check_fp8_block_mm,
     check_fp8_grouped_mm_contiguous,
     check_fp8_grouped_mm_masked,
+    check_mm,
 )
 
 _FP8 = torch.float8_e4m3fn
@@ -74,6 +82,9 @@ def _place(values, device, how=None):
     None: contiguous. "wide:E": rows of a buffer E elements wider. "column_major": the last two dims
     stored transposed. "tma_scales": the column-major TMA-aligned scale layout (strides (1, ceil(M/4)*4)
     per group). "every_other": every other element of a twice-wider last dim. "offset": one element in.
+    "rows_from:R": rows R.. of a buffer R rows taller (an offset start: the v rows of a fused qkv weight).
+    "lead_gap": one junk row after each group of the second-to-last dim (3-D and up: the leading dims
+    do not view as one row stride).
     """
     if how is None:
         return values.to(device)
@@ -89,6 +100,11 @@ def _place(values, device, how=None):
         view = _junk((*shape[:-1], 2 * shape[-1]), values.dtype, device)[..., ::2]
     elif how == "offset":
         view = _junk((values.numel() + 1,), values.dtype, device)[1:].view(shape)
+    elif how.startswith("rows_from:"):
+        skip = int(how[10:])
+        view = _junk((*shape[:-2], shape[-2] + skip, shape[-1]), values.dtype, device)[..., skip:, :]
+    elif how == "lead_gap":
+        view = _junk((*shape[:-2], shape[-2] + 1, shape[-1]), values.dtype, device)[..., : shape[-2], :]
     else:
         raise ValueError(f"unknown placement {how!r}")
     view.copy_(values.to(device))
@@ -102,6 +118,64 @@ def _out(shape, device, how):
     values = torch.full(shape, _OUTPUT_FILL, dtype=torch.bfloat16)
     return _place(values, device, None if how == "contiguous" else how)
 
+
+# ---------------------------------------------------------------------------
+# gemm.mm
+# ---------------------------------------------------------------------------
+
+
+def _mm_case(lead, n, k, *, bias=False, x=None, w=None, b=None):
+    """x [*lead, k] @ w [n, k].T (+ bias [n]), each placed as `x`, `w`, `b` say (see _place)."""
+
+    def make(dtype, device, generator):
+        xs = torch.randn((*lead, k), generator=generator).to(dtype)
+        ws = (torch.randn((n, k), generator=generator) / math.sqrt(k)).to(dtype)
+        bs = torch.randn((n,), generator=generator).to(dtype) if bias else None
+        args = (_place(xs, device, x), _place(ws, device, w), None if bs is None else _place(bs, device, b))
+        _, layout, dims = check_mm(*args)
+        return args, dict(dims), layout
+
+    return make
+
+
+MM_CASES = (
+    # Token counts across the contract's buckets (1 | 2-16 | 17-128): native/mm_splitk serves m <= 16.
+    # n and k are not multiples of 16 or 64: tails in N and K on every tile (K masks, clamped columns).
+    Case("m1_n96_k200", _mm_case((1,), 96, 200)),
+    Case("m7_n33_k65_bias", _mm_case((7,), 33, 65, bias=True)),
+    Case("m16_n96_k200_bias", _mm_case((16,), 96, 200, bias=True)),
+    Case("m128_n96_k200", _mm_case((128,), 96, 200)),
+    Case("m128_n33_k65_bias", _mm_case((128,), 33, 65, bias=True)),
+    # K = 150 is three 64-wide K steps: at BLOCK_K 64 (the interpreter's and pre-Hopper tiles; n <= 64
+    # gives SPLIT_K 2 there) split-K slices of unequal length, the last one shorter.
+    Case("m16_n33_k150_bias", _mm_case((16,), 33, 150, bias=True)),
+    # Multiples of every tile: the unmasked K loop (EVEN_K) and whole column tiles.
+    Case("m7_n128_k256_even", _mm_case((7,), 128, 256, bias=True)),
+    Case("empty_m0", _mm_case((0,), 96, 200, bias=True)),
+    # A contiguous empty [2, 0, K] has strides (K, K, 1): no x:rows (rows_view_ok), so the reference serves it.
+    Case("empty_leading_2x0", _mm_case((2, 0), 33, 65)),
+    # Leading dims [3, 5] (M = 15), bias with stride 2.
+    Case("leading_3x5_strided_bias", _mm_case((3, 5), 96, 200, bias=True, b="every_other")),
+    # x rows of a wider buffer (still x:rows): an odd row stride (213 elements), then 8 elements wider.
+    Case("x_rows_of_wider_buffer_3x5", _mm_case((3, 5), 33, 200, bias=True, x="wide:13")),
+    Case("x_rows_of_wider_buffer_m128", _mm_case((128,), 96, 65, x="wide:8")),
+    # No x:rows: x with stride 2 along K, x stored transposed, leading dims without one row stride.
+    Case("x_k_stride_2", _mm_case((7,), 96, 200, bias=True, x="every_other")),
+    Case("x_column_major", _mm_case((16,), 33, 65, x="column_major")),
+    Case("x_leading_dims_gap", _mm_case((3, 5), 33, 65, x="lead_gap")),
+    # w rows of a wider [N, K + 56] buffer (a column slice of a fused weight), and rows 40.. of a taller
+    # one (the v rows of a fused qkv weight: an offset start); both keep w:rows.
+    Case("w_rows_of_wider_buffer", _mm_case((7,), 96, 200, bias=True, w="wide:56")),
+    Case("w_row_slice_of_fused_weight", _mm_case((128,), 33, 65, w="rows_from:40")),
+    # No w:rows: w = buffer.t() of a [K, N] buffer (stride (1, N)).
+    Case("w_transposed_storage", _mm_case((7,), 96, 200, bias=True, w="column_major")),
+    # Real projections (Llama-3-8B, Mistral-7B: hidden 4096, MLP 14336) at a 4096-token prefill and at
+    # decode; GPU only (the interpreter would take hours).
+    Case("prefill_m4096_n4096_k4096", _mm_case((4096,), 4096, 4096), gpu_only=True),
+    Case("prefill_m4096_n14336_k4096_bias", _mm_case((4096,), 14336, 4096, bias=True), gpu_only=True),
+    Case("decode_m1_n14336_k4096", _mm_case((1,), 14336, 4096), gpu_only=True),
+    Case("decode_m16_n4096_k14336", _mm_case((16,), 4096, 14336), gpu_only=True),
+)
 
 # ---------------------------------------------------------------------------
 # gemm.fp8_block_mm
@@ -306,6 +380,14 @@ FP8_GROUPED_MM_MASKED_CASES = (
 # ---------------------------------------------------------------------------
 
 
+def mm_oracle(x, w, bias=None):
+    """float64 product and bias, rounded once to x's dtype."""
+    out = x.double() @ w.double().T
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(x.dtype)
+
+
 def _rows64(a, a_scale):
     return a.double() * a_scale.double().repeat_interleave(_BLOCK, dim=-1)
 
@@ -348,11 +430,13 @@ def _masked_specified(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
 
 
 CASES = {
+    MM: MM_CASES,
     FP8_BLOCK_MM: FP8_BLOCK_MM_CASES,
     FP8_GROUPED_MM_CONTIGUOUS: FP8_GROUPED_MM_CONTIGUOUS_CASES,
     FP8_GROUPED_MM_MASKED: FP8_GROUPED_MM_MASKED_CASES,
 }
 ORACLES = {
+    MM: mm_oracle,
     FP8_BLOCK_MM: fp8_block_mm_oracle,
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_oracle,
     FP8_GROUPED_MM_MASKED: fp8_grouped_mm_masked_oracle,
@@ -410,5 +494,21 @@ TOLERANCES = {
     # outlier_groups_subnormal_rest at out[6, 169] = 7.22 (products up to 134 in its sum), 2.4x the first term
     # there, 0.064 (perf/results/h200/libraries_2026-12-01/golden_first_run.log); elsewhere DeepGEMM met the
     # first term. A wrong scale, block or group is an O(1) error, far past both terms.
-    **{(op, "fp8_e4m3"): (2.0**-7, 2.0**-7) for op in CASES}
+    **{(op, "fp8_e4m3"): (2.0**-7, 2.0**-7) for op in (FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED)},
+    # gemm.mm: fp32 accumulation, one rounding to the dtype (the contract). Every row, and the float64
+    # oracle, forms the same sum in fp32 (or float64) and rounds it once; they differ only in the order
+    # of the fp32 additions (tiles, split-K slices, cuBLAS's blocking) and in where a rounding lands.
+    #   rtol, one rounding: two fp32 values that differ by much less than a unit in the last place of the
+    #   output round to the same or to adjacent values of the dtype, at most one unit apart, and one unit
+    #   is at most 2**-p * |ref| for a normal value (p = 10 for fp16, 7 for bf16, 23 for fp32).
+    #   atol, fp32 accumulation order: each fp32 addition rounds by up to 2**-24 of its partial sum, and the
+    #   partial sums of these inputs are O(1) (unit-variance outputs at every K), so two orders differ by
+    #   about 2**-24 * sqrt(K) (errors of either sign): 2**-17 at K = 14336, the largest K of the cases,
+    #   2**-14 leaving 8x for the tail over the 58M elements of the largest case. It also covers outputs
+    #   near 0, where a unit of the dtype is smaller than that. Measured on the CPU (fp32 matmul vs float64,
+    #   512 x 1024 outputs at K = 200, 4096, 14336): at most 3e-6.
+    # What it still catches: TF32 operands in an fp32 call (2**-11 of each product: ~5e-4 at these
+    # magnitudes), fp16/bf16 accumulation, a dropped or doubled K step (~1/sqrt(K) per product), junk read
+    # from a wider buffer (3.0 per element), a missing or misplaced bias (O(1)).
+    **{(MM, dtype): (2.0**-14, 2.0**-bits) for dtype, bits in (("fp32", 23), ("fp16", 10), ("bf16", 7))},
 }

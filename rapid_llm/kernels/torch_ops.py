@@ -262,7 +262,18 @@ def _mla_decode_fake(q, *args, **kwargs) -> Tensor:
     return _new((q.shape[0], q.shape[1], MLA_VALUE_DIM), q)
 
 
-# --- gemm: bf16 outputs of fp8 operands ------------------------------------------------------------------------
+# --- gemm ------------------------------------------------------------------------------------------------------
+
+
+def _mm(x: Tensor, w: Tensor, bias: Tensor | None = None) -> Tensor:
+    return kernels.mm(x, w, bias)
+
+
+def _mm_fake(x, w, bias=None) -> Tensor:
+    return _new((*x.shape[:-1], w.shape[0]), x)
+
+
+# bf16 outputs of fp8 operands
 
 
 def _fp8_block_mm(a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor) -> Tensor:
@@ -329,6 +340,7 @@ CUSTOM_OPS = (
     CustomOp("prefill_paged", _prefill_paged, _prefill_paged_fake),
     CustomOp("decode", _decode, _same_shape_fake),
     CustomOp("mla_decode", _mla_decode, _mla_decode_fake),
+    CustomOp("mm", _mm, _mm_fake),
     CustomOp("fp8_block_mm", _fp8_block_mm, _fp8_block_mm_fake),
     CustomOp("fp8_block_mm_out", _fp8_block_mm_out, _writes_only, ("out",)),
     CustomOp("fp8_grouped_mm_contiguous", _fp8_grouped_mm_contiguous, _fp8_grouped_mm_contiguous_fake),

@@ -42,6 +42,7 @@ BACKEND_CLASSES = {
     "native": "native",
     "aot": "native",
     "jit": "native",
+    "cublas": "external",
     "flashinfer": "external",
     "flash_attn": "external",
     "flash_mla": "external",

@@ -1,7 +1,12 @@
 """gemm family: op contracts, layout tags and rows (data only, torch-free).
 
-Files: checks.py (the ops' argument checks), reference.py (torch rows). The
-DeepGEMM adapters live in rapid_llm/kernels/backends/deep_gemm/gemm.py.
+Files: checks.py (the ops' argument checks), reference.py (torch rows),
+tiles.py (the tile policy: tuning store, then a heuristic per GPU tier),
+mm/ (gemm.mm's native kernels, one module each). The cuBLAS adapter lives in
+rapid_llm/kernels/backends/cublas/, DeepGEMM's in backends/deep_gemm/gemm.py.
+
+gemm.mm: out = x @ w.T (+ bias), w [N, K] as a checkpoint stores a linear
+layer's weight; fp32 accumulation and one rounding to x's dtype on every row.
 
 Shared conventions of the block-scaled fp8 GEMMs (DeepSeek-V3's recipe, the
 one DeepGEMM implements on Hopper):
@@ -34,9 +39,11 @@ one DeepGEMM implements on Hopper):
 
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, KernelSpec, ShapeConstraint
-from ..rows import library_row, reference_row
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
+from ..common_rows import TRITON_DOT_DEVICES
+from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
+MM = "gemm.mm"
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 FP8_GROUPED_MM_MASKED = "gemm.fp8_grouped_mm_masked"
@@ -52,6 +59,9 @@ M_ALIGNMENT = 128
 FP8_DTYPES = frozenset({"fp8_e4m3"})
 
 LAYOUT_TAGS = {
+    "x:rows": SHARED_LAYOUT_TAGS["x:rows"],
+    "w:rows": "the weight w [N, K] has unit stride along K (any row stride): a checkpoint's linear weight or a "
+    "row slice of a fused one",
     "a:tma": "the fp8 operand a has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
     "overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA loads read",
     "b:tma": "the fp8 weight b has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
@@ -71,6 +81,26 @@ outside the contract gives unspecified output (a library row may read out of
 bounds)"""
 
 CONTRACTS = (
+    OpContract(
+        op=MM,
+        parameters=("x", "w", "bias"),
+        dtypes=frozenset({"fp32", "fp16", "bf16"}),
+        dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
+        layouts=("x:rows", "w:rows"),
+        check=f"{_HERE}.checks:check_mm",
+        doc="""mm(x, w, bias=None) -> out [..., N]
+
+out[..., n] = sum_k x[..., k] * w[n, k] + bias[n]
+
+x: [..., K] float32, float16 or bfloat16, K >= 1, any leading dims (M = the
+product of them, M >= 0: the token count the plan buckets), any strides.
+w: [N, K] in x's dtype, N >= 1, any strides (the layout a checkpoint's
+linear weight has: "NT"). bias: None or [N] in x's dtype, any stride.
+out: a new contiguous tensor [..., N] in x's dtype. All on x's device.
+Numerics: products accumulated in fp32, rounded once to x's dtype; float32
+inputs are multiplied in full fp32 unless the process enabled TF32
+(torch.backends.cuda.matmul.allow_tf32), as torch's own matmul.""",
+    ),
     OpContract(
         op=FP8_BLOCK_MM,
         parameters=("a", "a_scale", "b", "b_scale", "out"),
@@ -182,7 +212,53 @@ def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) ->
     )
 
 
+_MM_DTYPES = frozenset({"fp16", "bf16"})
+#: The decode-shaped kernel's token range (it multiplies a 16-row tile).
+SPLIT_K_MAX_TOKENS = 16
+
 ROWS = (
+    reference_row(
+        MM,
+        f"{_HERE}.reference:mm",
+        frozenset({"fp32", "fp16", "bf16"}),
+        description="PyTorch reference: fp32 operands, fp32 matmul, one rounding to x's dtype",
+    ),
+    KernelSpec(
+        name="cublas/linear",
+        op=MM,
+        backend="cublas",
+        target="rapid_llm.kernels.backends.cublas.gemm:mm",
+        available="rapid_llm.kernels.backends.cublas:available",
+        capability=(CapabilityRequirement("cuda", min_sm=70),),
+        dtypes=frozenset({"fp32", "fp16", "bf16"}),
+        golden=GoldenRecord.unverified(),
+        priority=10,
+        graph_safe=True,
+        description="torch.nn.functional.linear: cuBLASLt GEMM, fp32 accumulation, bias in its epilogue",
+    ),
+    native_row(
+        "native/mm",
+        MM,
+        f"{_HERE}.mm.tiled:mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        layout=("x:rows", "w:rows"),
+        parity=None,
+        priority=10,
+        description="Triton persistent tiled GEMM, grouped tile order, tiles from ops/gemm/tiles.py",
+    ),
+    native_row(
+        "native/mm_splitk",
+        MM,
+        f"{_HERE}.mm.splitk:mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
+        layout=("x:rows", "w:rows"),
+        parity=None,
+        priority=10,
+        description="Triton decode GEMM (M <= 16): the weight stream split over K, fp32 slices added in order",
+    ),
     reference_row(
         FP8_BLOCK_MM,
         f"{_HERE}.reference:fp8_block_mm",

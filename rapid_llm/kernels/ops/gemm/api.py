@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from ...dispatcher.plan import call_op as _call
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM
 
-__all__ = ["fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+__all__ = ["mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+
+
+def mm(x, w, bias=None):
+    """x @ w.T (+ bias), w [N, K] (a linear layer's weight), fp32 accumulation. Contract: gemm.mm."""
+    return _call(MM, (x, w, bias))
 
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):

@@ -9,8 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import OpInputError, expect_disjoint, expect_int, expect_same_device, expect_tensor, values_checked
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, SCALE_BLOCK
+from ..checks import (
+    OpInputError,
+    expect_disjoint,
+    expect_float_tensor,
+    expect_int,
+    expect_same_device,
+    expect_tensor,
+    rows_view_ok,
+    tag_table,
+    values_checked,
+)
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, MM, SCALE_BLOCK
 
 _FP8 = torch.float8_e4m3fn
 
@@ -220,3 +230,35 @@ def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, ou
         _tags(a, a_scale, b, b_scale, out, "masked_m", masked_m),
         (("num_groups", groups), ("max_m", max_m), ("n", n), ("k", k)),
     )
+
+
+_MM_TAGS = tag_table("x:rows", "w:rows")
+
+
+def check_mm(x, w, bias=None):
+    """gemm.mm's check: x [..., K], w [N, K], bias None or [N], one float dtype, one device.
+    Tags: x:rows (x views as [M, K] with unit stride along K), w:rows (unit stride along K)."""
+    op = MM
+    expect_float_tensor(op, "x", x)
+    if x.dim() == 0:
+        raise OpInputError(op, "x", "a tensor of shape [..., K]", "a 0-d tensor")
+    k = x.shape[-1]
+    if k == 0:
+        raise OpInputError(op, "x", "K (the last dim) >= 1", f"shape {list(x.shape)}")
+    expect_tensor(op, "w", w)
+    if w.dtype != x.dtype:
+        raise OpInputError(op, "w", f"dtype {x.dtype} (x's dtype)", str(w.dtype))
+    if w.dim() != 2 or w.shape[1] != k or w.shape[0] == 0:
+        raise OpInputError(op, "w", f"shape [N, {k}] with N >= 1 (K = x's last dim)", f"shape {list(w.shape)}")
+    expect_same_device(op, "w", w, "x", x)
+    n = w.shape[0]
+    if bias is not None:
+        expect_tensor(op, "bias", bias)
+        if bias.dtype != x.dtype:
+            raise OpInputError(op, "bias", f"dtype {x.dtype} (x's dtype)", str(bias.dtype))
+        if tuple(bias.shape) != (n,):
+            raise OpInputError(op, "bias", f"None or shape [{n}] (N = w's rows)", f"shape {list(bias.shape)}")
+        expect_same_device(op, "bias", bias, "x", x)
+    rows = x.numel() // k
+    w_rows = k == 1 or w.stride(1) == 1
+    return x, _MM_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))

@@ -1,4 +1,6 @@
-"""PyTorch references for the block-scaled fp8 GEMMs (arguments checked by gemm/checks.py).
+"""PyTorch references for the GEMMs (arguments checked by gemm/checks.py).
+
+mm(x, w, bias=None) -> out [..., N]: fp32 operands, fp32 matmul, one rounding to x's dtype.
 
 fp8_block_mm(a, a_scale, b, b_scale, out=None) -> out [M, N] bf16
 fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None) -> out [M, N] bf16
@@ -64,3 +66,11 @@ def fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None
         # masked_m[group] stays a device tensor: the comparison needs no host read.
         result[group] = torch.where((row_ids < masked_m[group]).unsqueeze(1), product, 0.0)
     return _finish(result, out)
+
+
+def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] @ w[N, K].T (+ bias) in fp32, rounded once to x's dtype (the contract's numerics)."""
+    out = torch.matmul(x.float(), w.float().t())
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)

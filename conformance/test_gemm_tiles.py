@@ -1,0 +1,339 @@
+"""The GEMM tile policy (rapid_llm/kernels/ops/gemm/tiles.py), on the CPU: token buckets, the heuristic
+tables per GPU tier, refusals, the tuning store and resolve_tiles.
+
+No GPU is needed: where the store path needs a CUDA device's facts (name, compute capability, shared
+memory per block, SM count) they are faked, so the code that picks tiles on an H200 or an A10 runs here.
+Every test starts and ends with tiles.forget() (no cached store or device facts leak between tests), the
+user directory ($RAPID_LLM_TUNING_DIR) in a temporary folder, and the shipped store read from another
+temporary folder, so a store file shipped later changes none of these tests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import types
+from importlib import resources
+
+import pytest
+import torch
+
+from rapid_llm.kernels.dispatcher.contract import TOKEN_BUCKETS
+from rapid_llm.kernels.ops.gemm import SPLIT_K_MAX_TOKENS, tiles
+from rapid_llm.kernels.ops.gemm.mm import splitk, tiled
+
+KERNELS = ("native/mm", "native/mm_splitk")
+#: The Triton kernel each row launches, and the constexpr arguments its launch() sets itself (not knobs).
+LAUNCHED = {
+    "native/mm": (tiled._mm_kernel, {"HAS_BIAS", "EVEN_K", "NUM_PROGRAMS"}),
+    "native/mm_splitk": (splitk._partial_kernel, {"HAS_BIAS", "EVEN_K"}),
+}
+#: Knobs launch() consumes before the kernel sees them, and the launch options every row passes.
+LAUNCH_KNOBS = {"native/mm": set(), "native/mm_splitk": {"SPLIT_K"}}
+LAUNCH_OPTIONS = {"num_warps", "num_stages"}
+#: m values across the token buckets each kernel serves (native/mm_splitk: m <= 16).
+TOKENS = {"native/mm": (1, 2, 7, 16, 17, 64, 128, 129, 256, 257, 1000, 4096, 16384), "native/mm_splitk": (1, 2, 7, 16)}
+#: The smallest shared memory per block of each tier (sm86/sm89: 99 KiB; Hopper: 227 KiB), by the sm
+#: heuristic() is judged at.
+TIER_LIMITS = {80: 99 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+H200 = {"name": "NVIDIA H200", "major": 9, "minor": 0, "optin": 227 * 1024, "sms": 132}
+A10 = {"name": "NVIDIA A10", "major": 8, "minor": 6, "optin": 99 * 1024, "sms": 72}
+SHAPE = {"n": 4096, "k": 4096}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAPID_LLM_TUNING_DIR", str(tmp_path / "user"))
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr(tiles, "resources", types.SimpleNamespace(files=lambda package: shipped))
+    tiles.forget()
+    yield
+    tiles.forget()
+
+
+def _fake_gpu(monkeypatch, gpu) -> torch.device:
+    """CUDA device 0 as `gpu` says, for tiles.py only (no CUDA runtime is touched)."""
+    props = types.SimpleNamespace(
+        name=gpu["name"],
+        major=gpu["major"],
+        minor=gpu["minor"],
+        shared_memory_per_block_optin=gpu["optin"],
+        multi_processor_count=gpu["sms"],
+    )
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: props)
+    monkeypatch.setattr(tiles, "multiprocessor_count", lambda device: gpu["sms"])
+    return torch.device("cuda", 0)
+
+
+def _write_store(folder, slug, entries, triton="3.4.0", date="2026-12-01"):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{slug}.json"
+    path.write_text(json.dumps({"triton": triton, "date": date, "entries": entries}))
+    return path
+
+
+def _entry(kernel="native/mm", dtype="bf16", bucket=(2, 16), n=4096, k=4096, **knobs):
+    base = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 4, "num_warps": 4, "num_stages": 2}
+    if kernel == "native/mm_splitk":
+        base = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "num_stages": 3}
+    return {"kernel": kernel, "dtype": dtype, "m_bucket": list(bucket), "n": n, "k": k, "knobs": {**base, **knobs}}
+
+
+def _constexpr_names(kernel) -> set:
+    function = kernel
+    while not inspect.isfunction(function):  # CachedKernel -> JITFunction / InterpretedFunction -> function
+        function = function.fn
+    return {name for name, p in inspect.signature(function).parameters.items() if "constexpr" in str(p.annotation)}
+
+
+# ---------------------------------------------------------------------------
+# Buckets
+
+
+def test_m_bucket_is_the_contracts_token_bucket():
+    """Catches the store keyed by other buckets than the ones dispatch plans by: an entry tuned at m = 16
+    served at m = 17 (past native/mm_splitk's range, on another plan), or an empty call (m = 0) raising."""
+    expected = {0: (1, 1), 1: (1, 1), 2: (2, 16), 16: (2, 16), 17: (17, 128), 128: (17, 128), 129: (129, 256)}
+    expected |= {256: (129, 256), 257: (257, 512), 4096: (2049, 4096), 4097: (4097, 8192)}
+    for m, bucket in expected.items():
+        assert tiles.m_bucket(m) == bucket, m
+    for m in range(1, 20000):
+        assert tiles.m_bucket(m) == TOKEN_BUCKETS.bucket(m), m
+
+
+# ---------------------------------------------------------------------------
+# The heuristic
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("sm", [80, 90])
+def test_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
+    """Catches a tier's table missing a tile argument of its kernel (a launch error, on the GPU tier only:
+    the CPU interpreter runs the sm80 table), or a tile Triton cannot build: tl.arange needs powers of
+    two, tl.dot at least 16 per dim; and a split-K tile shorter than 16 rows, whose one row tile would
+    leave rows 17.. of a 16-token call unwritten."""
+    kernel_fn, set_by_launch = LAUNCHED[kernel]
+    tile_arguments = _constexpr_names(kernel_fn) - set_by_launch
+    for m in TOKENS[kernel]:
+        knobs = tiles.heuristic(kernel, m, SHAPE["n"], SHAPE["k"], sm, 132)
+        assert set(knobs) == tile_arguments | LAUNCH_KNOBS[kernel] | LAUNCH_OPTIONS, (m, knobs)
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            assert knobs[name] >= 16 and knobs[name] & (knobs[name] - 1) == 0, (m, knobs)
+        assert knobs["num_warps"] in (1, 2, 4, 8, 16) and knobs["num_stages"] >= 1, (m, knobs)
+        if kernel == "native/mm_splitk":
+            assert knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS and knobs["SPLIT_K"] >= 1, (m, knobs)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_heuristic_tiles_are_one_per_bucket(kernel):
+    """Catches tiles picked from the raw m rather than its bucket: one plan (one bucket) would launch other
+    tiles per call, and the store's per-bucket entry would replace tiles that vary inside the bucket."""
+    top = 300 if kernel == "native/mm" else SPLIT_K_MAX_TOKENS
+    for sm in (80, 90):
+        for m in range(1, top + 1):
+            high = tiles.m_bucket(m)[1]
+            assert tiles.heuristic(kernel, m, 4096, 4096, sm, 132) == tiles.heuristic(
+                kernel, high, 4096, 4096, sm, 132
+            ), (sm, m)
+
+
+@pytest.mark.parametrize("sm", [80, 90])
+def test_tiled_tiles_grow_with_m(sm):
+    """Catches a decode tile at prefill (16-row tiles read w M/16 times) or a prefill tile at decode (a
+    128-row tile with one live row): BLOCK_M and the tile's area never shrink as m grows, start at
+    tl.dot's 16 rows for one token and end larger."""
+    sizes = [tiles.heuristic("native/mm", m, 4096, 4096, sm, 132) for m in TOKENS["native/mm"]]
+    for smaller, larger in itertools.pairwise(sizes):
+        assert larger["BLOCK_M"] >= smaller["BLOCK_M"], (smaller, larger)
+        assert larger["BLOCK_M"] * larger["BLOCK_N"] >= smaller["BLOCK_M"] * smaller["BLOCK_N"], (smaller, larger)
+    assert sizes[0]["BLOCK_M"] == 16
+    assert sizes[-1]["BLOCK_M"] * sizes[-1]["BLOCK_N"] > sizes[0]["BLOCK_M"] * sizes[0]["BLOCK_N"]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_heuristic_tiles_fit_their_tiers_shared_memory(kernel, dtype):
+    """Catches a Hopper-sized tile in the pre-Hopper table (or one past Hopper's 227 KiB): the launch
+    runs out of shared memory, or the resolver silently sheds pipeline stages on every call."""
+    for sm, limit in TIER_LIMITS.items():
+        for m in TOKENS[kernel]:
+            knobs = tiles.heuristic(kernel, m, 4096, 4096, sm, 132)
+            assert tiles.refusal(knobs, dtype, limit, None) is None, (sm, m, knobs)
+
+
+# ---------------------------------------------------------------------------
+# Refusals
+
+
+def test_refusal_refuses_tiles_over_the_shared_memory_limit():
+    """Catches a store entry tuned on a larger part (or by hand) launched where it cannot fit: the
+    refusal names the bytes needed and the limit; a tile exactly at the limit still launches."""
+    knobs = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4}
+    need = 4 * (128 + 256) * 64 * 2
+    reason = tiles.refusal(knobs, "bf16", need - 1, None)
+    assert reason is not None and "shared memory" in reason and str(need) in reason and str(need - 1) in reason
+    assert tiles.refusal(knobs, "bf16", need, None) is None
+    assert tiles.refusal(knobs, "fp8_e4m3", need - 1, None) is None  # one byte per element: half of it
+
+
+def test_refusal_refuses_block_k_not_a_multiple_of_the_scale_group():
+    """Catches a K tile that straddles two scale groups (a block-scaled GEMM would apply one scale to
+    both): BLOCK_K 64 under a 128 group is refused, 256 is not, and no group means no such rule."""
+    knobs = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_stages": 2}
+    reason = tiles.refusal(knobs, "fp8_e4m3", 227 * 1024, 128)
+    assert reason is not None and "BLOCK_K 64" in reason and "128" in reason
+    assert tiles.refusal({**knobs, "BLOCK_K": 256}, "fp8_e4m3", 227 * 1024, 128) is None
+    assert tiles.refusal(knobs, "fp8_e4m3", 227 * 1024, None) is None
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+def test_store_reads_the_user_file_in_the_tuning_dir(tmp_path):
+    """Catches perf/tune_gemm.py's output in $RAPID_LLM_TUNING_DIR never read (tiles stay the heuristic's
+    with no sign of it), or its entries keyed so that no lookup finds them."""
+    path = _write_store(tmp_path / "user", "nvidia_h200", [_entry(), _entry("native/mm_splitk", bucket=(1, 1))])
+    entries = tiles.store("nvidia_h200")
+    assert set(entries) == {
+        ("native/mm", "bf16", (2, 16), 4096, 4096),
+        ("native/mm_splitk", "bf16", (1, 1), 4096, 4096),
+    }
+    entry = entries[("native/mm", "bf16", (2, 16), 4096, 4096)]
+    assert entry["knobs"] == _entry()["knobs"]
+    assert (entry["file"], entry["triton"], entry["date"]) == (str(path), "3.4.0", "2026-12-01")
+    assert tiles.store("nvidia_h100_80gb_hbm3") == {}
+
+
+def test_user_entry_overrides_the_shipped_entry_with_the_same_key(tmp_path):
+    """Catches the shipped store winning over the user's (a retune on the user's own GPU ignored), or the
+    user's file replacing the shipped one wholesale (the shipped entries it does not retune lost)."""
+    shipped_other = _entry(bucket=(17, 128))
+    _write_store(tmp_path / "shipped" / "tuning", "nvidia_h200", [_entry(), shipped_other])
+    user = _write_store(tmp_path / "user", "nvidia_h200", [_entry(BLOCK_N=128)], triton="3.5.0")
+    entries = tiles.store("nvidia_h200")
+    mine = entries[("native/mm", "bf16", (2, 16), 4096, 4096)]
+    assert mine["knobs"]["BLOCK_N"] == 128 and mine["file"] == str(user) and mine["triton"] == "3.5.0"
+    assert entries[("native/mm", "bf16", (17, 128), 4096, 4096)]["knobs"] == shipped_other["knobs"]
+
+
+def test_forget_makes_a_newly_written_store_visible(tmp_path):
+    """Catches forget() leaving the store cached: entries perf/tune_gemm.py just wrote stay unseen until
+    the process restarts."""
+    assert tiles.store("nvidia_h200") == {}
+    _write_store(tmp_path / "user", "nvidia_h200", [_entry()])
+    tiles.forget()
+    assert ("native/mm", "bf16", (2, 16), 4096, 4096) in tiles.store("nvidia_h200")
+
+
+def test_store_entry_round_trips_through_a_store_file(tmp_path, monkeypatch):
+    """Catches the writer (store_entry, what perf/tune_gemm.py saves) and the reader disagreeing on the
+    key: an entry tuned at m = 16 must serve every m of its bucket on the GPU it was tuned on."""
+    device = _fake_gpu(monkeypatch, H200)
+    knobs = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3}
+    written = tiles.store_entry("native/mm_splitk", "fp16", 16, 14336, 4096, knobs, us=12.3456)
+    _write_store(tmp_path / "user", tiles.model_slug("NVIDIA H200"), [json.loads(json.dumps(written))])
+    for m in (2, 9, 16):
+        assert tiles.resolve_tiles("native/mm_splitk", m, 14336, 4096, "fp16", device).knobs == knobs, m
+
+
+# ---------------------------------------------------------------------------
+# resolve_tiles
+
+
+def test_resolve_serves_a_store_entry_for_its_key_only(tmp_path, monkeypatch):
+    """Catches an entry served outside its key (another m bucket, dtype, n or k: tiles tuned for one
+    shape launched on another) or not served inside it; the source names the file it came from."""
+    device = _fake_gpu(monkeypatch, H200)
+    path = _write_store(tmp_path / "user", "nvidia_h200", [_entry()])
+    for m in (2, 7, 16):
+        served = tiles.resolve_tiles("native/mm", m, 4096, 4096, "bf16", device)
+        assert served.knobs == _entry()["knobs"] and served.source.startswith(f"store {path}"), served
+    for m, n, k, dtype in ((1, 4096, 4096, "bf16"), (17, 4096, 4096, "bf16"), (7, 4096, 4096, "fp16")):
+        served = tiles.resolve_tiles("native/mm", m, n, k, dtype, device)
+        assert served.knobs == tiles.heuristic("native/mm", m, n, k, 90, 132), (m, n, k, dtype)
+        assert served.source.startswith("heuristic sm90+"), served
+    for n, k in ((4096, 14336), (14336, 4096)):
+        assert tiles.resolve_tiles("native/mm", 7, n, k, "bf16", device).source.startswith("heuristic"), (n, k)
+
+
+def test_resolve_refuses_a_store_entry_over_shared_memory(tmp_path, monkeypatch):
+    """Catches a store entry launched where it does not fit (an A100-sized or hand-edited tile on a part
+    with less shared memory: an out-of-resources launch error): the heuristic serves and says why."""
+    device = _fake_gpu(monkeypatch, A10)
+    big = _entry(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=4)  # 4 x 384 x 64 x 2 = 192 KiB
+    _write_store(tmp_path / "user", "nvidia_a10", [big])
+    served = tiles.resolve_tiles("native/mm", 7, 4096, 4096, "bf16", device)
+    assert served.knobs == tiles.heuristic("native/mm", 7, 4096, 4096, 86, 72)
+    assert "store entry refused" in served.source and "shared memory" in served.source, served
+    assert served.source.startswith("heuristic sm80-89"), served
+
+
+def test_resolve_refuses_a_store_entry_whose_block_k_splits_a_scale_group(tmp_path, monkeypatch):
+    """Catches the block_k_multiple a caller passes being ignored: an entry with BLOCK_K 64 served to a
+    caller whose scale groups are 128 wide; the same entry is served to a caller without groups."""
+    device = _fake_gpu(monkeypatch, H200)
+    _write_store(tmp_path / "user", "nvidia_h200", [_entry(BLOCK_K=64)])
+    refused = tiles.resolve_tiles("native/mm", 7, 4096, 4096, "bf16", device, block_k_multiple=128)
+    assert refused.knobs != _entry(BLOCK_K=64)["knobs"]
+    assert "store entry refused" in refused.source and "BLOCK_K 64" in refused.source, refused
+    served = tiles.resolve_tiles("native/mm", 7, 4096, 4096, "bf16", device)
+    assert served.knobs == _entry(BLOCK_K=64)["knobs"], served
+
+
+def test_pre_hopper_heuristic_fits_its_part(monkeypatch):
+    """Catches Hopper tiles resolved on an sm86 part (99 KiB per block): every bucket's tiles fit it and
+    come from the pre-Hopper table."""
+    device = _fake_gpu(monkeypatch, A10)
+    for kernel in KERNELS:
+        for m in TOKENS[kernel]:
+            served = tiles.resolve_tiles(kernel, m, 4096, 4096, "bf16", device)
+            assert served.source.startswith("heuristic sm80-89"), served
+            assert tiles.refusal(served.knobs, "bf16", A10["optin"], None) is None, (kernel, m, served)
+
+
+def test_resolve_on_a_cpu_device_is_the_interpreter_heuristic(tmp_path, monkeypatch):
+    """Catches the CPU path (Triton's interpreter) asking torch.cuda for device facts, an error on every
+    machine without CUDA, or serving a store entry or a Hopper table to the interpreter."""
+
+    def no_cuda(index=None):
+        raise AssertionError("resolve_tiles on a CPU device asked torch.cuda for device properties")
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", no_cuda)
+    _write_store(tmp_path / "user", "nvidia_h200", [_entry()])
+    for kernel in KERNELS:
+        for m in TOKENS[kernel]:
+            served = tiles.resolve_tiles(kernel, m, 4096, 4096, "bf16", torch.device("cpu"))
+            expected = tiles.Tiles(tiles.heuristic(kernel, m, 4096, 4096, 80, 1), "heuristic (CPU interpreter)")
+            assert served == expected, (kernel, m, served)
+
+
+# ---------------------------------------------------------------------------
+# Shipped store files
+
+
+def _shipped_files():
+    folder = resources.files("rapid_llm.kernels.ops.gemm").joinpath("tuning")
+    return sorted(path for path in folder.iterdir() if path.name.endswith(".json")) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("path", _shipped_files() or [None], ids=lambda path: getattr(path, "name", "none"))
+def test_shipped_store_files_are_well_formed(path):
+    """Catches a shipped entry no lookup can find (an m_bucket that is not a token bucket, an unknown
+    kernel or dtype), knobs its kernel cannot launch with, or tiles past its GPU tier's shared memory."""
+    if path is None:
+        pytest.skip("no store file shipped in rapid_llm/kernels/ops/gemm/tuning/ yet")
+    document = json.loads(path.read_text())
+    assert document.get("triton") and document.get("date"), path.name
+    tier_limit = TIER_LIMITS[90] if any(name in path.name for name in ("h100", "h200", "h800", "gh200")) else None
+    for entry in document["entries"]:
+        kernel, knobs = entry["kernel"], entry["knobs"]
+        assert kernel in KERNELS and entry["dtype"] in ("fp16", "bf16"), entry
+        low, high = entry["m_bucket"]
+        assert TOKEN_BUCKETS.bucket(low) == (low, high) == TOKEN_BUCKETS.bucket(high), entry
+        assert set(knobs) == set(tiles.heuristic(kernel, high, entry["n"], entry["k"], 90, 132)), entry
+        if kernel == "native/mm_splitk":
+            assert high <= SPLIT_K_MAX_TOKENS and knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
+        if tier_limit is not None:
+            assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry

@@ -1,0 +1,135 @@
+"""Fill the GEMM tuning store on the GPU: `python -m perf.tune_gemm --out FILE.json [--budget-s 240]`.
+
+For every (kernel, m bucket, n, k) of the presets' projections (perf/test_gemm_bench.py MM_SHAPES, the
+8192^3 anchor) it times each candidate tile of the kernel (CANDIDATES, filtered by the device's shared
+memory and, for native/mm_splitk, its m <= 16 range) at the bucket's upper m with CUDA events, the L2
+flushed before each call, checks the fastest against the reference, and writes it as a store entry
+(ops/gemm/tiles.py: kernel, dtype, m bucket, n, k, knobs, us) with the device, triton version and date.
+The heuristic's own tiles are always a candidate, so an entry is never slower than what it replaces in
+the same run. Bounded: it stops starting new keys after --budget-s and writes what it has. Copy FILE into
+rapid_llm/kernels/ops/gemm/tuning/<model>.json to ship it, or into $RAPID_LLM_TUNING_DIR to try it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+
+import torch
+
+from perf.gpu_timing import event_timer
+from perf.test_gemm_bench import MM_ANCHOR, MM_SHAPES
+from rapid_llm.kernels.ops.gemm import tiles
+from rapid_llm.kernels.ops.gemm.mm import splitk, tiled
+from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
+
+KERNELS = {"native/mm": tiled, "native/mm_splitk": splitk}
+#: m values tuned per kernel (each one names its token bucket).
+TOKENS = {"native/mm_splitk": (1, 16), "native/mm": (16, 128, 4096)}
+CANDIDATES = {
+    "native/mm": [
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
+        for bm, bn, bk, w, s in itertools.product((16, 64, 128), (64, 128, 256), (64, 128), (4, 8), (3, 4))
+    ],
+    "native/mm_splitk": [
+        {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+        for bn, bk, split, w, s in itertools.product((32, 64, 128), (64, 128, 256), (1, 2, 4, 8, 16), (4,), (3, 4))
+    ],
+}
+
+
+def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
+    if tiles.refusal(knobs, "bf16", limit, None):
+        return False
+    if kernel == "native/mm":  # a tile far taller than m wastes the tensor cores on clamped rows
+        return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
+    return True
+
+
+def tune(budget_s: float) -> tuple[list, list]:
+    device = torch.device("cuda")
+    limit = tiles.shared_memory_limit(device)
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=device)
+    shapes = [(n, k) for n, k, _ in MM_SHAPES] + [MM_ANCHOR[1:]]
+    entries, log = [], []
+    started = time.perf_counter()
+    for kernel, module in KERNELS.items():
+        for n, k in shapes:
+            for m in TOKENS[kernel]:
+                if time.perf_counter() - started > budget_s:
+                    log.append({"kernel": kernel, "n": n, "k": k, "m": m, "skipped": "budget spent"})
+                    continue
+                gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+                x = torch.randn((m, k), device=device, generator=gen).bfloat16()
+                w = (torch.randn((n, k), device=device, generator=gen) / math.sqrt(k)).bfloat16()
+                out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+                default = tiles.heuristic(
+                    kernel, m, n, k, 90, torch.cuda.get_device_properties(0).multi_processor_count
+                )
+                candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit)]
+                timings = []
+                for knobs in candidates:
+                    try:
+                        us = event_timer(
+                            lambda: module.launch(x, w, None, out, knobs), flush=flush, iterations=10
+                        ).median_us
+                    except Exception as error:  # a tile Triton cannot compile here: not a candidate
+                        log.append(
+                            {"kernel": kernel, "knobs": knobs, "error": f"{type(error).__name__}: {error}"[:200]}
+                        )
+                        continue
+                    timings.append((us, knobs))
+                us, best = min(timings, key=lambda item: item[0])
+                module.launch(x, w, None, out, best)
+                error = (out.float() - reference_mm(x, w).float()).abs().max().item()
+                default_us = next(t for t, knobs in timings if knobs is default)
+                entries.append(tiles.store_entry(kernel, "bf16", m, n, k, best, us))
+                log.append(
+                    {
+                        "kernel": kernel,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "best_us": us,
+                        "heuristic_us": default_us,
+                        "candidates": len(timings),
+                        "max_abs_diff": error,
+                        "knobs": best,
+                    }
+                )
+                print(
+                    f"{kernel:18s} m={m:5d} n={n:6d} k={k:5d}  {us:9.1f} us (heuristic {default_us:9.1f})  {best}",
+                    flush=True,
+                )
+    return entries, log
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget-s", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    import triton
+
+    entries, log = tune(args.budget_s)
+    document = {
+        "device": torch.cuda.get_device_name(),
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join([sys.executable, "-m", "perf.tune_gemm", *(argv if argv is not None else sys.argv[1:])]),
+        "entries": entries,
+        "log": log,
+    }
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=1)
+    print(f"wrote {len(entries)} entries to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""native/mm_splitk: decode-shaped GEMM (M <= 16), out = x @ w.T (+ bias), streaming w at bandwidth.
+
+x: [M, K] rows (x:rows), M <= 16; w: [N, K] (w:rows); bias: None or [N]; out: new [M, N], x's dtype.
+
+At decode sizes the cost is reading w once (N x K elements), and an output tiling leaves most SMs idle
+(N / BLOCK_N programs). Here program (j, s) multiplies all M rows by the BLOCK_N rows of w starting at
+j * BLOCK_N over the s-th of SPLIT_K slices of K (tl.dot on a 16-row tile; rows past M are clamped reads
+whose results are never stored), writing fp32 partial sums [SPLIT_K, M, N]; a second kernel adds the
+slices in a fixed order, adds the bias and rounds once (deterministic: no atomics). With SPLIT_K = 1
+the first kernel writes out directly. Tiles (BLOCK_N, BLOCK_K, SPLIT_K) come from ops/gemm/tiles.py;
+M and the strides are not specialised (new token counts never recompile).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...fast_launch import cached, cdiv
+from ..tiles import resolve_tiles
+
+ROW = "native/mm_splitk"
+MAX_M = 16
+
+
+def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Unchecked kernel entry (gemm.mm's check ran: x:rows and w:rows hold; the row's shape: M <= 16)."""
+    k = x.shape[-1]
+    n = w.shape[0]
+    m = x.numel() // k
+    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    dtype = "bf16" if x.dtype == torch.bfloat16 else "fp16"
+    knobs = resolve_tiles(ROW, m, n, k, dtype, x.device).knobs
+    launch(x.reshape(m, k), w, bias, out.view(m, n), knobs)
+    return out
+
+
+def launch(x, w, bias, out, knobs: dict) -> None:
+    """Launch over x [M, K], w [N, K], out [M, N] with explicit knobs (perf/tune_gemm.py times candidates)."""
+    m, k = x.shape
+    n = w.shape[0]
+    knobs = dict(knobs)
+    split = max(1, min(knobs.pop("SPLIT_K"), cdiv(k, knobs["BLOCK_K"])))
+    steps_per_split = cdiv(cdiv(k, knobs["BLOCK_K"]), split)
+    split = cdiv(cdiv(k, knobs["BLOCK_K"]), steps_per_split)  # no empty slice
+    has_bias = bias is not None
+    partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    grid = (cdiv(n, knobs["BLOCK_N"]), split)
+    _partial_kernel[grid](
+        x,
+        w,
+        bias if has_bias else x,
+        partial,
+        m,
+        n,
+        k,
+        x.stride(0),
+        w.stride(0),
+        bias.stride(0) if has_bias else 0,
+        steps_per_split,
+        HAS_BIAS=has_bias and split == 1,
+        EVEN_K=k % knobs["BLOCK_K"] == 0,
+        **knobs,
+    )
+    if split > 1:
+        block = 256
+        _merge_kernel[(cdiv(m * n, block),)](
+            partial,
+            bias if has_bias else partial,
+            out,
+            m * n,
+            n,
+            bias.stride(0) if has_bias else 0,
+            SPLIT_K=split,
+            HAS_BIAS=has_bias,
+            BLOCK=block,
+            num_warps=4,
+        )
+
+
+@cached
+@triton.jit(do_not_specialize=["M", "stride_xm", "stride_wn", "stride_bias"])
+def _partial_kernel(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_bias,
+    steps_per_split,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    split = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    safe_rows = tl.where(rows < M, rows, M - 1).to(tl.int64)
+    safe_columns = tl.where(columns < N, columns, N - 1).to(tl.int64)
+    first = split * steps_per_split * BLOCK_K
+    ks = first + tl.arange(0, BLOCK_K)
+    x_tile = x_ptr + safe_rows[:, None] * stride_xm + ks[None, :]
+    w_tile = w_ptr + safe_columns[None, :] * stride_wn + ks[:, None]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    steps = tl.minimum(steps_per_split, tl.cdiv(K, BLOCK_K) - split * steps_per_split)  # the last slice is shorter
+    for step in range(0, steps):
+        if EVEN_K:
+            a = tl.load(x_tile)
+            b = tl.load(w_tile)
+        else:
+            inside = ks < K - step * BLOCK_K
+            a = tl.load(x_tile, mask=inside[None, :], other=0.0)
+            b = tl.load(w_tile, mask=inside[:, None], other=0.0)
+        acc = tl.dot(a, b, acc)
+        x_tile += BLOCK_K
+        w_tile += BLOCK_K
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)[None, :]
+    slice_out = out_ptr + split.to(tl.int64) * M * N + rows.to(tl.int64)[:, None] * N + columns[None, :]
+    tl.store(slice_out, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (columns[None, :] < N))
+
+
+@cached
+@triton.jit(do_not_specialize=["total", "stride_bias"])
+def _merge_kernel(
+    partial_ptr,
+    bias_ptr,
+    out_ptr,
+    total,
+    N,
+    stride_bias,
+    SPLIT_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLIT_K):  # a fixed order: the same sum on every run
+        acc += tl.load(partial_ptr + s * total + offsets, mask=inside, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + (offsets % N) * stride_bias, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=inside)

@@ -1,0 +1,234 @@
+"""The GEMM family's tile policy: `resolve_tiles(kernel, m, n, k, dtype, device)` -> Tiles.
+
+    tiles = resolve_tiles("native/mm", m=7, n=4096, k=4096, dtype="bf16", device=x.device)
+    tiles.knobs   # {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    tiles.source  # where they came from: "store <path>" or "heuristic sm90 ..." (+ why a store entry was refused)
+
+Order: the tuning store, then a heuristic table per GPU tier. The store is one JSON file per GPU model:
+shipped as package data (gemm/tuning/<model>.json) and a user file of the same name in
+$RAPID_LLM_TUNING_DIR (default ~/.cache/rapid_llm/tuning), whose entries win. Entries are keyed by
+(kernel, dtype, m bucket, n, k) and record the triton version and date they were measured with; they
+are filled offline by perf/tune_gemm.py on the GPU (one bounded call), never by autotuning at import or
+at a call. An entry whose tiles would not fit the device (shared memory, BLOCK_K not a multiple of the
+format's scale group) is refused with the reason, and the heuristic serves.
+
+Tiers: Hopper (sm90+, 227 KiB of shared memory per block) and pre-Hopper (sm80-89: 99-163 KiB), so a
+Hopper tile is never offered before Hopper. m buckets: the contract's token buckets (1, 2-16, 17-128,
+then powers of two), so one entry serves every m of its bucket; m is a runtime argument of the kernels
+(not specialised), so serving new m never recompiles.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from ...dispatcher.contract import TOKEN_BUCKETS
+from .. import launch_override
+from ..device_facts import multiprocessor_count
+
+#: Bytes per element of the dtypes the native GEMM rows serve.
+_ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
+#: Shared memory a block may use where torch does not report it, by compute capability major.
+_OPTIN_FALLBACK = {9: 227 * 1024, 8: 99 * 1024}
+
+
+class Tiles:
+    """Launch knobs and where they came from (a plain, comparable value)."""
+
+    __slots__ = ("knobs", "source")
+
+    def __init__(self, knobs: dict, source: str):
+        self.knobs, self.source = dict(knobs), source
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Tiles) and (self.knobs, self.source) == (other.knobs, other.source)
+
+    def __repr__(self) -> str:
+        return f"Tiles({self.knobs}, source={self.source!r})"
+
+
+def m_bucket(m: int) -> tuple[int, int]:
+    """(low, high) of the contract's token bucket holding m (m >= 0; 0 shares 1's bucket)."""
+    return TOKEN_BUCKETS.bucket(max(m, 1))
+
+
+def model_slug(name: str) -> str:
+    """A GPU's name as a store file name: 'NVIDIA H200' -> 'nvidia_h200'."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def shared_memory_limit(device: torch.device) -> int:
+    """Bytes of shared memory one block may use (opt-in maximum) on a CUDA device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _optin(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _optin(index: int) -> int:
+    props = torch.cuda.get_device_properties(index)
+    return getattr(props, "shared_memory_per_block_optin", 0) or _OPTIN_FALLBACK.get(props.major, 48 * 1024)
+
+
+def shared_memory_bytes(knobs: dict, dtype: str) -> int:
+    """The pipelined operand tiles' shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements."""
+    return knobs["num_stages"] * (knobs["BLOCK_M"] + knobs["BLOCK_N"]) * knobs["BLOCK_K"] * _ELEMENT_BYTES[dtype]
+
+
+def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None) -> str | None:
+    """Why these knobs cannot launch here, or None."""
+    need = shared_memory_bytes(knobs, dtype)
+    if limit and need > limit:
+        return f"needs {need} bytes of shared memory, the device allows {limit} per block"
+    if block_k_multiple and knobs["BLOCK_K"] % block_k_multiple:
+        return f"BLOCK_K {knobs['BLOCK_K']} is not a multiple of the scale group {block_k_multiple}"
+    if "SPLIT_K" in knobs and knobs["BLOCK_M"] < 16:  # native/mm_splitk's one row tile covers every m <= 16
+        return f"BLOCK_M {knobs['BLOCK_M']} of the split-K kernel is below its 16 rows"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Heuristics: one table per kernel and tier, by m bucket's upper bound
+
+
+def _tiled(m: int, n: int, k: int, hopper: bool) -> dict:
+    """native/mm: output tiles sized by m (decode-shaped m wastes little of BLOCK_M), grouped along M."""
+    if m <= 16:
+        knobs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    elif m <= 64:
+        knobs = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+    elif m <= 256 or not hopper:
+        knobs = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3 if hopper else 3}
+    else:
+        knobs = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+    knobs["GROUP_M"] = 8
+    return knobs
+
+
+def _split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
+    """native/mm_splitk (m <= 16): BLOCK_N columns per program, K split so the grid covers the SMs about
+    twice (the weight stream is the whole cost: every SM must pull it)."""
+    block_n, block_k = 64, 128 if hopper else 64
+    columns = -(-n // block_n)
+    k_blocks = -(-k // block_k)
+    split = max(1, min(k_blocks, -(-2 * programs // columns), 16))
+    return {
+        "BLOCK_M": 16,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "SPLIT_K": split,
+        "num_warps": 4,
+        "num_stages": 4 if hopper else 3,
+    }
+
+
+_HEURISTICS = {"native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper), "native/mm_splitk": _split_k}
+
+
+def heuristic(kernel: str, m: int, n: int, k: int, sm: int, programs: int) -> dict:
+    """The tier's table entry for the upper bound of m's bucket (what dispatch judged the row by)."""
+    high = m_bucket(m)[1]
+    return _HEURISTICS[kernel](high, n, k, sm >= 90, programs)
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+def user_directory() -> Path:
+    return Path(os.environ.get("RAPID_LLM_TUNING_DIR") or Path.home() / ".cache" / "rapid_llm" / "tuning")
+
+
+def _read(path) -> list:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except FileNotFoundError:
+        return []
+    entries = document.get("entries", [])
+    for entry in entries:
+        entry.setdefault("triton", document.get("triton"))
+        entry.setdefault("date", document.get("date"))
+        entry["file"] = str(path)
+    return entries
+
+
+@functools.lru_cache(maxsize=None)
+def store(slug: str) -> dict:
+    """{(kernel, dtype, m bucket, n, k): entry} of the shipped file, then the user's (which wins)."""
+    shipped = resources.files(__package__).joinpath("tuning", f"{slug}.json")
+    entries = {}
+    for entry in [*_read(shipped), *_read(user_directory() / f"{slug}.json")]:
+        key = (entry["kernel"], entry["dtype"], tuple(entry["m_bucket"]), entry["n"], entry["k"])
+        entries[key] = entry
+    return entries
+
+
+def forget() -> None:
+    """Drop the cached store and device facts (after writing a store file)."""
+    store.cache_clear()
+    _optin.cache_clear()
+    _resolved.cache_clear()
+
+
+# ---------------------------------------------------------------------------
+
+
+def resolve_tiles(
+    kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
+) -> Tiles:
+    """The launch knobs of `kernel` ("native/mm", "native/mm_splitk") for an m x n x k product in dtype on
+    device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
+    (module docstring). Cached per bucket."""
+    if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast
+        tiles = Tiles(heuristic(kernel, m, n, k, 80, 1), "heuristic (CPU interpreter)")
+    else:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        tiles = _resolved(kernel, m_bucket(m), n, k, dtype, index, block_k_multiple)
+    if launch_override.active():  # a sweep's or a test's knobs replace some (the one launch-knob hook)
+        return Tiles(launch_override.apply(kernel, dict(tiles.knobs)), tiles.source + "; launch_override")
+    return tiles
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved(kernel, bucket, n, k, dtype, index, block_k_multiple) -> Tiles:
+    props = torch.cuda.get_device_properties(index)
+    sm = props.major * 10 + props.minor
+    limit = _optin(index)
+    programs = multiprocessor_count(torch.device("cuda", index))
+    refused = ""
+    entry = store(model_slug(props.name)).get((kernel, dtype, bucket, n, k))
+    if entry is not None:
+        reason = refusal(entry["knobs"], dtype, limit, block_k_multiple)
+        if reason is None:
+            return Tiles(entry["knobs"], f"store {entry['file']} (triton {entry['triton']}, {entry['date']})")
+        refused = f"; store entry refused: {reason}"
+    knobs = heuristic(kernel, bucket[1], n, k, sm, programs)
+    while refusal(knobs, dtype, limit, None) and knobs["num_stages"] > 2:
+        knobs["num_stages"] -= 1  # a pre-Hopper part: fewer stages in flight before smaller tiles
+    tier = "sm90+" if sm >= 90 else "sm80-89"
+    return Tiles(knobs, f"heuristic {tier}, m bucket {bucket[0]}-{bucket[1]}{refused}")
+
+
+def store_entry(kernel: str, dtype: str, m: int, n: int, k: int, knobs: dict, us: float) -> dict:
+    """One store entry as perf/tune_gemm.py writes it."""
+    return {
+        "kernel": kernel,
+        "dtype": dtype,
+        "m_bucket": list(m_bucket(m)),
+        "n": n,
+        "k": k,
+        "knobs": knobs,
+        "us": round(us, 3),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+__all__ = ["Tiles", "forget", "heuristic", "m_bucket", "model_slug", "resolve_tiles", "store", "store_entry"]
