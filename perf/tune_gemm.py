@@ -32,12 +32,12 @@ KERNELS = {"native/mm": tiled, "native/mm_splitk": splitk}
 TOKENS = {"native/mm_splitk": (1, 16), "native/mm": (16, 128, 4096)}
 CANDIDATES = {
     "native/mm": [
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
-        for bm, bn, bk, w, s in itertools.product((16, 64, 128), (64, 128, 256), (64, 128), (4, 8), (3, 4))
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": w, "num_stages": s}
+        for bm, bn, w, s in ((64, 128, 4, 4), (128, 64, 4, 4), (128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3))
     ],
     "native/mm_splitk": [
-        {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": w, "num_stages": s}
-        for bn, bk, split, w, s in itertools.product((32, 64, 128), (64, 128, 256), (1, 2, 4, 8, 16), (4,), (3, 4))
+        {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
+        for bn, bk, split in itertools.product((32, 64, 128), (128, 256), (1, 2, 4, 8))
     ],
 }
 

@@ -8,7 +8,7 @@ j * BLOCK_N over the s-th of SPLIT_K slices of K (tl.dot on a 16-row tile; rows 
 whose results are never stored), writing fp32 partial sums [SPLIT_K, M, N]; a second kernel adds the
 slices in a fixed order, adds the bias and rounds once (deterministic: no atomics). With SPLIT_K = 1
 the first kernel writes out directly. Tiles (BLOCK_N, BLOCK_K, SPLIT_K) come from ops/gemm/tiles.py;
-M and the strides are not specialised (new token counts never recompile).
+M is not specialised (new token counts never recompile; strides are, for vector loads).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def launch(x, w, bias, out, knobs: dict) -> None:
 
 
 @cached
-@triton.jit(do_not_specialize=["M", "stride_xm", "stride_wn", "stride_bias"])
+@triton.jit(do_not_specialize=["M"])
 def _partial_kernel(
     x_ptr,
     w_ptr,
@@ -130,7 +130,7 @@ def _partial_kernel(
 
 
 @cached
-@triton.jit(do_not_specialize=["total", "stride_bias"])
+@triton.jit(do_not_specialize=["total"])
 def _merge_kernel(
     partial_ptr,
     bias_ptr,

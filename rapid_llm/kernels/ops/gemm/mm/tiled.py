@@ -64,7 +64,7 @@ def launch(x, w, bias, out, knobs: dict) -> None:
 
 
 @cached
-@triton.jit(do_not_specialize=["M", "stride_xm", "stride_wn", "stride_bias"])
+@triton.jit(do_not_specialize=["M"])
 def _mm_kernel(
     x_ptr,
     w_ptr,
