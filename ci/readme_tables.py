@@ -13,6 +13,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
+    gemm-mm-table    h200.gemm.bench.mm (gemm.mm: cuBLAS and our rows per case, the selected row)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -430,6 +431,59 @@ def host_cost_table() -> str:
     return "\n".join(lines)
 
 
+GEMM_MM_BENCH = "h200.gemm.bench.mm"
+GEMM_MM_ROWS = ("cublas/linear", "native/mm_splitk", "native/mm")
+
+
+def gemm_mm_table() -> str:
+    """gemm.mm per case: every row's time, its % of copy bandwidth (decode: the weight read is the cost) and
+    TFLOP/s, the row dispatch selects (rankings) and its ratio to the best row of the case."""
+    from rapid_llm.kernels.dispatcher import Device, Libraries, default_table, dispatch
+
+    run, cases = _run_cases(GEMM_MM_BENCH)
+    by_case = {}
+    for case in cases:
+        if case["op"] == "gemm.mm":
+            by_case.setdefault(case["case"], {})[case["row"]] = case
+    lines = [
+        "`gemm.mm` (bf16, w `[N, K]`) per row: CUDA-event median with L2 flushed (`python perf/gpu_report.py "
+        "--suites perf/test_gemm_bench.py -- -k test_mm`, tiles from the shipped tuning store); % of the copy "
+        "bandwidth measured in the same run on x + w + out bytes; TFLOP/s on 2MNK. **selected**: the row "
+        "dispatch picks for the case on the H200 (the measured rankings), and its time over the case's fastest.",
+        "",
+        f"- {_run_line(GEMM_MM_BENCH, run)}",
+        "",
+        "| case | " + " | ".join(f"`{row}`" for row in GEMM_MM_ROWS) + " | selected |",
+        "|---|" + "---|" * (len(GEMM_MM_ROWS) + 1),
+    ]
+    table = default_table()
+    libs = Libraries({"triton": run["versions"]["triton"]} if "versions" in run else {"triton": "3.6.0"})
+    for case_id, rows in by_case.items():
+        cells = []
+        for row in GEMM_MM_ROWS:
+            case = rows.get(row)
+            if case is None:
+                cells.append("-")
+                continue
+            tflops = f", {case['TFLOPs']:.0f} TFLOP/s" if case.get("TFLOPs") and case["tokens"] > 16 else ""
+            cells.append(f"{case['us']:.1f} µs ({case['pct_of_copy_bw']:.0f}% BW{tflops})")
+        m, n, k = next(iter(rows.values()))["shape"]
+        selection = dispatch(
+            "gemm.mm",
+            device=Device("cuda", 90),
+            dtype="bf16",
+            shape={"num_tokens": m, "n": n, "k": k},
+            layout=frozenset({"x:rows", "w:rows", "bias:unit"}),
+            libs=libs,
+            table=table,
+        )
+        chosen = selection.row.name
+        best = min(case["us"] for case in rows.values())
+        ratio = f"{rows[chosen]['us'] / best:.2f}x" if chosen in rows else "-"
+        lines.append(f"| {case_id} | " + " | ".join(cells) + f" | `{chosen}` ({ratio}) |")
+    return "\n".join(lines)
+
+
 STEP_PLAN_BENCH = "h200.attention.bench.step_plans"
 
 
@@ -543,6 +597,7 @@ PAGES = {
         ("host-cost-table", host_cost_table),
         ("perf-table", perf_table),
         ("attention-table", attention_table),
+        ("gemm-mm-table", gemm_mm_table),
         ("step-plan-table", step_plan_table),
         ("extension-table", extension_table),
         ("dispatcher-table", dispatcher_table),

@@ -232,12 +232,12 @@ def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, ou
     )
 
 
-_MM_TAGS = tag_table("x:rows", "w:rows")
+_MM_TAGS = tag_table("x:rows", "w:rows", "bias:unit")
 
 
 def check_mm(x, w, bias=None):
     """gemm.mm's check: x [..., K], w [N, K], bias None or [N], one float dtype, one device.
-    Tags: x:rows (x views as [M, K] with unit stride along K), w:rows (unit stride along K)."""
+    Tags: x:rows (x views as [M, K] with unit stride along K), w:rows (unit stride along K), bias:unit."""
     op = MM
     expect_float_tensor(op, "x", x)
     if x.dim() == 0:
@@ -261,4 +261,5 @@ def check_mm(x, w, bias=None):
         expect_same_device(op, "bias", bias, "x", x)
     rows = x.numel() // k
     w_rows = k == 1 or w.stride(1) == 1
-    return x, _MM_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))
+    bias_unit = bias is None or n == 1 or bias.stride(0) == 1
+    return x, _MM_TAGS[(rows_view_ok(x), w_rows, bias_unit)], (("num_tokens", rows), ("n", n), ("k", k))
