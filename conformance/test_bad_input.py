@@ -604,3 +604,172 @@ def test_planned_native_mm_splitk_refuses_more_than_16_tokens(env):
     with pytest.raises(OpInputError) as info:
         planned(torch.randn(17, 16, device=_device(env)).half(), torch.randn(8, 16, device=_device(env)).half())
     _expect(info, "num_tokens", ["<=16", "17"])
+
+
+def _w8a16_plan(row, env=None):
+    """The PlannedOp forcing `row` for gemm.w8a16_mm in fp16 at 4 tokens (native/w8a16_mm_splitk serves m <= 16)."""
+    return planner_forcing("gemm.w8a16_mm", row, env).plan(
+        "gemm.w8a16_mm", dtype="fp16", shape={"num_tokens": 4}, layout=TABLE.contracts["gemm.w8a16_mm"].tags
+    )
+
+
+def _w8a16_rows():
+    """A PlannedOp of every gemm.w8a16_mm row that runs here, and the public op."""
+    rows = []
+    for row in TABLE.rows("gemm.w8a16_mm"):
+        try:
+            rows.append(pytest.param(row.name, _w8a16_plan(row.name), id=row.name))
+        except NoEligibleKernel:
+            continue
+    return rows + [pytest.param("public", kernels.w8a16_mm, id="public")]
+
+
+def _int8(shape, device):
+    return torch.randint(-127, 128, shape, dtype=torch.int8, device=device)
+
+
+@pytest.mark.parametrize("name, fn", _w8a16_rows())
+class TestW8a16MmBadInput:
+    def _args(self, env, n=8, k=16):
+        device = _device(env)
+        return (
+            torch.randn(4, k, device=device).half(),
+            _int8((n, k), device),
+            torch.rand(n, 1, device=device) / 100,
+            torch.randn(n, device=device).half(),
+        )
+
+    def _rejects(self, fn, args, argument, words):
+        with pytest.raises(OpInputError) as info:
+            fn(*args)
+        _expect(info, argument, words)
+        assert info.value.op == "gemm.w8a16_mm", info.value
+
+    def test_fp32_x_is_rejected(self, name, fn, env):
+        """Catches fp32 activations read with fp16 loads (the contract has no fp32: half their bytes)."""
+        x, w_q, w_scale, bias = self._args(env)
+        self._rejects(fn, (x.float(), w_q, w_scale, bias.float()), "x", ["float16 or bfloat16", "torch.float32"])
+
+    @pytest.mark.parametrize("dtype", [torch.int32, torch.float16])
+    def test_w_q_not_int8_is_rejected(self, name, fn, env, dtype):
+        """Catches int32 weights read as 4 int8 each, or fp16 (unquantized) weights scaled again."""
+        x, w_q, w_scale, bias = self._args(env)
+        self._rejects(fn, (x, w_q.to(dtype), w_scale, bias), "w_q", ["int8", str(dtype)])
+
+    def test_w_q_of_another_k_is_rejected(self, name, fn, env):
+        """Catches w_q [N, K'] with K' != x's K: x's K columns read against w_q's rows."""
+        x, _, w_scale, bias = self._args(env)
+        self._rejects(fn, (x, _int8((8, 17), _device(env)), w_scale, bias), "w_q", ["[N, 16]", "[8, 17]"])
+
+    def test_one_dimensional_w_q_is_rejected(self, name, fn, env):
+        """Catches a [K] weight taken for [1, K] or read with a row stride it does not have."""
+        x, _, _, _ = self._args(env)
+        device = _device(env)
+        self._rejects(fn, (x, _int8((16,), device), torch.ones(1, device=device)), "w_q", ["[N, 16]", "[16]"])
+
+    def test_zero_rows_of_w_q_are_rejected(self, name, fn, env):
+        """Catches N = 0 reaching a kernel whose clamped column index (N - 1) is -1: a read before w_q."""
+        x, _, _, _ = self._args(env)
+        device = _device(env)
+        self._rejects(fn, (x, _int8((0, 16), device), torch.ones(0, device=device)), "w_q", ["N >= 1", "[0, 16]"])
+
+    @pytest.mark.parametrize("shape", [(8, 2), (9,), (9, 1), (1,)])
+    def test_w_scale_of_wrong_shape_is_rejected(self, name, fn, env, shape):
+        """Catches per-group scales [N, G] read as per-channel, another layer's scales, or a per-tensor scale
+        [1] broadcast silently (not this contract's)."""
+        x, w_q, _, bias = self._args(env)
+        w_scale = torch.ones(shape, device=_device(env))
+        self._rejects(fn, (x, w_q, w_scale, bias), "w_scale", ["[8] or [8, 1]", str(list(shape))])
+
+    @pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.bfloat16])
+    def test_w_scale_of_another_dtype_is_rejected(self, name, fn, env, dtype):
+        """Catches float64 scales read as pairs of fp32, integer scales, and bf16 scales read with fp16 x's
+        loads (only fp32 or x's dtype)."""
+        x, w_q, w_scale, bias = self._args(env)
+        self._rejects(fn, (x, w_q, w_scale.to(dtype), bias), "w_scale", ["float32", "torch.float16", str(dtype)])
+
+    def test_non_tensor_w_scale_is_rejected(self, name, fn, env):
+        x, w_q, _, bias = self._args(env)
+        self._rejects(fn, (x, w_q, 0.01, bias), "w_scale", ["torch.Tensor", "float"])
+
+    def test_bias_of_wrong_length_is_rejected(self, name, fn, env):
+        """Catches a bias of N + 1 elements (another layer's) added without error."""
+        x, w_q, w_scale, _ = self._args(env)
+        self._rejects(fn, (x, w_q, w_scale, torch.randn(9, device=_device(env)).half()), "bias", ["[8]", "[9]"])
+
+    def test_two_dimensional_bias_is_rejected(self, name, fn, env):
+        x, w_q, w_scale, bias = self._args(env)
+        self._rejects(fn, (x, w_q, w_scale, bias.unsqueeze(1)), "bias", ["[8]", "[8, 1]"])
+
+    def test_bias_of_another_dtype_is_rejected(self, name, fn, env):
+        """Catches an fp32 bias read with fp16 loads (wrong values, no error)."""
+        x, w_q, w_scale, bias = self._args(env)
+        self._rejects(fn, (x, w_q, w_scale, bias.float()), "bias", ["torch.float16", "torch.float32"])
+
+    def test_zero_dim_x_is_rejected(self, name, fn, env):
+        _, w_q, w_scale, _ = self._args(env)
+        self._rejects(fn, (torch.tensor(1.0, device=_device(env)).half(), w_q, w_scale), "x", ["[..., K]", "[]"])
+
+    def test_zero_k_is_rejected(self, name, fn, env):
+        """Catches K = 0 passing silently (an output of zeros or of the bias alone)."""
+        device = _device(env)
+        x, w_q = torch.randn(4, 0, device=device).half(), _int8((8, 0), device)
+        self._rejects(fn, (x, w_q, torch.ones(8, device=device)), "x", ["K >= 1", "[4, 0]"])
+
+    def test_integer_x_is_rejected(self, name, fn, env):
+        """Catches int8 activations (w8a8) taken for this op's fp16/bf16 ones."""
+        x, w_q, w_scale, _ = self._args(env)
+        self._rejects(fn, (x.to(torch.int8), w_q, w_scale), "x", ["torch.int8"])
+
+    @pytest.mark.parametrize("argument", ["w_q", "w_scale", "bias"])
+    def test_argument_on_another_device_is_rejected(self, name, fn, env, argument):
+        if env.device.kind != "cuda":
+            pytest.skip(f"needs a CUDA device to put {argument} on another device than x")
+        args = list(self._args(env))
+        index = {"w_q": 1, "w_scale": 2, "bias": 3}[argument]
+        args[index] = args[index].cpu()
+        self._rejects(fn, tuple(args), argument, ["device"])
+
+
+def _native_w8a16(row, env):
+    """The PlannedOp of a native gemm.w8a16_mm row, or skip with the row's explain() reason."""
+    try:
+        return _w8a16_plan(row, env)
+    except NoEligibleKernel as error:
+        pytest.skip(skip_reason(row, error))
+
+
+_W8A16_NATIVE = ["native/w8a16_mm", "native/w8a16_mm_splitk"]
+
+
+@pytest.mark.parametrize("row", _W8A16_NATIVE)
+def test_planned_native_w8a16_mm_refuses_x_without_unit_k_stride(row, env):
+    """Catches a native GEMM reading a transposed x as rows (its kernel assumes unit stride along K)."""
+    planned = _native_w8a16(row, env)
+    device = _device(env)
+    x = torch.randn(16, 4, device=device).half().t()
+    with pytest.raises(OpInputError) as info:
+        planned(x, _int8((8, 16), device), torch.ones(8, device=device))
+    _expect(info, "x", ["x:rows", row])
+
+
+@pytest.mark.parametrize("row", _W8A16_NATIVE)
+def test_planned_native_w8a16_mm_refuses_transposed_w_q(row, env):
+    """Catches a native GEMM reading w_q stored transposed (w_q = buffer.t()) as if its rows were contiguous.
+    The error names the layout tag's argument, "w" (gemm's tag w:rows, which w8a16_mm's w_q carries)."""
+    planned = _native_w8a16(row, env)
+    device = _device(env)
+    w_q = _int8((16, 8), device).t()
+    with pytest.raises(OpInputError) as info:
+        planned(torch.randn(4, 16, device=device).half(), w_q, torch.ones(8, device=device))
+    _expect(info, "w", ["w:rows", row])
+    assert info.value.op == "gemm.w8a16_mm", info.value
+
+
+def test_planned_native_w8a16_mm_splitk_refuses_more_than_16_tokens(env):
+    """Catches native/w8a16_mm_splitk handed 17 rows: its one 16-row tile would leave row 17 unwritten."""
+    planned = _native_w8a16("native/w8a16_mm_splitk", env)
+    device = _device(env)
+    with pytest.raises(OpInputError) as info:
+        planned(torch.randn(17, 16, device=device).half(), _int8((8, 16), device), torch.ones(8, device=device))
+    _expect(info, "num_tokens", ["<=16", "17"])

@@ -21,14 +21,24 @@ import torch
 
 from rapid_llm.kernels.dispatcher.contract import TOKEN_BUCKETS
 from rapid_llm.kernels.ops.gemm import SPLIT_K_MAX_TOKENS, tiles
-from rapid_llm.kernels.ops.gemm.mm import splitk, tiled
 
 KERNELS = ("native/mm", "native/mm_splitk")
-#: The Triton kernel each row launches, and the constexpr arguments its launch() sets itself (not knobs).
-LAUNCHED = {
-    "native/mm": (tiled._mm_kernel, {"HAS_BIAS", "EVEN_K", "NUM_PROGRAMS"}),
-    "native/mm_splitk": (splitk._partial_kernel, {"HAS_BIAS", "EVEN_K"}),
+#: The constexpr arguments each row's launch() sets itself (not knobs), beside the kernel it launches.
+LAUNCH_CONSTEXPRS = {
+    "native/mm": ("tiled", "_mm_kernel", {"HAS_BIAS", "HAS_SCALE", "EVEN_K", "NUM_PROGRAMS"}),
+    "native/mm_splitk": ("splitk", "_partial_kernel", {"HAS_BIAS", "HAS_SCALE", "EVEN_K"}),
 }
+
+
+def _launched(kernel: str):
+    """(the Triton kernel the row launches, its launch-set constexprs); skips in a cell without Triton."""
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    import importlib
+
+    module, name, constexprs = LAUNCH_CONSTEXPRS[kernel]
+    return getattr(importlib.import_module(f"rapid_llm.kernels.ops.gemm.mm.{module}"), name), constexprs
+
+
 #: Knobs launch() consumes before the kernel sees them, and the launch options every row passes.
 LAUNCH_KNOBS = {"native/mm": set(), "native/mm_splitk": {"SPLIT_K"}}
 LAUNCH_OPTIONS = {"num_warps", "num_stages"}
@@ -113,7 +123,7 @@ def test_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
     the CPU interpreter runs the sm80 table), or a tile Triton cannot build: tl.arange needs powers of
     two, tl.dot at least 16 per dim; and a split-K tile shorter than 16 rows, whose one row tile would
     leave rows 17.. of a 16-token call unwritten."""
-    kernel_fn, set_by_launch = LAUNCHED[kernel]
+    kernel_fn, set_by_launch = _launched(kernel)
     tile_arguments = _constexpr_names(kernel_fn) - set_by_launch
     for m in TOKENS[kernel]:
         knobs = tiles.heuristic(kernel, m, SHAPE["n"], SHAPE["k"], sm, 132)

@@ -54,6 +54,11 @@ MM_SHAPES = (
 )
 MM_TOKENS = (1, 16, 128, 4096)
 MM_ANCHOR = (8192, 8192, 8192)
+#: Decode shapes where the weight-only rows are compared with bf16 (the issue's 8192^2 anchor among them).
+W8A16_MM = "gemm.w8a16_mm"
+W8A16_CASES = tuple(
+    (m, n, k, where) for n, k, where in (*MM_SHAPES[:4], (8192, 8192, "anchor 8192^2")) for m in (1, 16)
+)
 BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 MASKED = "gemm.fp8_grouped_mm_masked"
@@ -164,6 +169,7 @@ def _scale_bytes(*tensors):
 def _mm_params():
     cases = [(m, n, k, where) for n, k, where in MM_SHAPES for m in MM_TOKENS]
     cases.append((*MM_ANCHOR, "anchor 8192^3"))
+    cases += [(m, 8192, 8192, "anchor 8192^2") for m in (1, 16)]  # bf16 beside gemm.w8a16_mm
     return [
         pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-bf16")
         for arm in table_arms(MM)
@@ -213,6 +219,57 @@ def test_mm(benchmark, gpu_session, arm, m, n, k, where):
     extra = benchmark.extra_info
     extra["TFLOPs"] = flops / (extra["event_median_us"] * 1e-6) / 1e12
     extra["graph_TFLOPs"] = flops / (extra["graph_us"] * 1e-6) / 1e12 if extra.get("graph_us") else None
+
+
+@pytest.mark.parametrize(
+    "arm,m,n,k,where",
+    [
+        pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-bf16")
+        for arm in table_arms(W8A16_MM)
+        if not arm.startswith("torch/")
+        for m, n, k, where in W8A16_CASES
+    ],
+)
+def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
+    """gemm.w8a16_mm: int8 weights [N, K] with per-channel scales; bytes = x + w_q (1 B) + scales + out."""
+    import torch
+
+    x = torch.randn((m, k), device="cuda", generator=_generator(m + k)).bfloat16()
+    w = torch.randn((n, k), device="cuda", generator=_generator(n + k)) / math.sqrt(k)
+    scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0
+    w_q = (w / scale).round().clamp(-127, 127).to(torch.int8)
+    shape = {"num_tokens": m, "n": n, "k": k}
+    planned, _ = load_row(W8A16_MM, arm, dtype="bf16", shape=shape, layout=frozenset({"x:rows", "w:rows"}))
+    reference_name, reference = reference_row(W8A16_MM)
+    want, got = reference(x, w_q, scale), planned(x, w_q, scale)
+    torch.cuda.synchronize()
+    case = f"m={m}-n={n}-k={k}"
+    check = check_against_reference(
+        W8A16_MM, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=(x, w_q, scale)
+    )
+    del want, got
+    benchmark.extra_info.update(
+        op=W8A16_MM,
+        row=arm,
+        dtype="bf16",
+        model=where.split()[0],
+        correctness=describe_check(check, reference_name),
+        max_abs_diff=check["max_abs_diff"],
+        bitwise_equal=check["bitwise_equal"],
+        flops=2 * m * n * k,
+        flops_formula="2 * M * N * K",
+        bytes_formula="x read (bf16), w_q read (int8), fp32 scales read, out written (bf16)",
+        case=case,
+        tokens=m,
+        shape=[m, n, k],
+        dims=shape,
+        where=where,
+        phase="decode",
+    )
+    fn = planned.impl
+    gpu_timing.record_case(
+        benchmark, gpu_session, lambda: fn(x, w_q, scale), bytes_moved=2 * m * k + n * k + 4 * n + 2 * m * n
+    )
 
 
 # ---------------------------------------------------------------------------

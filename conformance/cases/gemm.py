@@ -1,11 +1,16 @@
-"""Parity cases of the gemm family: gemm.mm (float GEMM, x @ w.T + bias) and the block-scaled fp8 GEMMs
-(dense, m-grouped contiguous, m-grouped masked).
+"""Parity cases of the gemm family: gemm.mm (float GEMM, x @ w.T + bias), gemm.w8a16_mm (int8 weights with
+one scale per output channel) and the block-scaled fp8 GEMMs (dense, m-grouped contiguous, m-grouped masked).
 
 gemm.mm inputs: x ~ N(0, 1), w ~ N(0, 1/K), bias ~ N(0, 1), so outputs are ~N(0, 1) (N(0, 2) with the
 bias) at every K; placed like the fp8 cases' (rows of a wider buffer, column-major storage, every other
 element, an offset start), filled elsewhere with junk. Cases without x:rows (a non-unit stride along K)
 or w:rows (w stored transposed) are served by the reference and cuBLAS only; the native rows are skipped
 with the reason.
+
+gemm.w8a16_mm inputs: x ~ N(0, 1) and bias ~ N(0, 1) as gemm.mm's; the weight w ~ N(0, 1/K) quantized on
+the CPU the compressed-tensors W8A16 channel-wise way: scale[n] = absmax(w[n]) / 127, w_q = round(w / scale)
+clamped to [-127, 127] (int8), the scale stored in fp32 or x's dtype, as [N] or [N, 1]; so outputs are
+~N(0, 1) again. Placed as gemm.mm's (the int8 junk is 3, a scale's junk 3.0: ~1000x a real scale).
 
 fp8 inputs are seeded random data quantized the DeepSeek-V3 way: activations
 x ~ N(0, 1) in 1x128 groups, weights w ~ N(0, 1/K) in 128x128 blocks, each
@@ -32,12 +37,13 @@ import math
 import torch
 
 from conformance.cases.case import Case, index_view
-from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM
+from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM, W8A16_MM
 from rapid_llm.kernels.ops.gemm.checks import (
     check_fp8_block_mm,
     check_fp8_grouped_mm_contiguous,
     check_fp8_grouped_mm_masked,
     check_mm,
+    check_w8a16_mm,
 )
 
 _FP8 = torch.float8_e4m3fn
@@ -175,6 +181,94 @@ MM_CASES = (
     Case("prefill_m4096_n14336_k4096_bias", _mm_case((4096,), 14336, 4096, bias=True), gpu_only=True),
     Case("decode_m1_n14336_k4096", _mm_case((1,), 14336, 4096), gpu_only=True),
     Case("decode_m16_n4096_k14336", _mm_case((16,), 4096, 14336), gpu_only=True),
+)
+
+# ---------------------------------------------------------------------------
+# gemm.w8a16_mm
+# ---------------------------------------------------------------------------
+
+#: gemm.w8a16_mm's dtypes (its contract has no fp32).
+_W8A16_DTYPES = frozenset({"fp16", "bf16"})
+
+
+def _int8_weights(n, k, generator, scale_dtype):
+    """(w_q int8 [n, k], scale [n] of scale_dtype) of w ~ N(0, 1/K), symmetric per output channel (CPU)."""
+    w = torch.randn((n, k), generator=generator) / math.sqrt(k)
+    scale = (w.abs().amax(1) / 127.0).to(scale_dtype)  # stored in its dtype first: w_q is quantized by it
+    w_q = torch.round(w / scale.float().unsqueeze(1)).clamp(-127.0, 127.0).to(torch.int8)
+    return w_q, scale
+
+
+def _w8a16_case(lead, n, k, *, bias=False, scale="n1", scale_dtype="fp32", x=None, w=None, s=None, b=None):
+    """x [*lead, k] @ (w_q [n, k] * w_scale).T (+ bias [n]); w_scale [n] (scale="n") or [n, 1] ("n1", the
+    checkpoint's layout) in fp32 or x's dtype (scale_dtype="x"); each placed as `x`, `w`, `s`, `b` say."""
+
+    def make(dtype, device, generator):
+        xs = torch.randn((*lead, k), generator=generator).to(dtype)
+        w_q, ss = _int8_weights(n, k, generator, torch.float32 if scale_dtype == "fp32" else dtype)
+        bs = torch.randn((n,), generator=generator).to(dtype) if bias else None
+        ss = ss.unsqueeze(1) if scale == "n1" else ss
+        args = (
+            _place(xs, device, x),
+            _place(w_q, device, w),
+            _place(ss, device, s),
+            None if bs is None else _place(bs, device, b),
+        )
+        _, layout, dims = check_w8a16_mm(*args)
+        return args, dict(dims), layout
+
+    return make
+
+
+def _w8a16(id, make, gpu_only=False):
+    return Case(id, make, gpu_only=gpu_only, dtypes=_W8A16_DTYPES)
+
+
+W8A16_MM_CASES = (
+    # Token counts across the contract's buckets (1 | 2-16 | 17-128): native/w8a16_mm_splitk serves
+    # m <= 16. n and k are not multiples of 16: tails in N and K on every tile. Scales: [N, 1] fp32
+    # (compressed-tensors' weight_scale) unless the case says otherwise.
+    _w8a16("m1_n96_k200", _w8a16_case((1,), 96, 200)),
+    _w8a16("m1_n33_k65_bias", _w8a16_case((1,), 33, 65, bias=True)),
+    _w8a16("m7_n33_k65_bias", _w8a16_case((7,), 33, 65, bias=True)),
+    _w8a16("m7_n96_k200", _w8a16_case((7,), 96, 200)),
+    _w8a16("m16_n96_k200_bias", _w8a16_case((16,), 96, 200, bias=True)),
+    _w8a16("m16_n33_k65", _w8a16_case((16,), 33, 65)),
+    _w8a16("m128_n96_k200", _w8a16_case((128,), 96, 200)),
+    _w8a16("m128_n33_k65_bias", _w8a16_case((128,), 33, 65, bias=True)),
+    # K = 150: split-K slices of unequal length at BLOCK_K 64 (see gemm.mm's case), each slice scaled.
+    _w8a16("m16_n33_k150_bias", _w8a16_case((16,), 33, 150, bias=True)),
+    # Multiples of every tile: the unmasked K loop (EVEN_K) and whole column tiles.
+    _w8a16("m7_n128_k256_even", _w8a16_case((7,), 128, 256, bias=True)),
+    # Scale shape [N] and dtype x's (fp16 or bf16: exact in fp32, converted before the multiply).
+    _w8a16("scale_n_fp32_m7", _w8a16_case((7,), 96, 200, bias=True, scale="n")),
+    _w8a16("scale_n_x_dtype_m16", _w8a16_case((16,), 33, 65, scale="n", scale_dtype="x")),
+    _w8a16("scale_n1_x_dtype_m128", _w8a16_case((128,), 96, 200, bias=True, scale_dtype="x")),
+    # Strided scales: [N] with stride 2; [N, 1] as column 0 of an [N, 3] buffer (row stride 3).
+    _w8a16("scale_n_every_other", _w8a16_case((7,), 33, 65, bias=True, scale="n", s="every_other")),
+    _w8a16("scale_n1_column_of_wider", _w8a16_case((16,), 96, 200, scale_dtype="x", s="wide:2")),
+    _w8a16("empty_m0", _w8a16_case((0,), 96, 200, bias=True)),
+    # A contiguous empty [2, 0, K]: no x:rows (rows_view_ok), so the reference serves it.
+    _w8a16("empty_leading_2x0", _w8a16_case((2, 0), 33, 65)),
+    # Leading dims [3, 5] (M = 15), bias with stride 2.
+    _w8a16("leading_3x5_strided_bias", _w8a16_case((3, 5), 96, 200, bias=True, b="every_other")),
+    # x rows of a wider buffer (still x:rows): an odd row stride (213 elements), then 8 elements wider.
+    _w8a16("x_rows_of_wider_buffer_3x5", _w8a16_case((3, 5), 33, 200, bias=True, x="wide:13")),
+    _w8a16("x_rows_of_wider_buffer_m128", _w8a16_case((128,), 96, 65, x="wide:8")),
+    # No x:rows: x with stride 2 along K (only the reference serves it).
+    _w8a16("x_k_stride_2", _w8a16_case((7,), 96, 200, bias=True, x="every_other")),
+    # w_q rows of a wider [N, K + 56] buffer (a column slice of a fused weight), and rows 40.. of a taller
+    # one (the v rows of a fused qkv weight: an offset start); both keep w:rows.
+    _w8a16("w_rows_of_wider_buffer", _w8a16_case((7,), 96, 200, bias=True, w="wide:56")),
+    _w8a16("w_row_slice_of_fused_weight", _w8a16_case((128,), 33, 65, scale="n", w="rows_from:40")),
+    # No w:rows: w_q = buffer.t() of a [K, N] buffer (stride (1, N)): only the reference serves it.
+    _w8a16("w_transposed_storage", _w8a16_case((7,), 96, 200, bias=True, w="column_major")),
+    # Real projections (Llama-3-8B, Mistral-7B: hidden 4096, MLP 14336): the down projection at decode
+    # (1 and 16 tokens: split-K's range) and a 4096-token prefill; GPU only (the interpreter would take
+    # hours).
+    _w8a16("decode_m1_n4096_k14336", _w8a16_case((1,), 4096, 14336), gpu_only=True),
+    _w8a16("decode_m16_n4096_k14336_bias", _w8a16_case((16,), 4096, 14336, bias=True), gpu_only=True),
+    _w8a16("prefill_m4096_n4096_k4096", _w8a16_case((4096,), 4096, 4096), gpu_only=True),
 )
 
 # ---------------------------------------------------------------------------
@@ -388,6 +482,14 @@ def mm_oracle(x, w, bias=None):
     return out.to(x.dtype)
 
 
+def w8a16_mm_oracle(x, w_q, w_scale, bias=None):
+    """float64 product of the int8 weights, times the scales as stored, plus the bias, rounded once."""
+    out = (x.double() @ w_q.double().T) * w_scale.double().reshape(-1)
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(x.dtype)
+
+
 def _rows64(a, a_scale):
     return a.double() * a_scale.double().repeat_interleave(_BLOCK, dim=-1)
 
@@ -431,12 +533,14 @@ def _masked_specified(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
 
 CASES = {
     MM: MM_CASES,
+    W8A16_MM: W8A16_MM_CASES,
     FP8_BLOCK_MM: FP8_BLOCK_MM_CASES,
     FP8_GROUPED_MM_CONTIGUOUS: FP8_GROUPED_MM_CONTIGUOUS_CASES,
     FP8_GROUPED_MM_MASKED: FP8_GROUPED_MM_MASKED_CASES,
 }
 ORACLES = {
     MM: mm_oracle,
+    W8A16_MM: w8a16_mm_oracle,
     FP8_BLOCK_MM: fp8_block_mm_oracle,
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_oracle,
     FP8_GROUPED_MM_MASKED: fp8_grouped_mm_masked_oracle,
@@ -511,4 +615,18 @@ TOLERANCES = {
     # magnitudes), fp16/bf16 accumulation, a dropped or doubled K step (~1/sqrt(K) per product), junk read
     # from a wider buffer (3.0 per element), a missing or misplaced bias (O(1)).
     **{(MM, dtype): (2.0**-14, 2.0**-bits) for dtype, bits in (("fp32", 23), ("fp16", 10), ("bf16", 7))},
+    # gemm.w8a16_mm: the same numerics as gemm.mm's (the contract: fp32 accumulation, the scale applied in
+    # fp32, one rounding to x's dtype), so the same tolerance, by the same argument:
+    #   - the operands are exact: an int8 weight (|w_q| <= 127) converts to fp16/bf16 without rounding, and
+    #     its product with an fp16/bf16 x (11 or 8 significant bits times 7) is exact in fp32; a scale in
+    #     x's dtype is exact in fp32; the oracle uses the scale as stored, so quantization is no error here;
+    #   - rtol, one rounding: as gemm.mm's, at most one unit of the output dtype (2**-10 fp16, 2**-7 bf16);
+    #   - atol, fp32 accumulation order: the unscaled sum sum_k x * w_q is 1/scale (~127 sqrt(K) / 4) times
+    #     the output, but fp32 rounding is relative, so after the scale its order error is the same
+    #     2**-24 * sqrt(K) of the O(1) output as gemm.mm's (2**-17 at K = 14336); the scale multiply (and,
+    #     split-K, scaling each slice before the slices are added) is one more fp32 rounding, 2**-24 relative.
+    # What it still catches: a skipped scale (outputs ~100x too large), a scale of another channel or read
+    # with the wrong stride (O(1); a scale's junk is 3.0, ~1000x a real one), int8 read as uint8 (+256 on
+    # negative weights), a dropped or doubled K step, junk from a wider buffer, a missing or misplaced bias.
+    **{(W8A16_MM, dtype): (2.0**-14, 2.0**-bits) for dtype, bits in (("fp16", 10), ("bf16", 7))},
 }

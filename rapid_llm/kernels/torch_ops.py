@@ -273,6 +273,14 @@ def _mm_fake(x, w, bias=None) -> Tensor:
     return _new((*x.shape[:-1], w.shape[0]), x)
 
 
+def _w8a16_mm(x: Tensor, w_q: Tensor, w_scale: Tensor, bias: Tensor | None = None) -> Tensor:
+    return kernels.w8a16_mm(x, w_q, w_scale, bias)
+
+
+def _w8a16_mm_fake(x, w_q, w_scale, bias=None) -> Tensor:
+    return _new((*x.shape[:-1], w_q.shape[0]), x)
+
+
 # bf16 outputs of fp8 operands
 
 
@@ -341,6 +349,7 @@ CUSTOM_OPS = (
     CustomOp("decode", _decode, _same_shape_fake),
     CustomOp("mla_decode", _mla_decode, _mla_decode_fake),
     CustomOp("mm", _mm, _mm_fake),
+    CustomOp("w8a16_mm", _w8a16_mm, _w8a16_mm_fake),
     CustomOp("fp8_block_mm", _fp8_block_mm, _fp8_block_mm_fake),
     CustomOp("fp8_block_mm_out", _fp8_block_mm_out, _writes_only, ("out",)),
     CustomOp("fp8_grouped_mm_contiguous", _fp8_grouped_mm_contiguous, _fp8_grouped_mm_contiguous_fake),

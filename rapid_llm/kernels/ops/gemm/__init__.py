@@ -44,6 +44,7 @@ from ..common_rows import TRITON_DOT_DEVICES
 from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 MM = "gemm.mm"
+W8A16_MM = "gemm.w8a16_mm"
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 FP8_GROUPED_MM_MASKED = "gemm.fp8_grouped_mm_masked"
@@ -102,6 +103,27 @@ out: a new contiguous tensor [..., N] in x's dtype. All on x's device.
 Numerics: products accumulated in fp32, rounded once to x's dtype; float32
 inputs are multiplied in full fp32 unless the process enabled TF32
 (torch.backends.cuda.matmul.allow_tf32), as torch's own matmul.""",
+    ),
+    OpContract(
+        op=W8A16_MM,
+        parameters=("x", "w_q", "w_scale", "bias"),
+        dtypes=frozenset({"fp16", "bf16"}),
+        dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
+        layouts=("x:rows", "w:rows"),
+        check=f"{_HERE}.checks:check_w8a16_mm",
+        doc="""w8a16_mm(x, w_q, w_scale, bias=None) -> out [..., N]
+
+out[..., n] = w_scale[n] * sum_k x[..., k] * w_q[n, k] + bias[n]
+
+Weight-only int8, symmetric, one scale per output channel: the layout of
+compressed-tensors' W8A16 channel-wise checkpoints (vLLM's "w8a16"):
+weight int8 [N, K] as stored (no repack), weight_scale [N, 1] (or [N]).
+x: [..., K] float16 or bfloat16, K >= 1, any strides; w_q: [N, K] int8, N >= 1,
+any strides; w_scale: [N] or [N, 1], float32 or x's dtype, any strides;
+bias: None or [N] in x's dtype. out: a new contiguous tensor [..., N] in x's
+dtype. All on x's device. Numerics: x * w_q products (int8 exact in x's
+dtype) accumulated in fp32, times the scale in fp32, plus the bias, rounded
+once to x's dtype.""",
     ),
     OpContract(
         op=FP8_BLOCK_MM,
@@ -265,6 +287,35 @@ ROWS = (
         # ties or beats cuBLAS at half the measured decode buckets (h200.gemm.bench.mm); measured buckets rank it
         priority=15,
         description="Triton decode GEMM (M <= 16): the weight stream split over K, fp32 slices added in order",
+    ),
+    reference_row(
+        W8A16_MM,
+        f"{_HERE}.reference:w8a16_mm",
+        _MM_DTYPES,
+        description="PyTorch reference: fp32 x @ fp32 w_q.T, times the channel scales in fp32, one rounding",
+    ),
+    native_row(
+        "native/w8a16_mm",
+        W8A16_MM,
+        f"{_HERE}.mm.tiled:w8a16_mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        layout=("x:rows", "w:rows"),
+        parity=None,  # unverified until an H200 parity run
+        priority=10,
+        description="native/mm's tiled kernel reading int8 weights (converted in registers), scales in the epilogue",
+    ),
+    native_row(
+        "native/w8a16_mm_splitk",
+        W8A16_MM,
+        f"{_HERE}.mm.splitk:w8a16_mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
+        layout=("x:rows", "w:rows"),
+        parity=None,  # unverified until an H200 parity run
+        priority=15,
+        description="native/mm_splitk's decode kernel streaming int8 weights (half the bytes), scales per slice",
     ),
     reference_row(
         FP8_BLOCK_MM,

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from ...dispatcher.plan import call_op as _call
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM, W8A16_MM
 
-__all__ = ["mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+__all__ = ["mm", "w8a16_mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
 
 
 def mm(x, w, bias=None):
     """x @ w.T (+ bias), w [N, K] (a linear layer's weight), fp32 accumulation. Contract: gemm.mm."""
     return _call(MM, (x, w, bias))
+
+
+def w8a16_mm(x, w_q, w_scale, bias=None):
+    """w_scale * (x @ w_q.T) (+ bias): int8 weights [N, K] with one scale per output channel (compressed-tensors
+    W8A16). Contract: gemm.w8a16_mm."""
+    return _call(W8A16_MM, (x, w_q, w_scale, bias))
 
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):

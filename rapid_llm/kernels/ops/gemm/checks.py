@@ -20,7 +20,7 @@ from ..checks import (
     tag_table,
     values_checked,
 )
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, MM, SCALE_BLOCK
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, MM, SCALE_BLOCK, W8A16_MM
 
 _FP8 = torch.float8_e4m3fn
 
@@ -263,3 +263,43 @@ def check_mm(x, w, bias=None):
     w_rows = k == 1 or w.stride(1) == 1
     bias_unit = bias is None or n == 1 or bias.stride(0) == 1
     return x, _MM_TAGS[(rows_view_ok(x), w_rows, bias_unit)], (("num_tokens", rows), ("n", n), ("k", k))
+
+
+_W8A16_TAGS = tag_table("x:rows", "w:rows")
+
+
+def check_w8a16_mm(x, w_q, w_scale, bias=None):
+    """gemm.w8a16_mm's check: x [..., K] fp16/bf16, w_q [N, K] int8, w_scale [N] or [N, 1] (fp32 or x's
+    dtype), bias None or [N] in x's dtype, one device. Tags: x:rows, w:rows (w_q unit stride along K)."""
+    op = W8A16_MM
+    expect_tensor(op, "x", x)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise OpInputError(op, "x", "dtype float16 or bfloat16", str(x.dtype))
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise OpInputError(op, "x", "a tensor of shape [..., K] with K >= 1", f"shape {list(x.shape)}")
+    k = x.shape[-1]
+    expect_tensor(op, "w_q", w_q)
+    if w_q.dtype != torch.int8:
+        raise OpInputError(op, "w_q", "dtype int8 (the quantized weight)", str(w_q.dtype))
+    if w_q.dim() != 2 or w_q.shape[1] != k or w_q.shape[0] == 0:
+        raise OpInputError(op, "w_q", f"shape [N, {k}] with N >= 1 (K = x's last dim)", f"shape {list(w_q.shape)}")
+    expect_same_device(op, "w_q", w_q, "x", x)
+    n = w_q.shape[0]
+    expect_tensor(op, "w_scale", w_scale)
+    if w_scale.dtype not in (torch.float32, x.dtype):
+        raise OpInputError(op, "w_scale", f"dtype float32 or {x.dtype} (x's dtype)", str(w_scale.dtype))
+    if tuple(w_scale.shape) not in ((n,), (n, 1)):
+        raise OpInputError(
+            op, "w_scale", f"shape [{n}] or [{n}, 1] (one scale per output channel)", f"shape {list(w_scale.shape)}"
+        )
+    expect_same_device(op, "w_scale", w_scale, "x", x)
+    if bias is not None:
+        expect_tensor(op, "bias", bias)
+        if bias.dtype != x.dtype:
+            raise OpInputError(op, "bias", f"dtype {x.dtype} (x's dtype)", str(bias.dtype))
+        if tuple(bias.shape) != (n,):
+            raise OpInputError(op, "bias", f"None or shape [{n}] (N = w_q's rows)", f"shape {list(bias.shape)}")
+        expect_same_device(op, "bias", bias, "x", x)
+    rows = x.numel() // k
+    w_rows = k == 1 or w_q.stride(1) == 1
+    return x, _W8A16_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))

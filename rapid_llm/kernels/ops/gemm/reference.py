@@ -1,6 +1,7 @@
 """PyTorch references for the GEMMs (arguments checked by gemm/checks.py).
 
 mm(x, w, bias=None) -> out [..., N]: fp32 operands, fp32 matmul, one rounding to x's dtype.
+w8a16_mm(x, w_q, w_scale, bias=None) -> out [..., N]: fp32 x @ fp32 w_q.T, times the scales in fp32, one rounding.
 
 fp8_block_mm(a, a_scale, b, b_scale, out=None) -> out [M, N] bf16
 fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None) -> out [M, N] bf16
@@ -71,6 +72,14 @@ def fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None
 def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., K] @ w[N, K].T (+ bias) in fp32, rounded once to x's dtype (the contract's numerics)."""
     out = torch.matmul(x.float(), w.float().t())
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
+def w8a16_mm(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None):
+    """w_scale[n] * (x [..., K] @ w_q[N, K].T)[..., n] (+ bias) in fp32, rounded once to x's dtype."""
+    out = torch.matmul(x.float(), w_q.float().t()) * w_scale.float().reshape(-1)
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype)

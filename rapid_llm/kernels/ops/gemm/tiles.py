@@ -129,7 +129,13 @@ def _split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     }
 
 
-_HEURISTICS = {"native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper), "native/mm_splitk": _split_k}
+_HEURISTICS = {
+    "native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
+    "native/mm_splitk": _split_k,
+    # int8 weights: the same kernels (the weight tile is half the bytes; the bf16 table is a safe fit)
+    "native/w8a16_mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
+    "native/w8a16_mm_splitk": _split_k,
+}
 
 
 def heuristic(kernel: str, m: int, n: int, k: int, sm: int, programs: int) -> dict:
@@ -184,7 +190,8 @@ def forget() -> None:
 def resolve_tiles(
     kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
 ) -> Tiles:
-    """The launch knobs of `kernel` ("native/mm", "native/mm_splitk") for an m x n x k product in dtype on
+    """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/w8a16_mm,
+    native/w8a16_mm_splitk) for an m x n x k product in dtype on
     device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast

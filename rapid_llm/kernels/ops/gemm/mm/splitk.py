@@ -1,4 +1,6 @@
-"""native/mm_splitk: decode-shaped GEMM (M <= 16), out = x @ w.T (+ bias), streaming w at bandwidth.
+"""native/mm_splitk: decode-shaped GEMM (M <= 16), out = x @ w.T (+ bias), streaming w at bandwidth;
+native/w8a16_mm_splitk: the same kernel over int8 weights (half the bytes), out = w_scale * (x @ w_q.T)
+(+ bias), each fp32 slice scaled by its channel's scale before the merge adds the slices.
 
 x: [M, K] rows (x:rows), M <= 16; w: [N, K] (w:rows); bias: None or [N]; out: new [M, N], x's dtype.
 
@@ -21,6 +23,7 @@ from ...fast_launch import cached, cdiv
 from ..tiles import resolve_tiles
 
 ROW = "native/mm_splitk"
+W8A16_ROW = "native/w8a16_mm_splitk"
 MAX_M = 16
 
 
@@ -38,8 +41,23 @@ def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return out
 
 
-def launch(x, w, bias, out, knobs: dict) -> None:
-    """Launch over x [M, K], w [N, K], out [M, N] with explicit knobs (perf/tune_gemm.py times candidates)."""
+def w8a16_mm(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None):
+    """Unchecked kernel entry of native/w8a16_mm_splitk (the check ran: x:rows, w:rows; M <= 16)."""
+    k = x.shape[-1]
+    n = w_q.shape[0]
+    m = x.numel() // k
+    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    dtype = "bf16" if x.dtype == torch.bfloat16 else "fp16"
+    knobs = resolve_tiles(W8A16_ROW, m, n, k, dtype, x.device).knobs
+    launch(x.reshape(m, k), w_q, bias, out.view(m, n), knobs, scale=w_scale.reshape(-1))
+    return out
+
+
+def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
+    """Launch over x [M, K], w [N, K] (int8 with scale [N]), out [M, N] with explicit knobs (perf/tune_gemm.py
+    times candidates)."""
     m, k = x.shape
     n = w.shape[0]
     knobs = dict(knobs)
@@ -53,6 +71,7 @@ def launch(x, w, bias, out, knobs: dict) -> None:
         x,
         w,
         bias if has_bias else x,
+        scale if scale is not None else x,
         partial,
         m,
         n,
@@ -60,8 +79,10 @@ def launch(x, w, bias, out, knobs: dict) -> None:
         x.stride(0),
         w.stride(0),
         bias.stride(0) if has_bias else 0,
+        scale.stride(0) if scale is not None else 0,
         steps_per_split,
         HAS_BIAS=has_bias and split == 1,
+        HAS_SCALE=scale is not None,
         EVEN_K=k % knobs["BLOCK_K"] == 0,
         **knobs,
     )
@@ -87,6 +108,7 @@ def _partial_kernel(
     x_ptr,
     w_ptr,
     bias_ptr,
+    scale_ptr,
     out_ptr,
     M,
     N,
@@ -94,8 +116,10 @@ def _partial_kernel(
     stride_xm,
     stride_wn,
     stride_bias,
+    stride_scale,
     steps_per_split,
     HAS_BIAS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -120,9 +144,11 @@ def _partial_kernel(
             inside = ks < K - step * BLOCK_K
             a = tl.load(x_tile, mask=inside[None, :], other=0.0)
             b = tl.load(w_tile, mask=inside[:, None], other=0.0)
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b.to(a.dtype), acc)  # int8 weights: exact in fp16/bf16
         x_tile += BLOCK_K
         w_tile += BLOCK_K
+    if HAS_SCALE:
+        acc *= tl.load(scale_ptr + safe_columns * stride_scale).to(tl.float32)[None, :]
     if HAS_BIAS:
         acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)[None, :]
     slice_out = out_ptr + split.to(tl.int64) * M * N + rows.to(tl.int64)[:, None] * N + columns[None, :]

@@ -1,4 +1,6 @@
-"""native/mm: a persistent tiled GEMM, out = x @ w.T (+ bias).
+"""native/mm: a persistent tiled GEMM, out = x @ w.T (+ bias); native/w8a16_mm: the same kernel over int8
+weights, out = w_scale * (x @ w_q.T) (+ bias) (the int8 tile converted to x's dtype in registers, exact;
+the channel scales applied to the fp32 tile before the bias and the rounding).
 
 x: [M, K] rows (layout x:rows: one row stride, unit stride along K); w: [N, K] (w:rows: unit stride
 along K, any row stride); bias: None or [N] (any stride); out: new [M, N] contiguous, x's dtype.
@@ -22,6 +24,7 @@ from ...fast_launch import cached, cdiv
 from ..tiles import resolve_tiles
 
 ROW = "native/mm"
+W8A16_ROW = "native/w8a16_mm"
 
 
 def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -39,8 +42,23 @@ def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return out
 
 
-def launch(x, w, bias, out, knobs: dict) -> None:
-    """Launch over x [M, K], w [N, K], out [M, N] with explicit knobs (perf/tune_gemm.py times candidates)."""
+def w8a16_mm(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None):
+    """Unchecked kernel entry of native/w8a16_mm (gemm.w8a16_mm's check ran: x:rows and w:rows hold)."""
+    k = x.shape[-1]
+    n = w_q.shape[0]
+    m = x.numel() // k
+    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    dtype = "bf16" if x.dtype == torch.bfloat16 else "fp16"
+    knobs = resolve_tiles(W8A16_ROW, m, n, k, dtype, x.device).knobs
+    launch(x.reshape(m, k), w_q, bias, out.view(m, n), knobs, scale=w_scale.reshape(-1))
+    return out
+
+
+def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
+    """Launch over x [M, K], w [N, K] (int8 with scale [N]), out [M, N] with explicit knobs (perf/tune_gemm.py
+    times candidates)."""
     m, k = x.shape
     n = w.shape[0]
     tiles = cdiv(m, knobs["BLOCK_M"]) * cdiv(n, knobs["BLOCK_N"])
@@ -49,6 +67,7 @@ def launch(x, w, bias, out, knobs: dict) -> None:
         x,
         w,
         bias if bias is not None else x,
+        scale if scale is not None else x,
         out,
         m,
         n,
@@ -56,7 +75,9 @@ def launch(x, w, bias, out, knobs: dict) -> None:
         x.stride(0),
         w.stride(0),
         bias.stride(0) if bias is not None else 0,
+        scale.stride(0) if scale is not None else 0,
         HAS_BIAS=bias is not None,
+        HAS_SCALE=scale is not None,
         EVEN_K=k % knobs["BLOCK_K"] == 0,
         NUM_PROGRAMS=programs,
         **knobs,
@@ -69,6 +90,7 @@ def _mm_kernel(
     x_ptr,
     w_ptr,
     bias_ptr,
+    scale_ptr,
     out_ptr,
     M,
     N,
@@ -76,7 +98,9 @@ def _mm_kernel(
     stride_xm,
     stride_wn,
     stride_bias,
+    stride_scale,
     HAS_BIAS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
     EVEN_K: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -111,9 +135,11 @@ def _mm_kernel(
                 left = K - step * BLOCK_K
                 a = tl.load(x_tile, mask=ks[None, :] < left, other=0.0)
                 b = tl.load(w_tile, mask=ks[:, None] < left, other=0.0)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b.to(a.dtype), acc)  # int8 weights: exact in fp16/bf16
             x_tile += BLOCK_K
             w_tile += BLOCK_K
+        if HAS_SCALE:
+            acc *= tl.load(scale_ptr + safe_columns * stride_scale).to(tl.float32)[None, :]
         if HAS_BIAS:
             bias = tl.load(bias_ptr + safe_columns * stride_bias)
             acc += bias.to(tl.float32)[None, :]
