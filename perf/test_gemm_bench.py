@@ -178,24 +178,21 @@ def _mm_params():
     ]
 
 
-@pytest.mark.parametrize("arm,m,n,k,where", _mm_params())
-def test_mm(benchmark, gpu_session, arm, m, n, k, where):
+def _check_and_time_mm(benchmark, gpu_session, op, arm, args, layout, *, m, n, k, where, bytes_moved, bytes_formula):
+    """gemm.mm / gemm.w8a16_mm: the forced row checked against the reference row, then timed (planned.impl)."""
     import torch
 
-    x = torch.randn((m, k), device="cuda", generator=_generator(m + k)).bfloat16()
-    w = (torch.randn((n, k), device="cuda", generator=_generator(n + k)) / math.sqrt(k)).bfloat16()
     shape = {"num_tokens": m, "n": n, "k": k}
-    planned, _ = load_row(MM, arm, dtype="bf16", shape=shape, layout=frozenset({"x:rows", "w:rows"}))
-    reference_name, reference = reference_row(MM)
-    want = reference(x, w)
-    got = planned(x, w)
+    planned, _ = load_row(op, arm, dtype="bf16", shape=shape, layout=layout)
+    reference_name, reference = reference_row(op)
+    want, got = reference(*args), planned(*args)
     torch.cuda.synchronize()
     case = f"m={m}-n={n}-k={k}"
-    check = check_against_reference(MM, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=(x, w))
+    check = check_against_reference(op, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=args)
     del want, got
     flops = 2 * m * n * k
     benchmark.extra_info.update(
-        op=MM,
+        op=op,
         row=arm,
         dtype="bf16",
         model=where.split()[0],
@@ -204,7 +201,7 @@ def test_mm(benchmark, gpu_session, arm, m, n, k, where):
         bitwise_equal=check["bitwise_equal"],
         flops=flops,
         flops_formula="2 * M * N * K",
-        bytes_formula="x + w read, out written (bf16)",
+        bytes_formula=bytes_formula,
         case=case,
         tokens=m,
         shape=[m, n, k],
@@ -213,12 +210,32 @@ def test_mm(benchmark, gpu_session, arm, m, n, k, where):
         phase="decode" if m <= 16 else "prefill",
     )
     fn = planned.impl
-    gpu_timing.record_case(
-        benchmark, gpu_session, lambda: fn(x, w), bytes_moved=2 * (m * k + n * k + m * n), graph_safe=True
-    )
+    gpu_timing.record_case(benchmark, gpu_session, lambda: fn(*args), bytes_moved=bytes_moved, graph_safe=True)
     extra = benchmark.extra_info
     extra["TFLOPs"] = flops / (extra["event_median_us"] * 1e-6) / 1e12
     extra["graph_TFLOPs"] = flops / (extra["graph_us"] * 1e-6) / 1e12 if extra.get("graph_us") else None
+
+
+@pytest.mark.parametrize("arm,m,n,k,where", _mm_params())
+def test_mm(benchmark, gpu_session, arm, m, n, k, where):
+    import torch
+
+    x = torch.randn((m, k), device="cuda", generator=_generator(m + k)).bfloat16()
+    w = (torch.randn((n, k), device="cuda", generator=_generator(n + k)) / math.sqrt(k)).bfloat16()
+    _check_and_time_mm(
+        benchmark,
+        gpu_session,
+        MM,
+        arm,
+        (x, w),
+        frozenset({"x:rows", "w:rows", "bias:unit"}),  # what gemm.mm's check reports for these arguments
+        m=m,
+        n=n,
+        k=k,
+        where=where,
+        bytes_moved=2 * (m * k + n * k + m * n),
+        bytes_formula="x + w read, out written (bf16)",
+    )
 
 
 @pytest.mark.parametrize(
@@ -238,37 +255,19 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
     w = torch.randn((n, k), device="cuda", generator=_generator(n + k)) / math.sqrt(k)
     scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-8) / 127.0
     w_q = (w / scale).round().clamp(-127, 127).to(torch.int8)
-    shape = {"num_tokens": m, "n": n, "k": k}
-    planned, _ = load_row(W8A16_MM, arm, dtype="bf16", shape=shape, layout=frozenset({"x:rows", "w:rows"}))
-    reference_name, reference = reference_row(W8A16_MM)
-    want, got = reference(x, w_q, scale), planned(x, w_q, scale)
-    torch.cuda.synchronize()
-    case = f"m={m}-n={n}-k={k}"
-    check = check_against_reference(
-        W8A16_MM, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=(x, w_q, scale)
-    )
-    del want, got
-    benchmark.extra_info.update(
-        op=W8A16_MM,
-        row=arm,
-        dtype="bf16",
-        model=where.split()[0],
-        correctness=describe_check(check, reference_name),
-        max_abs_diff=check["max_abs_diff"],
-        bitwise_equal=check["bitwise_equal"],
-        flops=2 * m * n * k,
-        flops_formula="2 * M * N * K",
-        bytes_formula="x read (bf16), w_q read (int8), fp32 scales read, out written (bf16)",
-        case=case,
-        tokens=m,
-        shape=[m, n, k],
-        dims=shape,
+    _check_and_time_mm(
+        benchmark,
+        gpu_session,
+        W8A16_MM,
+        arm,
+        (x, w_q, scale),
+        frozenset({"x:rows", "w:rows"}),
+        m=m,
+        n=n,
+        k=k,
         where=where,
-        phase="decode",
-    )
-    fn = planned.impl
-    gpu_timing.record_case(
-        benchmark, gpu_session, lambda: fn(x, w_q, scale), bytes_moved=2 * m * k + n * k + 4 * n + 2 * m * n
+        bytes_moved=2 * m * k + n * k + 4 * n + 2 * m * n,
+        bytes_formula="x read (bf16), w_q read (int8), fp32 scales read, out written (bf16)",
     )
 
 

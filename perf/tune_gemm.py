@@ -53,6 +53,8 @@ def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
 def tune(budget_s: float) -> tuple[list, list]:
     device = torch.device("cuda")
     limit = tiles.shared_memory_limit(device)
+    props = torch.cuda.get_device_properties(device)
+    sm, programs = props.major * 10 + props.minor, props.multi_processor_count
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=device)
     shapes = [(n, k) for n, k, _ in MM_SHAPES] + [MM_ANCHOR[1:]]
     entries, log = [], []
@@ -67,9 +69,7 @@ def tune(budget_s: float) -> tuple[list, list]:
                 x = torch.randn((m, k), device=device, generator=gen).bfloat16()
                 w = (torch.randn((n, k), device=device, generator=gen) / math.sqrt(k)).bfloat16()
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-                default = tiles.heuristic(
-                    kernel, m, n, k, 90, torch.cuda.get_device_properties(0).multi_processor_count
-                )
+                default = tiles.heuristic(kernel, m, n, k, sm, programs)
                 candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit)]
                 timings = []
                 for knobs in candidates:

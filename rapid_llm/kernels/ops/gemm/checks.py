@@ -235,6 +235,18 @@ def check_fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, ou
 _MM_TAGS = tag_table("x:rows", "w:rows", "bias:unit")
 
 
+def _check_bias(op, bias, x, n: int, weight: str) -> None:
+    """The GEMMs' bias: None, or [N] in x's dtype on x's device (N = the rows of the weight argument)."""
+    if bias is None:
+        return
+    expect_tensor(op, "bias", bias)
+    if bias.dtype != x.dtype:
+        raise OpInputError(op, "bias", f"dtype {x.dtype} (x's dtype)", str(bias.dtype))
+    if tuple(bias.shape) != (n,):
+        raise OpInputError(op, "bias", f"None or shape [{n}] (N = {weight}'s rows)", f"shape {list(bias.shape)}")
+    expect_same_device(op, "bias", bias, "x", x)
+
+
 def check_mm(x, w, bias=None):
     """gemm.mm's check: x [..., K], w [N, K], bias None or [N], one float dtype, one device.
     Tags: x:rows (x views as [M, K] with unit stride along K), w:rows (unit stride along K), bias:unit."""
@@ -252,13 +264,7 @@ def check_mm(x, w, bias=None):
         raise OpInputError(op, "w", f"shape [N, {k}] with N >= 1 (K = x's last dim)", f"shape {list(w.shape)}")
     expect_same_device(op, "w", w, "x", x)
     n = w.shape[0]
-    if bias is not None:
-        expect_tensor(op, "bias", bias)
-        if bias.dtype != x.dtype:
-            raise OpInputError(op, "bias", f"dtype {x.dtype} (x's dtype)", str(bias.dtype))
-        if tuple(bias.shape) != (n,):
-            raise OpInputError(op, "bias", f"None or shape [{n}] (N = w's rows)", f"shape {list(bias.shape)}")
-        expect_same_device(op, "bias", bias, "x", x)
+    _check_bias(op, bias, x, n, "w")
     rows = x.numel() // k
     w_rows = k == 1 or w.stride(1) == 1
     bias_unit = bias is None or n == 1 or bias.stride(0) == 1
@@ -293,13 +299,7 @@ def check_w8a16_mm(x, w_q, w_scale, bias=None):
             op, "w_scale", f"shape [{n}] or [{n}, 1] (one scale per output channel)", f"shape {list(w_scale.shape)}"
         )
     expect_same_device(op, "w_scale", w_scale, "x", x)
-    if bias is not None:
-        expect_tensor(op, "bias", bias)
-        if bias.dtype != x.dtype:
-            raise OpInputError(op, "bias", f"dtype {x.dtype} (x's dtype)", str(bias.dtype))
-        if tuple(bias.shape) != (n,):
-            raise OpInputError(op, "bias", f"None or shape [{n}] (N = w_q's rows)", f"shape {list(bias.shape)}")
-        expect_same_device(op, "bias", bias, "x", x)
+    _check_bias(op, bias, x, n, "w_q")
     rows = x.numel() // k
     w_rows = k == 1 or w_q.stride(1) == 1
     return x, _W8A16_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))

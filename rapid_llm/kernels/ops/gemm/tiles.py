@@ -1,7 +1,7 @@
 """The GEMM family's tile policy: `resolve_tiles(kernel, m, n, k, dtype, device)` -> Tiles.
 
     tiles = resolve_tiles("native/mm", m=7, n=4096, k=4096, dtype="bf16", device=x.device)
-    tiles.knobs   # {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    tiles.knobs   # {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4, "GROUP_M": 8}
     tiles.source  # where they came from: "store <path>" or "heuristic sm90 ..." (+ why a store entry was refused)
 
 Order: the tuning store, then a heuristic table per GPU tier. The store is one JSON file per GPU model:
@@ -105,7 +105,7 @@ def _tiled(m: int, n: int, k: int, hopper: bool) -> dict:
     elif m <= 64:
         knobs = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
     elif m <= 256 or not hopper:
-        knobs = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3 if hopper else 3}
+        knobs = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
     else:
         knobs = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
     knobs["GROUP_M"] = 8

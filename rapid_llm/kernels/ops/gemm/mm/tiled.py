@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ...device_facts import multiprocessor_count
 from ...fast_launch import cached, cdiv
-from ..tiles import resolve_tiles
+from . import prepare
 
 ROW = "native/mm"
 W8A16_ROW = "native/w8a16_mm"
@@ -29,30 +29,17 @@ W8A16_ROW = "native/w8a16_mm"
 
 def mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Unchecked kernel entry (gemm.mm's check ran: x:rows and w:rows hold)."""
-    k = x.shape[-1]
-    n = w.shape[0]
-    m = x.numel() // k
-    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return out
-    rows = x.reshape(m, k)
-    dtype = "bf16" if x.dtype == torch.bfloat16 else "fp16"
-    knobs = resolve_tiles(ROW, m, n, k, dtype, x.device).knobs
-    launch(rows, w, bias, out.view(m, n), knobs)
+    out, rows, out_rows, knobs = prepare(ROW, x, w.shape[0])
+    if rows is not None:
+        launch(rows, w, bias, out_rows, knobs)
     return out
 
 
 def w8a16_mm(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None = None):
     """Unchecked kernel entry of native/w8a16_mm (gemm.w8a16_mm's check ran: x:rows and w:rows hold)."""
-    k = x.shape[-1]
-    n = w_q.shape[0]
-    m = x.numel() // k
-    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return out
-    dtype = "bf16" if x.dtype == torch.bfloat16 else "fp16"
-    knobs = resolve_tiles(W8A16_ROW, m, n, k, dtype, x.device).knobs
-    launch(x.reshape(m, k), w_q, bias, out.view(m, n), knobs, scale=w_scale.reshape(-1))
+    out, rows, out_rows, knobs = prepare(W8A16_ROW, x, w_q.shape[0])
+    if rows is not None:
+        launch(rows, w_q, bias, out_rows, knobs, scale=w_scale.reshape(-1))
     return out
 
 
