@@ -34,6 +34,7 @@ _GQA = {
     "attention.prefill_paged",
     "attention.decode",
     "activation.silu_and_mul",
+    "gemm.mm",
 }
 #: The table's ops each architecture calls, written from the models' designs (not read from the presets).
 ARCHITECTURE_OPS = {
@@ -54,6 +55,7 @@ ARCHITECTURE_OPS = {
         "activation.silu_and_mul",
         "gemm.fp8_grouped_mm_contiguous",
         "gemm.fp8_grouped_mm_masked",
+        "gemm.mm",  # its bf16 lm_head
     },
 }
 
@@ -106,8 +108,8 @@ def test_the_plan_lists_every_table_op_the_architecture_calls(capsys, model):
 
 def test_deepseek_v3_plans_its_projections_with_the_published_shapes(capsys):
     """Catches: the MLA projections (q_a, kv_a, q_b, kv_b, o) or the MLP / shared expert GEMMs missing from
-    DeepSeek-V3's plan, or planned with a shape that is not its config's; and its bf16 lm_head not shown
-    as a gap."""
+    DeepSeek-V3's plan, or planned with a shape that is not its config's; and its bf16 lm_head not planned
+    as gemm.mm."""
     doc = plan_json(capsys, "--model", "deepseek-v3", "--device", "cuda:sm90", "--max-tokens", "1")
     planned = {
         entry["where"].replace(" (prefill)", ""): (entry["dims"]["n"], entry["dims"]["k"])
@@ -119,16 +121,24 @@ def test_deepseek_v3_plans_its_projections_with_the_published_shapes(capsys):
     for layout in ("gemm.fp8_grouped_mm_contiguous", "gemm.fp8_grouped_mm_masked"):
         for n, k in ((2 * 2048, 7168), (7168, 2048)):
             assert (layout, {"n": n, "k": k, "num_groups": 256}) in grouped
-    assert {"what": "bf16 GEMM", "where": "lm_head", "dims": {"n": 129280, "k": 7168}} in doc["not_served_yet"]
+    assert ("lm_head", {"n": 129280, "k": 7168}) in [
+        (e["where"], e["dims"]) for e in doc["plans"] if e["op"] == "gemm.mm"
+    ]
 
 
-def test_bf16_models_show_their_gemms_as_not_served(capsys):
-    """Catches: a bf16 model's GEMMs vanishing from its plan (no op serves them yet) instead of being named
-    at the end, where a user sees the gap."""
-    code, text = run(capsys, "plan", "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "1")
-    assert code == 0
-    gaps = text[text.index("not served by rapid_llm yet") :].splitlines()
-    assert any(line.split()[:2] == ["bf16", "GEMM"] and "qkv_proj" in line and "lm_head" in line for line in gaps)
+def test_bf16_models_plan_their_projections_as_gemm_mm(capsys):
+    """Catches: a bf16 model's projections (qkv, o, gate_up, down, lm_head) missing from its plan or planned
+    with other dims than its config's (Llama-3-8B: hidden 4096, 32/8 heads of 128, intermediate 14336)."""
+    doc = plan_json(capsys, "--model", "llama-3-8b", "--device", "cuda:sm90", "--max-tokens", "1")
+    planned = {e["where"]: (e["dims"]["n"], e["dims"]["k"]) for e in doc["plans"] if e["op"] == "gemm.mm"}
+    assert planned == {
+        "qkv_proj": (6144, 4096),
+        "o_proj": (4096, 4096),
+        "MLP gate_up_proj": (28672, 4096),
+        "MLP down_proj": (4096, 14336),
+        "lm_head": (128256, 4096),
+    }
+    assert not any(gap["what"] == "bf16 GEMM" for gap in doc["not_served_yet"])
 
 
 def _table_with_measured_rms_norm_buckets():

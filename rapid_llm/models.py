@@ -143,13 +143,13 @@ class ModelPreset:
             yield from self._mlp("dense MLP" if self.is_moe else "MLP", self.intermediate)
         if self.is_moe:
             yield from self._moe()
-        yield Gap("bf16 GEMM", "lm_head", {"n": self.vocab, "k": h})
+        yield OpUse("gemm.mm", "lm_head", {"n": self.vocab, "k": h})
 
     def _linear(self, where: str, n: int, k: int):
         """A projection (weight [n, k]) on every token: an fp8 block GEMM for an fp8 checkpoint (its input
-        quantized by the _quantize step before it), a gap for a bf16 one."""
+        quantized by the _quantize step before it), gemm.mm for a bf16 one."""
         if not self.weights_fp8_block:
-            yield Gap("bf16 GEMM", where, {"n": n, "k": k})
+            yield OpUse("gemm.mm", where, {"n": n, "k": k})
             return
         yield OpUse("gemm.fp8_block_mm", where, {"n": n, "k": k}, dtype=FP8)
 

@@ -88,11 +88,11 @@ class Decoder:
         return self.rec.op("quantization.per_token_group_fp8", f"fp8 input of {where}", x)
 
     def linear(self, x, w, where: str, bias=None, quantized=None):
-        """x @ w.T (+ bias): an fp8 block GEMM for an Fp8Weight (x quantized here unless given), else torch."""
+        """x @ w.T (+ bias): an fp8 block GEMM for an Fp8Weight (x quantized here unless given), else gemm.mm."""
         if isinstance(w, Fp8Weight):
             xq, scale = quantized or self.quantize(x, where)
             return self.rec.op("gemm.fp8_block_mm", where, xq, scale, w.weight, w.scale).to(x.dtype)
-        return self.rec.torch("GEMM", where, F.linear, x, w, bias)
+        return self.rec.op("gemm.mm", where, x, w, bias)
 
     def norm(self, x, weight, where: str):
         return self.rec.op("norm.rms_norm", where, x, weight, self.eps)
@@ -111,7 +111,7 @@ class Decoder:
             x, residual = self.layer(layer, x, residual, batch, loc, self.cache.buffers[index], moe)
         x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, w["final_norm"], self.eps)
         last = rec.torch("copy", "last token of each sequence", x.index_select, 0, batch.last)
-        return rec.torch("GEMM", "lm_head", F.linear, last, w["lm_head"]).float()
+        return rec.op("gemm.mm", "lm_head", last, w["lm_head"]).float()
 
     def layer(self, layer, x, residual, batch: Batch, loc, buffer, moe: bool):
         """One decoder layer: (x, residual) -> (x, residual); residual None before the first layer."""

@@ -256,9 +256,7 @@ ROWS = (
         capability=(CapabilityRequirement("cuda", min_sm=70),),
         dtypes=frozenset({"fp32", "fp16", "bf16"}),
         layout=("bias:unit",),
-        # unverified until a clean H200 parity run (h200.gemm.parity.mm_first_run_log: 2 failures on a strided bias,
-        # outside the row since: bias:unit)
-        golden=GoldenRecord.unverified(),
+        golden=GoldenRecord(verified=True, max_abs_diff=0.03125, baseline="torch/mm", evidence="h200.gemm.parity.mm"),
         # the fastest row at every measured bucket above 16 tokens (h200.gemm.bench.mm): first where unmeasured
         priority=20,
         graph_safe=True,
@@ -271,7 +269,7 @@ ROWS = (
         dtypes=_MM_DTYPES,
         capability=TRITON_DOT_DEVICES,
         layout=("x:rows", "w:rows"),
-        parity=None,  # every case passed in h200.gemm.parity.mm_first_run_log, a run not clean (cuBLAS)
+        parity=(0.03125, "h200.gemm.parity.mm"),
         priority=10,
         description="Triton persistent tiled GEMM, grouped tile order, tiles from ops/gemm/tiles.py",
     ),
@@ -283,7 +281,7 @@ ROWS = (
         capability=TRITON_DOT_DEVICES,
         shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
         layout=("x:rows", "w:rows"),
-        parity=None,  # every case passed in h200.gemm.parity.mm_first_run_log, a run not clean (cuBLAS)
+        parity=(0.015625, "h200.gemm.parity.mm"),
         # ties or beats cuBLAS at half the measured decode buckets (h200.gemm.bench.mm); measured buckets rank it
         priority=15,
         description="Triton decode GEMM (M <= 16): the weight stream split over K, fp32 slices added in order",
@@ -301,7 +299,7 @@ ROWS = (
         dtypes=_MM_DTYPES,
         capability=TRITON_DOT_DEVICES,
         layout=("x:rows", "w:rows"),
-        parity=None,  # unverified until an H200 parity run
+        parity=(0.015625, "h200.gemm.parity.mm"),
         priority=10,
         description="native/mm's tiled kernel reading int8 weights (converted in registers), scales in the epilogue",
     ),
@@ -313,7 +311,7 @@ ROWS = (
         capability=TRITON_DOT_DEVICES,
         shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
         layout=("x:rows", "w:rows"),
-        parity=None,  # unverified until an H200 parity run
+        parity=(0.0078125, "h200.gemm.parity.mm"),
         priority=15,
         description="native/mm_splitk's decode kernel streaming int8 weights (half the bytes), scales per slice",
     ),
