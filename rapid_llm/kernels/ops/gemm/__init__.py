@@ -256,7 +256,9 @@ ROWS = (
         capability=(CapabilityRequirement("cuda", min_sm=70),),
         dtypes=frozenset({"fp32", "fp16", "bf16"}),
         layout=("bias:unit",),
-        golden=GoldenRecord(verified=True, max_abs_diff=0.03125, baseline="torch/mm", evidence="h200.gemm.parity.mm"),
+        golden=GoldenRecord(
+            verified=True, max_abs_diff=0.03125, baseline="torch/mm", evidence="h200.gemm.parity.cublas_flinear"
+        ),
         # the fastest row at every measured bucket above 16 tokens (h200.gemm.bench.mm): first where unmeasured
         priority=20,
         graph_safe=True,
