@@ -1,4 +1,4 @@
-"""Fill the GEMM tuning store on the GPU: `python -m perf.tune_gemm --out FILE.json [--budget-s 240]`.
+"""Fill the GEMM tuning store on the GPU: `python -m perf.tune_gemm --out FILE.json [--budget-s 240] [--kernels A,B]`.
 
 For every (kernel, m bucket, n, k) of the presets' projections (perf/test_gemm_bench.py MM_SHAPES, the
 8192^3 anchor) it times each candidate tile of the kernel (CANDIDATES, filtered by the device's shared
@@ -26,10 +26,18 @@ from perf.test_gemm_bench import MM_ANCHOR, MM_SHAPES
 from rapid_llm.kernels.ops.gemm import tiles
 from rapid_llm.kernels.ops.gemm.mm import splitk, tiled
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
+from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
 
-KERNELS = {"native/mm": tiled, "native/mm_splitk": splitk}
+KERNELS = {"native/mm": tiled, "native/mm_splitk": splitk, "native/w8a16_mm_splitk": splitk, "native/w8a16_mm": tiled}
+#: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
+INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm"})
 #: m values tuned per kernel (each one names its token bucket).
-TOKENS = {"native/mm_splitk": (1, 16), "native/mm": (16, 128, 4096)}
+TOKENS = {
+    "native/mm_splitk": (1, 16),
+    "native/mm": (16, 128, 4096),
+    "native/w8a16_mm_splitk": (1, 16),
+    "native/w8a16_mm": (128,),
+}
 CANDIDATES = {
     "native/mm": [
         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": w, "num_stages": s}
@@ -37,9 +45,15 @@ CANDIDATES = {
     ],
     "native/mm_splitk": [
         {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
-        for bn, bk, split in itertools.product((32, 64, 128), (128, 256), (1, 2, 4, 8))
+        for bn, bk, split in itertools.product((16, 32, 64, 128), (128, 256, 512), (1, 2, 4, 8))
+    ],
+    # int8 weights: half the bytes per element, so longer K steps keep as many bytes in flight
+    "native/w8a16_mm_splitk": [
+        {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 4}
+        for bn, bk, split in itertools.product((16, 32, 64, 128), (256, 512, 1024), (1, 2, 4))
     ],
 }
+CANDIDATES["native/w8a16_mm"] = CANDIDATES["native/mm"]
 
 
 def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
@@ -50,7 +64,7 @@ def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
     return True
 
 
-def tune(budget_s: float) -> tuple[list, list]:
+def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
     device = torch.device("cuda")
     limit = tiles.shared_memory_limit(device)
     props = torch.cuda.get_device_properties(device)
@@ -59,7 +73,8 @@ def tune(budget_s: float) -> tuple[list, list]:
     shapes = [(n, k) for n, k, _ in MM_SHAPES] + [MM_ANCHOR[1:]]
     entries, log = [], []
     started = time.perf_counter()
-    for kernel, module in KERNELS.items():
+    for kernel in kernels:
+        module = KERNELS[kernel]
         for n, k in shapes:
             for m in TOKENS[kernel]:
                 if time.perf_counter() - started > budget_s:
@@ -68,6 +83,10 @@ def tune(budget_s: float) -> tuple[list, list]:
                 gen = torch.Generator(device="cuda").manual_seed(m + n + k)
                 x = torch.randn((m, k), device=device, generator=gen).bfloat16()
                 w = (torch.randn((n, k), device=device, generator=gen) / math.sqrt(k)).bfloat16()
+                scale = None
+                if kernel in INT8_WEIGHTS:  # channel-wise int8 as a W8A16 checkpoint stores it
+                    scale = w.float().abs().amax(dim=1).clamp_min(1e-8) / 127
+                    w = (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
                 default = tiles.heuristic(kernel, m, n, k, sm, programs)
                 candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit)]
@@ -75,7 +94,7 @@ def tune(budget_s: float) -> tuple[list, list]:
                 for knobs in candidates:
                     try:
                         us = event_timer(
-                            lambda: module.launch(x, w, None, out, knobs), flush=flush, iterations=10
+                            lambda: module.launch(x, w, None, out, knobs, scale=scale), flush=flush, iterations=10
                         ).median_us
                     except Exception as error:  # a tile Triton cannot compile here: not a candidate
                         log.append(
@@ -84,8 +103,9 @@ def tune(budget_s: float) -> tuple[list, list]:
                         continue
                     timings.append((us, knobs))
                 us, best = min(timings, key=lambda item: item[0])
-                module.launch(x, w, None, out, best)
-                error = (out.float() - reference_mm(x, w).float()).abs().max().item()
+                module.launch(x, w, None, out, best, scale=scale)
+                expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
+                error = (out.float() - expected.float()).abs().max().item()
                 default_us = next(t for t, knobs in timings if knobs is default)
                 entries.append(tiles.store_entry(kernel, "bf16", m, n, k, best, us))
                 log.append(
@@ -112,10 +132,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated kernel names (default: all)")
     args = parser.parse_args(argv)
+    kernels = tuple(args.kernels.split(","))
+    unknown = set(kernels) - set(KERNELS)
+    if unknown:
+        parser.error(f"unknown kernels {sorted(unknown)}; known: {sorted(KERNELS)}")
     import triton
 
-    entries, log = tune(args.budget_s)
+    entries, log = tune(args.budget_s, kernels)
     document = {
         "device": torch.cuda.get_device_name(),
         "triton": triton.__version__,
