@@ -13,7 +13,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
-    gemm-mm-table    h200.gemm.bench.mm (gemm.mm: cuBLAS and our rows per case, the selected row)
+    gemm-mm-table    h200.gemm.bench.mm.tuned_int8 (gemm.mm: cuBLAS and our rows per case, the selected row)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -431,7 +431,7 @@ def host_cost_table() -> str:
     return "\n".join(lines)
 
 
-GEMM_MM_BENCH = "h200.gemm.bench.mm"
+GEMM_MM_BENCH = "h200.gemm.bench.mm.tuned_int8"
 GEMM_MM_ROWS = ("cublas/linear", "native/mm_splitk", "native/mm")
 
 

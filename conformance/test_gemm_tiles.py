@@ -23,6 +23,8 @@ from rapid_llm.kernels.dispatcher.contract import TOKEN_BUCKETS
 from rapid_llm.kernels.ops.gemm import SPLIT_K_MAX_TOKENS, tiles
 
 KERNELS = ("native/mm", "native/mm_splitk")
+#: Every kernel the store may hold entries for (gemm.w8a16_mm's rows run the same two kernels).
+STORE_KERNELS = (*KERNELS, "native/w8a16_mm", "native/w8a16_mm_splitk")
 #: The constexpr arguments each row's launch() sets itself (not knobs), beside the kernel it launches.
 LAUNCH_CONSTEXPRS = {
     "native/mm": ("tiled", "_mm_kernel", {"HAS_BIAS", "HAS_SCALE", "EVEN_K", "NUM_PROGRAMS"}),
@@ -339,11 +341,11 @@ def test_shipped_store_files_are_well_formed(path):
     tier_limit = TIER_LIMITS[90] if any(name in path.name for name in ("h100", "h200", "h800", "gh200")) else None
     for entry in document["entries"]:
         kernel, knobs = entry["kernel"], entry["knobs"]
-        assert kernel in KERNELS and entry["dtype"] in ("fp16", "bf16"), entry
+        assert kernel in STORE_KERNELS and entry["dtype"] in ("fp16", "bf16"), entry
         low, high = entry["m_bucket"]
         assert TOKEN_BUCKETS.bucket(low) == (low, high) == TOKEN_BUCKETS.bucket(high), entry
         assert set(knobs) == set(tiles.heuristic(kernel, high, entry["n"], entry["k"], 90, 132)), entry
-        if kernel == "native/mm_splitk":
+        if kernel.endswith("_splitk"):
             assert high <= SPLIT_K_MAX_TOKENS and knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
         if tier_limit is not None:
             assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry
