@@ -24,19 +24,28 @@ import torch
 from perf.gpu_timing import event_timer
 from perf.test_gemm_bench import MM_ANCHOR, MM_SHAPES
 from rapid_llm.kernels.ops.gemm import tiles
-from rapid_llm.kernels.ops.gemm.mm import splitk, tiled
+from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
 from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
 
-KERNELS = {"native/mm": tiled, "native/mm_splitk": splitk, "native/w8a16_mm_splitk": splitk, "native/w8a16_mm": tiled}
+KERNELS = {
+    "native/mm": tiled,
+    "native/mm_splitk": splitk,
+    "native/w8a16_mm_splitk": splitk,
+    "native/w8a16_mm": tiled,
+    "native/mm_gemv": gemv,
+    "native/w8a16_mm_gemv": gemv,
+}
 #: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
-INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm"})
+INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm", "native/w8a16_mm_gemv"})
 #: m values tuned per kernel (each one names its token bucket).
 TOKENS = {
     "native/mm_splitk": (1, 16),
     "native/mm": (16, 128, 4096),
     "native/w8a16_mm_splitk": (1, 16),
     "native/w8a16_mm": (128,),
+    "native/mm_gemv": (1,),
+    "native/w8a16_mm_gemv": (1,),
 }
 CANDIDATES = {
     "native/mm": [
@@ -54,6 +63,12 @@ CANDIDATES = {
     ],
 }
 CANDIDATES["native/w8a16_mm"] = CANDIDATES["native/mm"]
+for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):
+    CANDIDATES[_kernel] = [
+        {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": row_bytes // _element_bytes, "num_warps": w, "num_stages": s}
+        for bn, row_bytes, w, s in itertools.product((4, 8, 16, 32), (512, 1024, 2048), (4, 8), (2, 3))
+        if bn * row_bytes // _element_bytes <= 8192  # the fp32 accumulator: <= 64 registers a thread at 4 warps
+    ]
 
 
 def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:

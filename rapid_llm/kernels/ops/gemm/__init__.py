@@ -40,7 +40,7 @@ one DeepGEMM implements on Hopper):
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import TRITON_DOT_DEVICES
+from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES
 from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 MM = "gemm.mm"
@@ -240,6 +240,24 @@ _MM_DTYPES = frozenset({"fp16", "bf16"})
 #: The decode-shaped kernel's token range (it multiplies a 16-row tile).
 SPLIT_K_MAX_TOKENS = 16
 
+
+def _gemv_row(name, op, function, *, parity, description) -> KernelSpec:
+    """A row of mm/gemv.py's one-token kernel (no tl.dot: the CPU interpreter runs it in every dtype);
+    priority 5: below the tensor-core rows until a measured ranking puts it first."""
+    return native_row(
+        name,
+        op,
+        f"{_HERE}.mm.gemv:{function}",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DEVICES,
+        shape=(ShapeConstraint("num_tokens", max=1),),
+        layout=("x:rows", "w:rows"),
+        parity=parity,
+        priority=5,
+        description=description,
+    )
+
+
 ROWS = (
     reference_row(
         MM,
@@ -288,6 +306,13 @@ ROWS = (
         priority=15,
         description="Triton decode GEMM (M <= 16): the weight stream split over K, fp32 slices added in order",
     ),
+    _gemv_row(
+        "native/mm_gemv",
+        MM,
+        "mm",
+        parity=None,  # unverified until an H200 parity run
+        description="Triton one-token GEMM on the CUDA cores: weight tiles kept in their load registers, fp32 FMAs",
+    ),
     reference_row(
         W8A16_MM,
         f"{_HERE}.reference:w8a16_mm",
@@ -316,6 +341,13 @@ ROWS = (
         parity=(0.0078125, "h200.gemm.parity.mm"),
         priority=15,
         description="native/mm_splitk's decode kernel streaming int8 weights (half the bytes), scales per slice",
+    ),
+    _gemv_row(
+        "native/w8a16_mm_gemv",
+        W8A16_MM,
+        "w8a16_mm",
+        parity=None,  # unverified until an H200 parity run
+        description="native/mm_gemv's one-token kernel over int8 weights (widened in registers), scales per column",
     ),
     reference_row(
         FP8_BLOCK_MM,

@@ -132,6 +132,8 @@ def _split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
 _HEURISTICS = {
     "native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/mm_splitk": _split_k,
+    "native/mm_gemv": lambda m, n, k, hopper, programs: _gemv(n, programs, element_bytes=2),
+    "native/w8a16_mm_gemv": lambda m, n, k, hopper, programs: _gemv(n, programs, element_bytes=1),
     # int8 weights: the same kernels (the weight tile is half the bytes; the bf16 table is a safe fit)
     "native/w8a16_mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/w8a16_mm_splitk": _split_k,
@@ -142,6 +144,15 @@ def heuristic(kernel: str, m: int, n: int, k: int, sm: int, programs: int) -> di
     """The tier's table entry for the upper bound of m's bucket (what dispatch judged the row by)."""
     high = m_bucket(m)[1]
     return _HEURISTICS[kernel](high, n, k, sm >= 90, programs)
+
+
+def _gemv(n: int, programs: int, element_bytes: int) -> dict:
+    """native/mm_gemv and native/w8a16_mm_gemv (M == 1): 1 KiB of weight row per K step, and columns per
+    program few enough for several programs per SM (their loads in flight hide the memory latency)."""
+    block_n = 4
+    while block_n < 32 and -(-n // (2 * block_n)) >= 8 * programs:
+        block_n *= 2
+    return {"BLOCK_M": 1, "BLOCK_N": block_n, "BLOCK_K": 1024 // element_bytes, "num_warps": 4, "num_stages": 3}
 
 
 # ---------------------------------------------------------------------------
@@ -190,8 +201,8 @@ def forget() -> None:
 def resolve_tiles(
     kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
 ) -> Tiles:
-    """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/w8a16_mm,
-    native/w8a16_mm_splitk) for an m x n x k product in dtype on
+    """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/mm_gemv,
+    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv) for an m x n x k product in dtype on
     device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast
