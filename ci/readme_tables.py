@@ -13,7 +13,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
                      interpreter opt-in: pure dispatch, no GPU needed
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
-    gemm-mm-table    h200.gemm.bench.mm.tuned_int8 (gemm.mm: cuBLAS and our rows per case, the selected row)
+    gemm-mm-table    h200.gemm.bench.mm.gemv (gemm.mm and gemm.w8a16_mm: cuBLAS and our rows per case, the selected row)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -431,36 +431,50 @@ def host_cost_table() -> str:
     return "\n".join(lines)
 
 
-GEMM_MM_BENCH = "h200.gemm.bench.mm.tuned_int8"
-GEMM_MM_ROWS = ("cublas/linear", "native/mm_splitk", "native/mm")
+GEMM_MM_BENCH = "h200.gemm.bench.mm.gemv"
+GEMM_MM_ROWS = {
+    "gemm.mm": ("cublas/linear", "native/mm_gemv", "native/mm_splitk", "native/mm"),
+    "gemm.w8a16_mm": ("native/w8a16_mm_gemv", "native/w8a16_mm_splitk", "native/w8a16_mm"),
+}
 
 
 def gemm_mm_table() -> str:
-    """gemm.mm per case: every row's time, its % of copy bandwidth (decode: the weight read is the cost) and
-    TFLOP/s, the row dispatch selects (rankings) and its ratio to the best row of the case."""
-    from rapid_llm.kernels.dispatcher import Device, Libraries, default_table, dispatch
-
+    """gemm.mm and gemm.w8a16_mm per case: every row's time, its % of copy bandwidth (decode: the weight read is
+    the cost) and TFLOP/s, the row dispatch selects (rankings) and its ratio to the best row of the op; for
+    w8a16, bf16 cuBLAS on the same shape (what the int8 weights are measured against)."""
     run, cases = _run_cases(GEMM_MM_BENCH)
-    by_case = {}
-    for case in cases:
-        if case["op"] == "gemm.mm":
-            by_case.setdefault(case["case"], {})[case["row"]] = case
     lines = [
-        "`gemm.mm` (bf16, w `[N, K]`) per row: CUDA-event median with L2 flushed (`python perf/gpu_report.py "
-        "--suites perf/test_gemm_bench.py -- -k test_mm`, tiles from the shipped tuning store); % of the copy "
-        "bandwidth measured in the same run on x + w + out bytes; TFLOP/s on 2MNK. **selected**: the row "
-        "dispatch picks for the case on the H200 (the measured rankings), and its time over the case's fastest.",
+        "`gemm.mm` (bf16, w `[N, K]`) and `gemm.w8a16_mm` (int8 w `[N, K]`, a bf16 scale per output channel) per "
+        "row: CUDA-event median with L2 flushed (`python perf/gpu_report.py --suites perf/test_gemm_bench.py -- -k "
+        '"test_mm or test_w8a16_mm"`, tiles from the shipped tuning store); % of the copy bandwidth measured in the '
+        "same run on x + w + out bytes; TFLOP/s on 2MNK. **selected**: the row dispatch picks for the case on the "
+        "H200 (the measured rankings), and its time over the op's fastest row. `vs bf16 cuBLAS`: `cublas/linear`'s "
+        "time on the same shape in bf16 over the selected w8a16 row's.",
         "",
         f"- {_run_line(GEMM_MM_BENCH, run)}",
-        "",
-        "| case | " + " | ".join(f"`{row}`" for row in GEMM_MM_ROWS) + " | selected |",
-        "|---|" + "---|" * (len(GEMM_MM_ROWS) + 1),
     ]
+    for op, rows in GEMM_MM_ROWS.items():
+        lines += ["", _gemm_op_table(op, rows, cases)]
+    return "\n".join(lines)
+
+
+def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
+    from rapid_llm.kernels.dispatcher import Device, Libraries, default_table, dispatch
+
+    by_case, cublas = {}, {}
+    for case in cases:
+        if case["op"] == op:
+            by_case.setdefault(case["case"], {})[case["row"]] = case
+        if case["row"] == "cublas/linear":
+            cublas[case["case"]] = case["us"]
+    versus = op != "gemm.mm"
+    header = [f"`{row}`" for row in columns] + ["selected"] + (["vs bf16 cuBLAS"] if versus else [])
+    lines = [f"`{op}`:", "", "| case | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
     table = default_table()
-    libs = Libraries({"triton": run["versions"]["triton"]} if "versions" in run else {"triton": "3.6.0"})
+    libs = Libraries({"triton": "3.6.0"})
     for case_id, rows in by_case.items():
         cells = []
-        for row in GEMM_MM_ROWS:
+        for row in columns:
             case = rows.get(row)
             if case is None:
                 cells.append("-")
@@ -469,7 +483,7 @@ def gemm_mm_table() -> str:
             cells.append(f"{case['us']:.1f} µs ({case['pct_of_copy_bw']:.0f}% BW{tflops})")
         m, n, k = next(iter(rows.values()))["shape"]
         selection = dispatch(
-            "gemm.mm",
+            op,
             device=Device("cuda", 90),
             dtype="bf16",
             shape={"num_tokens": m, "n": n, "k": k},
@@ -480,7 +494,11 @@ def gemm_mm_table() -> str:
         chosen = selection.row.name
         best = min(case["us"] for case in rows.values())
         ratio = f"{rows[chosen]['us'] / best:.2f}x" if chosen in rows else "-"
-        lines.append(f"| {case_id} | " + " | ".join(cells) + f" | `{chosen}` ({ratio}) |")
+        cells.append(f"`{chosen}` ({ratio})")
+        if versus:
+            bf16 = cublas.get(case_id)
+            cells.append(f"{bf16 / rows[chosen]['us']:.2f}x" if bf16 and chosen in rows else "-")
+        lines.append(f"| {case_id} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

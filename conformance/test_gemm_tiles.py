@@ -23,8 +23,8 @@ from rapid_llm.kernels.dispatcher.contract import TOKEN_BUCKETS
 from rapid_llm.kernels.ops.gemm import SPLIT_K_MAX_TOKENS, tiles
 
 KERNELS = ("native/mm", "native/mm_splitk")
-#: Every kernel the store may hold entries for (gemm.w8a16_mm's rows run the same two kernels).
-STORE_KERNELS = (*KERNELS, "native/w8a16_mm", "native/w8a16_mm_splitk")
+#: Every kernel the store may hold entries for (gemm.w8a16_mm's rows run the same kernels over int8 weights).
+STORE_KERNELS = (*KERNELS, "native/mm_gemv", "native/w8a16_mm", "native/w8a16_mm_splitk", "native/w8a16_mm_gemv")
 #: The constexpr arguments each row's launch() sets itself (not knobs), beside the kernel it launches.
 LAUNCH_CONSTEXPRS = {
     "native/mm": ("tiled", "_mm_kernel", {"HAS_BIAS", "HAS_SCALE", "EVEN_K", "NUM_PROGRAMS"}),
