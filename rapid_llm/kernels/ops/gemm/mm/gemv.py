@@ -102,13 +102,14 @@ def _gemv_kernel(
     x_tile = x_ptr + ks
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
+        # the weight stream's load first: the token's (cached) load and its broadcast then overlap it
         if EVEN_K:
-            a = tl.load(x_tile)
             b = tl.load(w_tile)
+            a = tl.load(x_tile)
         else:
             inside = ks < K - start
-            a = tl.load(x_tile, mask=inside, other=0.0)
             b = tl.load(w_tile, mask=inside[None, :], other=0)
+            a = tl.load(x_tile, mask=inside, other=0.0)
         acc += _to_float(b) * a.to(tl.float32)[None, :]
         x_tile += BLOCK_K
         w_tile += BLOCK_K
