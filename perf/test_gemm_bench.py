@@ -1,9 +1,8 @@
 """GPU benchmarks of the GEMMs: every row of each op, at the presets' projection shapes.
 
-gemm.mm (bf16, every row: cuBLAS, our tiled and split-K kernels; the torch reference checks them):
-Llama-3-8B's projections (N, K): qkv (6144, 4096), o (4096, 4096), gate_up (28672, 4096), down
-(4096, 14336), lm_head (128256, 4096); Qwen3-30B-A3B's attention (qkv 9216/2048... see MM_SHAPES);
-M = 1, 16 (decode), 128, 4096 (prefill); and the 8192^3 anchor. bytes = x + w + out (the weight read
+gemm.mm (bf16, every row: cuBLAS, our tiled, split-K and one-token kernels; the torch reference checks
+them): every projection of every preset (MM_SHAPES: qkv, o, gate_up, down, lm_head, MoE router gates, each
+(N, K) once) at M = 1, 16 (decode), 128, 4096 (prefill); and the 8192^3 anchor. bytes = x + w + out (the weight read
 once dominates at decode: pct_of_copy_bw is the decode kernels' figure of merit); FLOPs 2 M N K.
 
 The block-scaled fp8 GEMMs at DeepSeek-V3 shapes:
@@ -39,19 +38,26 @@ import pytest
 
 from perf import gpu_timing
 from perf.gpu_cases import check_against_reference, describe_check, load_row, reference_row, table_arms
+from rapid_llm.models import PRESETS
 
 pytestmark = pytest.mark.skipif(not gpu_timing.cuda_available(), reason=gpu_timing.NEEDS_CUDA)
 
 MM = "gemm.mm"
-MM_SHAPES = (
-    (6144, 4096, "llama-3-8b qkv_proj"),
-    (4096, 4096, "llama-3-8b o_proj"),
-    (28672, 4096, "llama-3-8b gate_up_proj"),
-    (4096, 14336, "llama-3-8b down_proj"),
-    (128256, 4096, "llama-3-8b lm_head"),
-    (5120, 2048, "qwen3-30b-a3b qkv_proj"),
-    (2048, 4096, "qwen3-30b-a3b o_proj"),
-)
+
+
+def _preset_projections() -> tuple[tuple[int, int, str], ...]:
+    """(N, K, where) of every gemm.mm call of every preset in the activations' dtype (bf16 here), each shape
+    once: the projections the tables must serve well (DeepSeek-V3's fp32 router gate is not a bf16 case)."""
+    shapes = {}
+    for name, preset in PRESETS.items():
+        for use in preset.op_uses():
+            if use.op == MM and use.dtype is None:
+                dims = dict(use.dims)
+                shapes.setdefault((dims["n"], dims["k"]), f"{name} {use.where}")
+    return tuple((n, k, where) for (n, k), where in shapes.items())
+
+
+MM_SHAPES = _preset_projections()
 MM_TOKENS = (1, 16, 128, 4096)
 MM_ANCHOR = (8192, 8192, 8192)
 #: Decode shapes where the weight-only rows are compared with bf16 (the issue's 8192^2 anchor among them).

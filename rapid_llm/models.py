@@ -240,7 +240,9 @@ class ModelPreset:
 
     def _moe(self):
         width, routed = self.moe_intermediate, self.top_k  # a token's rows in the routed experts: top_k
-        yield Gap("bf16 GEMM", "MoE router gate", {"n": self.num_experts, "k": self.hidden})
+        # DeepSeek-V3's sigmoid router scores in fp32 (step/model.py), the softmax routers in the activations' dtype
+        gate_dtype = "fp32" if self.router == "sigmoid_grouped" else None
+        yield OpUse("gemm.mm", "MoE router gate", {"n": self.num_experts, "k": self.hidden}, dtype=gate_dtype)
         yield Gap(
             "MoE routing",
             "router top-k, token permutation to the experts, weighted combine",

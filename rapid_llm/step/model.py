@@ -235,9 +235,10 @@ class Decoder:
         """(expert ids [T, top_k], weights [T, top_k] fp32) of each token."""
         p = self.p
         if p.router == "sigmoid_grouped":
-            scores = self.rec.torch("GEMM", "MoE router gate", F.linear, x.float(), layer["router"].float()).sigmoid()
+            # DeepSeek-V3 scores its experts in fp32 (the reference implementation's gate)
+            scores = self.rec.op("gemm.mm", "MoE router gate", x.float(), layer["router"].float()).sigmoid()
         else:
-            scores = self.rec.torch("GEMM", "MoE router gate", F.linear, x, layer["router"]).float().softmax(-1)
+            scores = self.rec.op("gemm.mm", "MoE router gate", x, layer["router"]).float().softmax(-1)
         with self.rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
             if p.router == "sigmoid_grouped":
                 choice = scores + layer["router_bias"]
