@@ -102,7 +102,6 @@ def _gemv_kernel(
     x_tile = x_ptr + ks
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        # the weight stream's load first: the token's (cached) load and its broadcast then overlap it
         if EVEN_K:
             b = tl.load(w_tile)
             a = tl.load(x_tile)
