@@ -15,7 +15,7 @@ The block-scaled fp8 GEMMs at DeepSeek-V3 shapes:
 Shapes (DeepSeek-V3, hidden 7168, fp8 weights in 128x128 blocks):
   dense GEMMs (N, K): (2112, 7168) fused q_a + kv_a projection (1536 + 576), (24576, 1536) q_b
   projection (128 heads x 192), (7168, 16384) o_proj (128 heads x 128), (4096, 7168) shared expert
-  gate_up (2 x 2048); M = 1, 64 (decode) and 4096, 16384 (prefill);
+  gate_up (2 x 2048); M = 1, 64 (decode) and 4096, 16384 (prefill); and 7168 x 7168 at M = 1, 16, 64, 4096;
   routed experts, 256 over 8 GPUs = 32 local experts: gate_up (N 4096, K 7168) and down (N 7168,
   K 2048); contiguous (prefill, tokens sorted by expert, each expert padded to 128 rows) at ~16 and
   ~512 tokens per expert; masked (decode, DeepEP low-latency buffers) with M_max 128 / expected 16
@@ -70,6 +70,13 @@ DENSE_SHAPES = (
     (4096, 7168, "shared expert gate_up"),
 )
 DENSE_TOKENS = (1, 64, 4096, 16384)
+#: Beside DENSE_SHAPES x DENSE_TOKENS: the square 7168 x 7168 (the DeepGEMM anchor at 4096 tokens) and the
+#: decode buckets' 16 tokens, where the native split-K rows stream the weight.
+DENSE_EXTRA = (
+    (4096, 7168, 7168, "hidden x hidden (anchor)"),
+    *((m, 7168, 7168, "hidden x hidden") for m in (1, 16, 64)),
+    (16, 2112, 7168, "q_a+kv_a proj"),
+)
 EXPERTS = 32
 EXPERT_SHAPES = ((4096, 7168, "expert gate_up"), (7168, 2048, "expert down"))
 CONTIGUOUS_PER_EXPERT = (16, 512)
@@ -281,8 +288,7 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
     [
         pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-fp8_e4m3")
         for arm in table_arms(BLOCK_MM)
-        for n, k, where in DENSE_SHAPES
-        for m in DENSE_TOKENS
+        for m, n, k, where in (*((m, n, k, where) for n, k, where in DENSE_SHAPES for m in DENSE_TOKENS), *DENSE_EXTRA)
     ],
 )
 def test_fp8_block_mm(benchmark, gpu_session, arm, m, n, k, where):

@@ -321,6 +321,23 @@ FP8_BLOCK_MM_CASES = (
         dtypes=_DTYPES,
     ),
     Case("a_column_major", _block_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
+    # DeepSeek-V3's projections (hidden 7168; 2112 = the fused q_a and kv_a rows of its MLA) at decode
+    # (the native split-K kernel's range: 1, 16, 64 tokens, several K slices) and a 4096-token prefill
+    # (many output tiles per program of the persistent kernel); GPU only (the interpreter would take hours).
+    Case("decode_m1_n7168_k7168", _block_mm_case(1, 7168, 7168), dtypes=_DTYPES, gpu_only=True),
+    Case(
+        "decode_m16_n2112_k7168_tma_scales",
+        _block_mm_case(16, 2112, 7168, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+        gpu_only=True,
+    ),
+    Case("decode_m64_n7168_k7168_out", _block_mm_case(64, 7168, 7168, out="contiguous"), dtypes=_DTYPES, gpu_only=True),
+    Case(
+        "prefill_m4096_n7168_k7168_tma_scales",
+        _block_mm_case(4096, 7168, 7168, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+        gpu_only=True,
+    ),
 )
 
 # ---------------------------------------------------------------------------

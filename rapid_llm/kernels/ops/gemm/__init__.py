@@ -40,7 +40,7 @@ one DeepGEMM implements on Hopper):
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES
+from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES, TRITON_FP8_DEVICES
 from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 MM = "gemm.mm"
@@ -237,6 +237,29 @@ def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) ->
 
 
 _MM_DTYPES = frozenset({"fp16", "bf16"})
+#: The fp8 GEMMs' decode-shaped kernels' token range (fp8/splitk.py, made for m <= 64; its grid covers any
+#: m): the edge of the 17-128 token bucket, since a row's range must end at one.
+FP8_SPLIT_K_MAX_TOKENS = 128
+
+
+def _fp8_native_row(name, op, target, *, shape=(), description) -> KernelSpec:
+    """A row of ops/gemm/fp8/'s kernels: fp8 tl.dot needs sm89+ and is wrong under the CPU interpreter
+    (TRITON_FP8_DEVICES); a and b read with unit stride along K (a:tma, b:tma). Unverified until an H200
+    parity run; priority 5: below DeepGEMM until a measured ranking puts it first."""
+    return native_row(
+        name,
+        op,
+        f"{_HERE}.fp8.{target}",
+        dtypes=FP8_DTYPES,
+        capability=TRITON_FP8_DEVICES,
+        shape=shape,
+        layout=("a:tma", "b:tma"),
+        parity=None,
+        priority=5,
+        description=description,
+    )
+
+
 #: The decode-shaped kernel's token range (it multiplies a 16-row tile).
 SPLIT_K_MAX_TOKENS = 16
 
@@ -368,6 +391,20 @@ ROWS = (
         FP8_DTYPES,
         description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m "
         "zeroed by a device mask (no host sync)",
+    ),
+    _fp8_native_row(
+        "native/fp8_block_mm",
+        FP8_BLOCK_MM,
+        "tiled:fp8_block_mm",
+        description="Triton persistent tiled fp8 GEMM, grouped tile order, each 128-wide K step's fp32 product "
+        "scaled by its a and b block scales",
+    ),
+    _fp8_native_row(
+        "native/fp8_block_mm_splitk",
+        FP8_BLOCK_MM,
+        "splitk:fp8_block_mm",
+        shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
+        description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
     ),
     _deep_gemm_row(
         "fp8_gemm_nt",
