@@ -408,3 +408,19 @@ def test_resolve_refuses_a_block_fp8_entry_of_two_scale_groups_per_step(tmp_path
     assert refused.knobs["BLOCK_K"] == 128 and "is not the scale group 128" in refused.source, refused
     served = tiles.resolve_tiles("native/fp8_mm", 64, 7168, 7168, "fp8_e4m3", device)
     assert served.knobs == knobs, served
+
+
+@pytest.mark.parametrize("kernel", sorted(FP8_KERNELS))
+def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
+    """Catches a perf/tune_gemm.py candidate the fp8 kernel cannot launch (a knob missing or extra: every
+    candidate fails on the GPU, and the store keeps the heuristic without saying why), or a block-scaled
+    candidate with two scale groups per K step (refused at resolve time: a tuned entry never served)."""
+    pytest.importorskip("triton", reason="perf/tune_gemm.py imports the Triton kernels; Triton is absent in this cell")
+    from perf import tune_gemm
+
+    knobs = set(tiles.heuristic(kernel, 1, 7168, 7168, 90, 132))
+    for candidate in tune_gemm.CANDIDATES[kernel]:
+        assert set(candidate) == knobs, candidate
+        if kernel in tiles.ONE_SCALE_PER_STEP:
+            assert candidate["BLOCK_K"] == 128, candidate
+    assert any(tune_gemm._fits(kernel, c, 64, TIER_LIMITS[90], "fp8_e4m3") for c in tune_gemm.CANDIDATES[kernel])

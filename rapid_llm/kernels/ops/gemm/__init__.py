@@ -2,7 +2,8 @@
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 tiles.py (the tile policy: tuning store, then a heuristic per GPU tier),
-mm/ (gemm.mm's native kernels, one module each). The cuBLAS adapter lives in
+mm/ (gemm.mm's native kernels, one module each), fp8/ (the native kernels of
+gemm.fp8_block_mm and gemm.fp8_mm). The cuBLAS adapter lives in
 rapid_llm/kernels/backends/cublas/, DeepGEMM's in backends/deep_gemm/gemm.py.
 
 gemm.mm: out = x @ w.T (+ bias), w [N, K] as a checkpoint stores a linear
@@ -46,6 +47,7 @@ from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 MM = "gemm.mm"
 W8A16_MM = "gemm.w8a16_mm"
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
+FP8_MM = "gemm.fp8_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 FP8_GROUPED_MM_MASKED = "gemm.fp8_grouped_mm_masked"
 _HERE = __name__
@@ -143,6 +145,35 @@ float32 (the last row of blocks covers the N % 128 tail). out: None, or
 bfloat16 [M, N] (any strides, no memory shared with an input). All on a's
 device; every tensor may be strided. Numerics: see the gemm family's
 conventions (ops/gemm/__init__.py).""",
+    ),
+    OpContract(
+        op=FP8_MM,
+        parameters=("a", "a_scale", "b", "b_scale", "out_dtype", "bias"),
+        dtypes=FP8_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
+        layouts=("a:tma", "b:tma", "bias:unit"),
+        check=f"{_HERE}.checks:check_fp8_mm",
+        doc="""fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None) -> out [M, N]
+
+out[m, n] = a_scale[m] * b_scale[n] * sum_k a[m, k] * b[n, k] + bias[n]
+
+fp8 e4m3 activations with one scale per token (or per tensor) times fp8 e4m3 weights with one scale per
+output channel (or per tensor): the layout of FP8 W8A8 checkpoints with channel-wise weight scales
+(compressed-tensors "channel" strategy, weight_scale [N, 1]) and dynamic per-token activations.
+a: [M, K] float8_e4m3fn, M >= 0, K >= 1; a_scale: float32 [M, 1] (per token: the scale
+quantization.per_token_fp8 returns) or [1] / [1, 1] (per tensor); b: [N, K] float8_e4m3fn (the weight,
+"NT"), N >= 1; b_scale: float32 [N, 1] (per output channel, as the checkpoint stores it) or [1] / [1, 1]
+(per tensor); [1, N] is refused (one layout per meaning). Where M or N is 1 the two readings agree.
+out_dtype: torch.bfloat16 (the one output dtype: torch._scaled_mm's row-wise scaling writes bf16 only);
+bias: None or bfloat16 [N]. Every tensor may be strided; all on a's device. out: a new contiguous
+bfloat16 [M, N].
+Numerics: A = a * a_scale and B = b * b_scale are exact in fp32; the reference multiplies them in fp32,
+adds the bias and rounds once. Rows may accumulate in the fp8 tensor cores, promoted to fp32 at least
+every 128 of K (the native rows: every K step; cuBLAS without fast accumulation). Accuracy every row
+promises, per output element, as the block-scaled fp8 GEMMs' (see the family's conventions above, same
+reasoning: one bf16 rounding, and the truncation of Hopper's fp8 MMA per 32-wide k step):
+  |out - exact| <= 2**-7 * (1 + |exact|) + 2**-7 * sum over 32-wide k steps of max|A[m, step]| * max|B[n, step]|
+Scales must be finite and positive, a and b finite (not checked; otherwise unspecified output).""",
     ),
     OpContract(
         op=FP8_GROUPED_MM_CONTIGUOUS,
@@ -405,6 +436,42 @@ ROWS = (
         "splitk:fp8_block_mm",
         shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
         description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
+    ),
+    reference_row(
+        FP8_MM,
+        f"{_HERE}.reference:fp8_mm",
+        FP8_DTYPES,
+        description="PyTorch reference: dequantize a and b to fp32 with their scales, fp32 matmul, bias, one rounding",
+    ),
+    KernelSpec(
+        name="cublas/scaled_mm",
+        op=FP8_MM,
+        backend="cublas",
+        target="rapid_llm.kernels.backends.cublas.gemm:fp8_mm",
+        available="rapid_llm.kernels.backends.cublas:available",
+        capability=(CapabilityRequirement("cuda", min_sm=89),),
+        dtypes=FP8_DTYPES,
+        # cuBLASLt's fp8 GEMM (and torch's row-wise CUTLASS kernel): K and N multiples of 16
+        shape=(ShapeConstraint("n", multiple_of=16), ShapeConstraint("k", multiple_of=16)),
+        layout=("a:tma", "b:tma", "bias:unit"),
+        golden=GoldenRecord.unverified(),  # until an H200 parity run
+        priority=10,
+        graph_safe=True,
+        description="torch._scaled_mm: cuBLASLt fp8 GEMM (per-tensor scales) or the row-wise scaled kernel "
+        "(per-token x per-channel), no fast accumulation",
+    ),
+    _fp8_native_row(
+        "native/fp8_mm",
+        FP8_MM,
+        "tiled:fp8_mm",
+        description="ops/gemm/fp8's tiled kernel with per-token/per-channel scales (and the bias) on the fp32 tile",
+    ),
+    _fp8_native_row(
+        "native/fp8_mm_splitk",
+        FP8_MM,
+        "splitk:fp8_mm",
+        shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
+        description="ops/gemm/fp8's split-K decode kernel with per-token/per-channel scales per slice",
     ),
     _deep_gemm_row(
         "fp8_gemm_nt",
