@@ -274,11 +274,33 @@ def test_public_fp8_mm_is_the_scaled_product():
 
 def test_per_token_quantizer_output_reaches_every_fp8_mm_row():
     """Catches quantization.per_token_fp8's (q, scale [T, 1]) and a contiguous weight missing a tag a row
-    needs (a:tma, b:tma, bias:unit): the engine's standard call would never reach cuBLAS or the natives."""
+    needs (a:tma, b:tma, a:dense, b:dense, bias:unit): the engine's standard call would never reach cuBLAS or the natives."""
     q, scale = kernels.per_token_fp8(torch.randn(5, 256, device=DEVICE))
     _, _, b, b_scale = _fp8_mm_args(n=256, k=256)
     _, tags, _ = check_fp8_mm(q, scale, b, b_scale, torch.bfloat16, torch.zeros(256, dtype=torch.bfloat16))
-    assert {"a:tma", "b:tma", "bias:unit"} <= tags, tags
+    assert {"a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"} <= tags, tags
+
+
+def test_strided_fp8_mm_operands_never_reach_scaled_mm():
+    """Catches rows of a wider buffer (16-byte-aligned, so a:tma holds) handed to torch._scaled_mm, whose
+    row-wise kernel assumes packed [M, K] / [N, K] strides: the rows past the first read from the wrong
+    bytes. The native rows read any row stride and still get them."""
+    a, a_scale, b, b_scale = _fp8_mm_args(k=64)
+    wide = torch.zeros(4, 128, dtype=torch.uint8, device=DEVICE).view(FP8)
+    wide[:, :64] = a
+    _, tags, dims = check_fp8_mm(wide[:, :64], a_scale, b, b_scale)
+    assert "a:tma" in tags and "a:dense" not in tags and "b:dense" in tags, tags
+    with pytest.raises(NoEligibleKernel) as info:
+        dispatch(
+            FP8_MM,
+            dtype="fp8_e4m3",
+            shape=dict(dims),
+            layout=tags,
+            force="cublas/scaled_mm",
+            device=Device.parse("cuda:sm90"),
+            libs=Libraries({}),
+        )
+    assert "a:dense" in str(info.value)
 
 
 # ---------------------------------------------------------------------------

@@ -6,8 +6,8 @@ fp32 accumulation, the bias added in its epilogue before the one rounding (torch
 F.linear on a 3-D strided x runs a matmul and then adds the bias, rounding twice. Otherwise F.linear itself
 (one torch call: about half the host time of reshape + mm + view on the H200 machine).
 
-gemm.fp8_mm through torch._scaled_mm (arguments checked; the row's layout a:tma, b:tma, bias:unit and K, N
-multiples of 16 hold): mat2 must be column-major, so the weight goes in as b.t() of the row-major [N, K]
+gemm.fp8_mm through torch._scaled_mm (arguments checked; the row's layout a:tma, b:tma, a:dense, b:dense,
+bias:unit and K, N multiples of 16 hold): mat2 must be column-major, so the weight goes in as b.t() of the row-major [N, K]
 (a view). Both scales per tensor: cuBLASLt's fp8 GEMM with scalar scales. Otherwise the row-wise kernel,
 which takes scale_a [M, 1] and scale_b [1, N], both fp32 and contiguous: a per-tensor scale on one side is
 broadcast to that shape (a copy of M or N floats), b_scale [N, 1] is viewed as [1, N]. bf16 out, fp32

@@ -73,6 +73,10 @@ LAYOUT_TAGS = {
     "overlap, and (3-D) groups packed without gaps (as a:tma)",
     "out:tma": "the caller's out= (if any) has unit stride along N, a 16-byte-aligned start and row stride, rows that "
     "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
+    "a:dense": "gemm.fp8_mm's a is a dense row-major [M, K] (row stride K, unit stride along K): what "
+    "torch._scaled_mm's row-wise kernel assumes (packed strides)",
+    "b:dense": "gemm.fp8_mm's b is a dense row-major [N, K] (row stride K), so b.t() is the dense column-major "
+    "mat2 torch._scaled_mm's row-wise kernel assumes",
     "a_scale:aligned": "the activation scales start at a 16-byte-aligned address (DeepGEMM hands scales already in "
     "its TMA-aligned layout to TMA as they are)",
     "b_scale:dense": "the weight scales are row-major or column-major without gaps (3-D: groups packed without gaps)",
@@ -151,7 +155,7 @@ conventions (ops/gemm/__init__.py).""",
         parameters=("a", "a_scale", "b", "b_scale", "out_dtype", "bias"),
         dtypes=FP8_DTYPES,
         dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
-        layouts=("a:tma", "b:tma", "bias:unit"),
+        layouts=("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"),
         check=f"{_HERE}.checks:check_fp8_mm",
         doc="""fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None) -> out [M, N]
 
@@ -453,7 +457,7 @@ ROWS = (
         dtypes=FP8_DTYPES,
         # cuBLASLt's fp8 GEMM (and torch's row-wise CUTLASS kernel): K and N multiples of 16
         shape=(ShapeConstraint("n", multiple_of=16), ShapeConstraint("k", multiple_of=16)),
-        layout=("a:tma", "b:tma", "bias:unit"),
+        layout=("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"),
         golden=GoldenRecord.unverified(),  # until an H200 parity run
         priority=10,
         graph_safe=True,

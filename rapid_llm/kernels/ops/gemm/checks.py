@@ -314,7 +314,7 @@ def check_w8a16_mm(x, w_q, w_scale, bias=None):
     return x, _W8A16_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))
 
 
-_FP8_MM_TAGS = tag_table("a:tma", "b:tma", "bias:unit")
+_FP8_MM_TAGS = tag_table("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit")
 
 
 def _check_row_scale(op, argument, scale, rows: int, meaning: str) -> None:
@@ -329,7 +329,7 @@ def _check_row_scale(op, argument, scale, rows: int, meaning: str) -> None:
 def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     """gemm.fp8_mm's check: a [M, K] and b [N, K] e4m3, a_scale [M, 1] or per-tensor, b_scale [N, 1] or
     per-tensor (fp32), out_dtype bfloat16, bias None or bf16 [N], one device. Tags: a:tma, b:tma (unit
-    stride along K, 16-byte-aligned start and row stride), bias:unit."""
+    stride along K, 16-byte-aligned start and row stride), a:dense, b:dense (row stride K), bias:unit."""
     op = FP8_MM
     _expect_dtype(op, "a", a, _FP8, "fp8 e4m3 activations")
     if a.dim() != 2 or a.shape[1] == 0:
@@ -351,5 +351,6 @@ def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
         _expect_shape(op, "bias", bias, (n,), "one per output channel; or None")
         expect_same_device(op, "bias", bias, "a", a)
     bias_unit = bias is None or n == 1 or bias.stride(0) == 1
-    tags = _FP8_MM_TAGS[(_tma_operand(a), _tma_operand(b), bias_unit)]
+    dense = [t.numel() == 0 or (t.stride(1) == 1 and (t.shape[0] == 1 or t.stride(0) == k)) for t in (a, b)]
+    tags = _FP8_MM_TAGS[(_tma_operand(a), _tma_operand(b), *dense, bias_unit)]
     return a, tags, (("num_tokens", m), ("n", n), ("k", k))
