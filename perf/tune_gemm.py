@@ -123,7 +123,7 @@ for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 
 
 
 def _fits(kernel: str, knobs: dict, m: int, limit: int, dtype: str = "bf16") -> bool:
-    block_k_multiple = SCALE_BLOCK if kernel in tiles.ONE_SCALE_PER_STEP else None
+    block_k_multiple = SCALE_BLOCK if kernel in FP8_KERNELS else None
     if tiles.refusal(knobs, dtype, limit, block_k_multiple, kernel):
         return False
     if kernel in ("native/mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):

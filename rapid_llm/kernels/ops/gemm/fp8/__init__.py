@@ -8,9 +8,9 @@ BLOCK_SCALES):
     the fp32 product of each 128-wide K step (BLOCK_K == 128: one scale of a row and one of a column per
     step) before it is added to the accumulator;
   - channel scales (gemm.fp8_mm): a_scale[m] (row stride 0: one per-tensor scale) and b_scale[n] (stride
-    0 likewise), applied once to the accumulated tile. Each K step's tl.dot starts from zero and is added
-    in fp32, so the fp8 tensor cores never accumulate more than one BLOCK_K step (the promotion DeepGEMM
-    does every 128 of K).
+    0 likewise), applied once to the accumulated tile. The K steps accumulate in the dot with promotion to
+    fp32 every 128 of K (max_num_imprecise_acc), so the fp8 tensor cores never accumulate more than 128
+    of K at reduced precision (the promotion DeepGEMM does).
 
 Scales and prepare() are the host part: the pointers and strides of both modes, so the kernels read any scale layout
 (row-major, the column-major TMA-aligned layout of quantization.per_token_group_fp8, strided views)
@@ -53,14 +53,14 @@ def channel_scales(a_scale: torch.Tensor, b_scale: torch.Tensor) -> Scales:
 
 def prepare(row: str, a, b, scales: Scales, out):
     """A kernel entry's host part: (out, bf16 [M, N] allocated when None; the row's tiles, or None when M == 0:
-    nothing to launch). Block scales ask for tiles whose BLOCK_K is the 128-wide scale group."""
+    nothing to launch). BLOCK_K is a multiple of 128 (the promotion step; block scales: the scale group
+    itself, tiles.ONE_SCALE_PER_STEP)."""
     if out is None:
         out = torch.empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16, device=a.device)
     m, k = a.shape
     if m == 0:
         return out, None
-    multiple = SCALE_BLOCK if scales.blocks else None
-    return out, resolve_tiles(row, m, b.shape[0], k, "fp8_e4m3", a.device, block_k_multiple=multiple).knobs
+    return out, resolve_tiles(row, m, b.shape[0], k, "fp8_e4m3", a.device, block_k_multiple=SCALE_BLOCK).knobs
 
 
 def new_out(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -7,8 +7,8 @@ any strides.
 
 At decode sizes the cost is reading b once (N x K bytes) and an output tiling leaves most SMs idle.
 Program (j, s, i) multiplies rows i * BLOCK_M.. of a by the BLOCK_N rows of b from j * BLOCK_N over the
-s-th of SPLIT_K slices of the K steps (tiled.py's K step: a fresh tl.dot per step, block scales applied
-per step, channel scales at the end of the slice), writing fp32 partial sums [SPLIT_K, M, N]; a second
+s-th of SPLIT_K slices of the K steps (tiled.py's accumulate(): block scales applied per step, channel
+scales at the end of the slice), writing fp32 partial sums [SPLIT_K, M, N]; a second
 kernel adds the slices in a fixed order (deterministic: no atomics), adds the bias and rounds once into
 out. With SPLIT_K = 1 the first kernel writes out directly. Tiles (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K)
 come from ops/gemm/tiles.py; M and a_scale's K-step stride are not specialised.

@@ -7,9 +7,10 @@ strides (fp8_block_mm's out= is written in place).
 
 One program per SM walks output tiles BLOCK_M x BLOCK_N in grouped order (GROUP_M tiles of M share a
 column of b tiles, so b tiles are reused from L2). Each K step multiplies an fp8 [BLOCK_M, BLOCK_K] tile
-of a by a [BLOCK_K, BLOCK_N] tile of b with tl.dot (fp32 result) and adds it to the fp32 accumulator,
-scaled by a_scale[m, step] * b_scale[n // 128, step] in block mode (BLOCK_K == 128); channel scales (and
-the bias) are applied once at the end. One rounding to out's dtype at the store. Loads clamp row and
+of a by a [BLOCK_K, BLOCK_N] tile of b with tl.dot: in block mode (BLOCK_K == 128) a fresh fp32 product
+scaled by a_scale[m, step] * b_scale[n // 128, step] and added to the fp32 accumulator; in channel mode
+accumulated in the dot with promotion to fp32 every 128 of K (BLOCK_K a multiple of 128), the channel
+scales (and the bias) applied once at the end. One rounding to out's dtype at the store. Loads clamp row and
 column indices into range (no masks on M and N; the stores are masked); K is masked only when BLOCK_K
 does not divide it (never in block mode: K % 128 == 0). M and the K-step stride of a_scale (which the
 TMA-aligned layout ties to M) are not specialised: new token counts never recompile.
@@ -102,9 +103,9 @@ def accumulate(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """The fp32 tile sum over K steps first_step .. first_step + steps - 1: each step a fresh tl.dot of the
-    fp8 tiles (the tensor cores accumulate one step), block mode scaled by a_scale[m, step] and
-    b_scale[n // 128, step] before it is added."""
+    """The fp32 tile sum over K steps first_step .. first_step + steps - 1 of the fp8 tiles' products, at
+    most 128 of K accumulated in the fp8 tensor cores before an fp32 add; block mode: a fresh tl.dot per
+    step, scaled by a_scale[m, step] and b_scale[n // 128, step] before it is added."""
     ks = tl.arange(0, BLOCK_K)
     a_tile = a_ptr + safe_rows[:, None] * stride_am + (first_step * BLOCK_K + ks)[None, :]
     b_tile = b_ptr + safe_columns[None, :] * stride_bn + (first_step * BLOCK_K + ks)[:, None]
@@ -118,13 +119,16 @@ def accumulate(
             left = K - step * BLOCK_K
             a = tl.load(a_tile, mask=ks[None, :] < left, other=0.0)
             b = tl.load(b_tile, mask=ks[:, None] < left, other=0.0)
-        product = tl.dot(a, b)
         if BLOCK_SCALES:
+            # A fresh dot per 128-wide step (the fp8 tensor cores accumulate that step), scaled in fp32.
+            product = tl.dot(a, b)
             row_scale = tl.load(a_scale_ptr + safe_rows * stride_asm + step * stride_ask)
             column_scale = tl.load(b_scale_ptr + (safe_columns // SCALE_K) * stride_bsn + step * stride_bsk)
             acc += product * row_scale[:, None] * column_scale[None, :]
         else:
-            acc += product
+            # Accumulated in the dot, promoted to fp32 every 128 of K (sm90's default would let the fp8
+            # tensor cores accumulate the whole K at reduced precision).
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=SCALE_K)
         a_tile += BLOCK_K
         b_tile += BLOCK_K
     return acc
