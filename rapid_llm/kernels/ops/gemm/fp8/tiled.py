@@ -110,6 +110,7 @@ def accumulate(
     a_tile = a_ptr + safe_rows[:, None] * stride_am + (first_step * BLOCK_K + ks)[None, :]
     b_tile = b_ptr + safe_columns[None, :] * stride_bn + (first_step * BLOCK_K + ks)[:, None]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    weight_block = tl.min(safe_columns, axis=0) // SCALE_K  # the tile's first column's block of b's rows
     for offset in range(steps):
         step = first_step + offset
         if EVEN_K:
@@ -123,8 +124,12 @@ def accumulate(
             # A fresh dot per 128-wide step (the fp8 tensor cores accumulate that step), scaled in fp32.
             product = tl.dot(a, b)
             row_scale = tl.load(a_scale_ptr + safe_rows * stride_asm + step * stride_ask)
-            column_scale = tl.load(b_scale_ptr + (safe_columns // SCALE_K) * stride_bsn + step * stride_bsk)
-            acc += product * row_scale[:, None] * column_scale[None, :]
+            if BLOCK_N <= SCALE_K:  # the tile lies in one 128-row block of b: one weight scale, one FMA
+                column_scale = tl.load(b_scale_ptr + weight_block * stride_bsn + step * stride_bsk)
+                acc += product * (row_scale * column_scale)[:, None]
+            else:
+                column_scale = tl.load(b_scale_ptr + (safe_columns // SCALE_K) * stride_bsn + step * stride_bsk)
+                acc += product * row_scale[:, None] * column_scale[None, :]
         else:
             # Accumulated in the dot, promoted to fp32 every 128 of K (sm90's default would let the fp8
             # tensor cores accumulate the whole K at reduced precision).
