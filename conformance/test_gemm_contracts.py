@@ -21,11 +21,12 @@ import rapid_llm.kernels as kernels
 from conformance.rows_here import loadable_rows, torch_device
 from rapid_llm.kernels.dispatcher import Device, Libraries, NoEligibleKernel, dispatch
 from rapid_llm.kernels.ops.checks import OpInputError, value_checks
-from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED
+from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, FP8_MM
 from rapid_llm.kernels.ops.gemm.checks import (
     check_fp8_block_mm,
     check_fp8_grouped_mm_contiguous,
     check_fp8_grouped_mm_masked,
+    check_fp8_mm,
 )
 
 DEVICE = torch_device()
@@ -176,6 +177,130 @@ def test_public_fp8_block_mm_is_the_dequantized_product():
     torch.testing.assert_close(
         kernels.fp8_block_mm(a, a_scale, b, b_scale).double(), a64 @ b64.T, atol=2**-7, rtol=2**-7
     )
+
+
+# ---------------------------------------------------------------------------
+# gemm.fp8_mm
+# ---------------------------------------------------------------------------
+
+
+def _fp8_mm_args(m=4, n=32, k=64):
+    """a [m, k], per-token a_scale [m, 1], b [n, k], per-channel b_scale [n, 1]."""
+    return _fp8(m, k), _scales(m, 1), _fp8(n, k), _scales(n, 1)
+
+
+@pytest.mark.parametrize("fn", _rows(FP8_MM, kernels.fp8_mm))
+class TestFp8MmBadInput:
+    def _rejects(self, fn, args, argument, words):
+        with pytest.raises(OpInputError) as info:
+            fn(*args)
+        _expect(info, FP8_MM, argument, words)
+
+    def test_bf16_a_is_rejected_not_read_as_fp8(self, fn):
+        """Catches bf16 activations reaching a kernel that reads fp8 bytes (a silent wrong answer)."""
+        a, a_scale, b, b_scale = _fp8_mm_args()
+        self._rejects(fn, (a.float().bfloat16(), a_scale, b, b_scale), "a", ["float8_e4m3fn", "bfloat16"])
+
+    def test_e5m2_weights_are_rejected(self, fn):
+        """Catches e5m2 weight bytes decoded as e4m3 (another exponent split: every value wrong)."""
+        a, a_scale, b, b_scale = _fp8_mm_args()
+        self._rejects(fn, (a, a_scale, b.float().to(torch.float8_e5m2), b_scale), "b", ["float8_e4m3fn", "e5m2"])
+
+    def test_three_dimensional_a_is_rejected(self, fn):
+        """Catches [B, T, K] activations read as [B, K] rows (the contract takes [M, K])."""
+        _, _, b, b_scale = _fp8_mm_args()
+        self._rejects(fn, (_fp8(2, 2, 64), _scales(4, 1), b, b_scale), "a", ["[M, K]", "[2, 2, 64]"])
+
+    @pytest.mark.parametrize("shape", [(1, 4), (4,), (4, 2), (3, 1)])
+    def test_a_scale_of_another_shape_is_rejected(self, fn, shape):
+        """Catches [1, M] (transposed) per-token scales, a flat [M] scale (ambiguous with per-tensor at M = 1),
+        per-group [M, 2] scales of fp8_block_mm, and another batch's [M', 1] scales."""
+        a, _, b, b_scale = _fp8_mm_args()
+        self._rejects(fn, (a, _scales(*shape), b, b_scale), "a_scale", ["[4, 1]", "per tensor", str(list(shape))])
+
+    def test_b_scale_as_one_row_is_rejected(self, fn):
+        """Catches per-channel scales [1, N] (one layout per meaning: the checkpoint's [N, 1])."""
+        a, a_scale, b, _ = _fp8_mm_args()
+        self._rejects(fn, (a, a_scale, b, _scales(1, 32)), "b_scale", ["[32, 1]", "[1, 32]"])
+
+    def test_block_scales_are_rejected(self, fn):
+        """Catches fp8_block_mm's [ceil(N/128), K/128] weight scales passed to the channel-scaled op."""
+        a, a_scale, b, _ = _fp8_mm_args(n=256, k=256)
+        self._rejects(fn, (a, a_scale, b, _scales(2, 2)), "b_scale", ["[256, 1]", "[2, 2]"])
+
+    def test_bf16_scales_are_rejected(self, fn):
+        """Catches bf16 scales read as fp32 (pairs of them as one value)."""
+        a, a_scale, b, b_scale = _fp8_mm_args()
+        self._rejects(fn, (a, a_scale, b, b_scale.bfloat16()), "b_scale", ["torch.float32", "bfloat16"])
+
+    def test_b_of_another_k_is_rejected(self, fn):
+        a, a_scale, _, b_scale = _fp8_mm_args()
+        self._rejects(fn, (a, a_scale, _fp8(32, 80), b_scale), "b", ["[N, 64]", "[32, 80]"])
+
+    def test_zero_rows_of_b_are_rejected(self, fn):
+        """Catches N = 0 reaching a kernel whose clamped column index (N - 1) is -1: a read before b."""
+        a, a_scale, _, _ = _fp8_mm_args()
+        self._rejects(fn, (a, a_scale, _fp8(0, 64), _scales(1)), "b", ["N >= 1", "[0, 64]"])
+
+    @pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
+    def test_other_output_dtypes_are_rejected(self, fn, out_dtype):
+        """Catches an fp16/fp32 out_dtype served by a row that writes bf16 only (torch's row-wise kernel)."""
+        self._rejects(fn, (*_fp8_mm_args(), out_dtype), "out_dtype", ["torch.bfloat16", str(out_dtype)])
+
+    def test_bias_of_another_dtype_is_rejected(self, fn):
+        """Catches an fp32 bias read with bf16 loads (wrong values, no error)."""
+        bias = torch.zeros(32, device=DEVICE)
+        self._rejects(fn, (*_fp8_mm_args(), torch.bfloat16, bias), "bias", ["torch.bfloat16", "float32"])
+
+    def test_bias_of_wrong_length_is_rejected(self, fn):
+        bias = torch.zeros(33, dtype=torch.bfloat16, device=DEVICE)
+        self._rejects(fn, (*_fp8_mm_args(), torch.bfloat16, bias), "bias", ["[32]", "[33]"])
+
+    def test_zero_k_is_rejected(self, fn):
+        """Catches K = 0 passing silently (an output of zeros or of the bias alone)."""
+        self._rejects(fn, (_fp8(4, 0), _scales(4, 1), _fp8(32, 0), _scales(32, 1)), "a", ["K >= 1", "[4, 0]"])
+
+
+def test_public_fp8_mm_is_the_scaled_product():
+    """Catches the public function routing to a row that computes another product (scales of a applied to
+    columns, b's scales to rows, the bias skipped) or mishandles a per-tensor scale of one side."""
+    a, a_scale, b, b_scale = _fp8_mm_args(m=3, n=48, k=96)
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(5)).bfloat16().to(DEVICE)
+    for scale_a in (a_scale, a_scale[:1, 0]):
+        want = (a.double() * scale_a.double().reshape(-1, 1)) @ (b.double() * b_scale.double()).T + bias.double()
+        got = kernels.fp8_mm(a, scale_a, b, b_scale, torch.bfloat16, bias).double()
+        torch.testing.assert_close(got, want, atol=2**-7, rtol=2**-7)
+
+
+def test_per_token_quantizer_output_reaches_every_fp8_mm_row():
+    """Catches quantization.per_token_fp8's (q, scale [T, 1]) and a contiguous weight missing a tag a row
+    needs (a:tma, b:tma, a:dense, b:dense, bias:unit): the engine's standard call would never reach cuBLAS or the natives."""
+    q, scale = kernels.per_token_fp8(torch.randn(5, 256, device=DEVICE))
+    _, _, b, b_scale = _fp8_mm_args(n=256, k=256)
+    _, tags, _ = check_fp8_mm(q, scale, b, b_scale, torch.bfloat16, torch.zeros(256, dtype=torch.bfloat16))
+    assert {"a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"} <= tags, tags
+
+
+def test_strided_fp8_mm_operands_never_reach_scaled_mm():
+    """Catches rows of a wider buffer (16-byte-aligned, so a:tma holds) handed to torch._scaled_mm, whose
+    row-wise kernel assumes packed [M, K] / [N, K] strides: the rows past the first read from the wrong
+    bytes. The native rows read any row stride and still get them."""
+    a, a_scale, b, b_scale = _fp8_mm_args(k=64)
+    wide = torch.zeros(4, 128, dtype=torch.uint8, device=DEVICE).view(FP8)
+    wide[:, :64] = a
+    _, tags, dims = check_fp8_mm(wide[:, :64], a_scale, b, b_scale)
+    assert "a:tma" in tags and "a:dense" not in tags and "b:dense" in tags, tags
+    with pytest.raises(NoEligibleKernel) as info:
+        dispatch(
+            FP8_MM,
+            dtype="fp8_e4m3",
+            shape=dict(dims),
+            layout=tags,
+            force="cublas/scaled_mm",
+            device=Device.parse("cuda:sm90"),
+            libs=Libraries({}),
+        )
+    assert "a:dense" in str(info.value)
 
 
 # ---------------------------------------------------------------------------

@@ -349,3 +349,78 @@ def test_shipped_store_files_are_well_formed(path):
             assert high <= SPLIT_K_MAX_TOKENS and knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
         if tier_limit is not None:
             assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry
+
+
+# ---------------------------------------------------------------------------
+# The fp8 GEMMs' kernels (ops/gemm/fp8/): one kernel per module serving both ops' rows
+
+FP8_KERNELS = {
+    "native/fp8_block_mm": ("tiled", "_fp8_mm_kernel", set()),
+    "native/fp8_mm": ("tiled", "_fp8_mm_kernel", set()),
+    "native/fp8_block_mm_splitk": ("splitk", "_fp8_partial_kernel", {"SPLIT_K"}),
+    "native/fp8_mm_splitk": ("splitk", "_fp8_partial_kernel", {"SPLIT_K"}),
+}
+#: Constexprs the fp8 launches set themselves (not knobs).
+FP8_LAUNCH_CONSTEXPRS = {"BLOCK_SCALES", "SCALE_K", "HAS_BIAS", "EVEN_K", "NUM_PROGRAMS"}
+
+
+@pytest.mark.parametrize("kernel", sorted(FP8_KERNELS))
+@pytest.mark.parametrize("sm", [89, 90])
+def test_fp8_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
+    """Catches an fp8 table missing a tile argument of its kernel (a launch error on the GPU only: these rows
+    never run under the interpreter), a tile tl.dot cannot build (powers of two, at least 16 per dim), a
+    BLOCK_K other than the 128-wide scale group (the block-scaled kernels' static_assert), or a tile past
+    its tier's shared memory."""
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    import importlib
+
+    module, name, launch_knobs = FP8_KERNELS[kernel]
+    kernel_fn = getattr(importlib.import_module(f"rapid_llm.kernels.ops.gemm.fp8.{module}"), name)
+    tile_arguments = _constexpr_names(kernel_fn) - FP8_LAUNCH_CONSTEXPRS
+    for m in (1, 16, 64, 128, 4096):
+        knobs = tiles.heuristic(kernel, m, 7168, 7168, sm, 132)
+        assert set(knobs) == tile_arguments | launch_knobs | LAUNCH_OPTIONS, (m, knobs)
+        assert knobs["BLOCK_K"] == 128, (m, knobs)
+        for dim in ("BLOCK_M", "BLOCK_N"):
+            assert knobs[dim] >= 16 and knobs[dim] & (knobs[dim] - 1) == 0, (m, knobs)
+        assert tiles.refusal(knobs, "fp8_e4m3", TIER_LIMITS[sm], 128, kernel) is None, (sm, m, knobs)
+
+
+def test_fp8_split_k_covers_the_sms_at_decode():
+    """Catches a decode grid that leaves SMs idle while the weight streams: at DeepSeek-V3's 7168 x 7168
+    and 2112 x 7168 the split-K grid has at least one program per SM of the H200's 132."""
+    for n in (7168, 2112):
+        knobs = tiles.heuristic("native/fp8_block_mm_splitk", 1, n, 7168, 90, 132)
+        assert -(-n // knobs["BLOCK_N"]) * knobs["SPLIT_K"] >= 132, (n, knobs)
+
+
+def test_resolve_refuses_a_block_fp8_entry_of_two_scale_groups_per_step(tmp_path, monkeypatch):
+    """Catches a store entry with BLOCK_K 256 served to the block-scaled kernel, which applies one scale per
+    K step (its static_assert fails at compile time); the same BLOCK_K serves the per-channel kernel."""
+    device = _fake_gpu(monkeypatch, H200)
+    knobs = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 256, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    entries = [
+        {"kernel": kernel, "dtype": "fp8_e4m3", "m_bucket": [17, 128], "n": 7168, "k": 7168, "knobs": knobs}
+        for kernel in ("native/fp8_block_mm", "native/fp8_mm")
+    ]
+    _write_store(tmp_path / "user", "nvidia_h200", entries)
+    refused = tiles.resolve_tiles("native/fp8_block_mm", 64, 7168, 7168, "fp8_e4m3", device, block_k_multiple=128)
+    assert refused.knobs["BLOCK_K"] == 128 and "is not the scale group 128" in refused.source, refused
+    served = tiles.resolve_tiles("native/fp8_mm", 64, 7168, 7168, "fp8_e4m3", device)
+    assert served.knobs == knobs, served
+
+
+@pytest.mark.parametrize("kernel", sorted(FP8_KERNELS))
+def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
+    """Catches a perf/tune_gemm.py candidate the fp8 kernel cannot launch (a knob missing or extra: every
+    candidate fails on the GPU, and the store keeps the heuristic without saying why), or a block-scaled
+    candidate with two scale groups per K step (refused at resolve time: a tuned entry never served)."""
+    pytest.importorskip("triton", reason="perf/tune_gemm.py imports the Triton kernels; Triton is absent in this cell")
+    from perf import tune_gemm
+
+    knobs = set(tiles.heuristic(kernel, 1, 7168, 7168, 90, 132))
+    for candidate in tune_gemm.CANDIDATES[kernel]:
+        assert set(candidate) == knobs, candidate
+        if kernel in tiles.ONE_SCALE_PER_STEP:
+            assert candidate["BLOCK_K"] == 128, candidate
+    assert any(tune_gemm._fits(kernel, c, 64, TIER_LIMITS[90], "fp8_e4m3") for c in tune_gemm.CANDIDATES[kernel])

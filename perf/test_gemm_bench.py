@@ -5,6 +5,9 @@ them): every projection of every preset (MM_SHAPES: qkv, o, gate_up, down, lm_he
 (N, K) once) at M = 1, 16 (decode), 128, 4096 (prefill); and the 8192^3 anchor. bytes = x + w + out (the weight read
 once dominates at decode: pct_of_copy_bw is the decode kernels' figure of merit); FLOPs 2 M N K.
 
+gemm.fp8_mm (fp8 with per-token and per-channel scales: cuBLAS's torch._scaled_mm, our tiled and split-K
+kernels) at the 8192^3 anchor and decode (1, 16 tokens) on 8192^2.
+
 The block-scaled fp8 GEMMs at DeepSeek-V3 shapes:
 
     test_fp8_block_mm[deep_gemm/fp8_gemm_nt-m=4096-n=2112-k=7168-fp8_e4m3]
@@ -14,7 +17,7 @@ The block-scaled fp8 GEMMs at DeepSeek-V3 shapes:
 Shapes (DeepSeek-V3, hidden 7168, fp8 weights in 128x128 blocks):
   dense GEMMs (N, K): (2112, 7168) fused q_a + kv_a projection (1536 + 576), (24576, 1536) q_b
   projection (128 heads x 192), (7168, 16384) o_proj (128 heads x 128), (4096, 7168) shared expert
-  gate_up (2 x 2048); M = 1, 64 (decode) and 4096, 16384 (prefill);
+  gate_up (2 x 2048); M = 1, 64 (decode) and 4096, 16384 (prefill); and 7168 x 7168 at M = 1, 16, 64, 4096;
   routed experts, 256 over 8 GPUs = 32 local experts: gate_up (N 4096, K 7168) and down (N 7168,
   K 2048); contiguous (prefill, tokens sorted by expert, each expert padded to 128 rows) at ~16 and
   ~512 tokens per expert; masked (decode, DeepEP low-latency buffers) with M_max 128 / expected 16
@@ -65,6 +68,13 @@ W8A16_MM = "gemm.w8a16_mm"
 W8A16_CASES = tuple(
     (m, n, k, where) for n, k, where in (*MM_SHAPES[:4], (8192, 8192, "anchor 8192^2")) for m in (1, 16)
 )
+#: gemm.fp8_mm (per-token x per-channel fp8) beside torch._scaled_mm: the 8192^3 anchor and decode on 8192^2.
+FP8_MM = "gemm.fp8_mm"
+FP8_MM_CASES = (
+    (8192, 8192, 8192, "anchor 8192^3"),
+    (1, 8192, 8192, "anchor 8192^2"),
+    (16, 8192, 8192, "anchor 8192^2"),
+)
 BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 MASKED = "gemm.fp8_grouped_mm_masked"
@@ -76,6 +86,13 @@ DENSE_SHAPES = (
     (4096, 7168, "shared expert gate_up"),
 )
 DENSE_TOKENS = (1, 64, 4096, 16384)
+#: Beside DENSE_SHAPES x DENSE_TOKENS: the square 7168 x 7168 (the DeepGEMM anchor at 4096 tokens) and the
+#: decode buckets' 16 tokens, where the native split-K rows stream the weight.
+DENSE_EXTRA = (
+    (4096, 7168, 7168, "hidden x hidden (anchor)"),
+    *((m, 7168, 7168, "hidden x hidden") for m in (1, 16, 64)),
+    (16, 2112, 7168, "q_a+kv_a proj"),
+)
 EXPERTS = 32
 EXPERT_SHAPES = ((4096, 7168, "expert gate_up"), (7168, 2048, "expert down"))
 CONTIGUOUS_PER_EXPERT = (16, 512)
@@ -119,6 +136,15 @@ def _weights(n, k, seed, groups=None):
     scale = blocks.abs().amax(dim=(-3, -1)).clamp_min(1e-4) / 448.0
     q = (blocks / scale[..., :, None, :, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     return q.flatten(-2).flatten(-3, -2)[..., :n, :].contiguous(), scale
+
+
+def channel_weights(n, k, seed):
+    """(q [N, K] e4m3, scale [N, 1] fp32) of N(0, 1/K) weights with one scale per output channel."""
+    import torch
+
+    w = torch.randn((n, k), device="cuda", generator=_generator(seed)) / math.sqrt(k)
+    scale = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-4) / 448.0
+    return (w / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
 
 
 def _expert_counts(per_expert, seed):
@@ -184,23 +210,26 @@ def _mm_params():
     ]
 
 
-def _check_and_time_mm(benchmark, gpu_session, op, arm, args, layout, *, m, n, k, where, bytes_moved, bytes_formula):
-    """gemm.mm / gemm.w8a16_mm: the forced row checked against the reference row, then timed (planned.impl)."""
+def _check_and_time_mm(
+    benchmark, gpu_session, op, arm, args, layout, *, m, n, k, where, bytes_moved, bytes_formula, dtype="bf16"
+):
+    """gemm.mm / gemm.w8a16_mm / gemm.fp8_mm: the forced row checked against the reference row, then timed
+    (planned.impl)."""
     import torch
 
     shape = {"num_tokens": m, "n": n, "k": k}
-    planned, _ = load_row(op, arm, dtype="bf16", shape=shape, layout=layout)
+    planned, _ = load_row(op, arm, dtype=dtype, shape=shape, layout=layout)
     reference_name, reference = reference_row(op)
     want, got = reference(*args), planned(*args)
     torch.cuda.synchronize()
     case = f"m={m}-n={n}-k={k}"
-    check = check_against_reference(op, "bf16", got, want, arm=arm, reference=reference_name, case=case, args=args)
+    check = check_against_reference(op, dtype, got, want, arm=arm, reference=reference_name, case=case, args=args)
     del want, got
     flops = 2 * m * n * k
     benchmark.extra_info.update(
         op=op,
         row=arm,
-        dtype="bf16",
+        dtype=dtype,
         model=where.split()[0],
         correctness=describe_check(check, reference_name),
         max_abs_diff=check["max_abs_diff"],
@@ -278,6 +307,46 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
 
 
 # ---------------------------------------------------------------------------
+# gemm.fp8_mm
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arm,m,n,k,where",
+    [
+        pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-fp8_e4m3")
+        for arm in table_arms(FP8_MM)
+        if not arm.startswith("torch/")
+        for m, n, k, where in FP8_MM_CASES
+    ],
+)
+def test_fp8_mm(benchmark, gpu_session, arm, m, n, k, where):
+    """gemm.fp8_mm: activations from quantization.per_token_fp8 (scales [M, 1]), weights quantized per output
+    channel (scales [N, 1]); bytes = a + b (1 B/element) + fp32 scales + bf16 out."""
+    import torch
+
+    from rapid_llm.kernels import per_token_fp8
+
+    a, a_scale = per_token_fp8(torch.randn((m, k), device="cuda", generator=_generator(m + k)).bfloat16())
+    b, b_scale = channel_weights(n, k, seed=n + k)
+    _check_and_time_mm(
+        benchmark,
+        gpu_session,
+        FP8_MM,
+        arm,
+        (a, a_scale, b, b_scale),
+        frozenset({"a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"}),  # what gemm.fp8_mm's check reports
+        m=m,
+        n=n,
+        k=k,
+        where=where,
+        bytes_moved=m * k + n * k + 4 * (m + n) + 2 * m * n,
+        bytes_formula="a + b read (fp8), fp32 scales read, out written (bf16)",
+        dtype="fp8_e4m3",
+    )
+
+
+# ---------------------------------------------------------------------------
 # gemm.fp8_block_mm
 # ---------------------------------------------------------------------------
 
@@ -287,8 +356,7 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
     [
         pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-fp8_e4m3")
         for arm in table_arms(BLOCK_MM)
-        for n, k, where in DENSE_SHAPES
-        for m in DENSE_TOKENS
+        for m, n, k, where in (*((m, n, k, where) for n, k, where in DENSE_SHAPES for m in DENSE_TOKENS), *DENSE_EXTRA)
     ],
 )
 def test_fp8_block_mm(benchmark, gpu_session, arm, m, n, k, where):

@@ -1,7 +1,7 @@
 """Fill the GEMM tuning store on the GPU: `python -m perf.tune_gemm --out FILE.json [--budget-s 240] [--kernels A,B]`.
 
 For every (kernel, m bucket, n, k) of the presets' projections (perf/test_gemm_bench.py MM_SHAPES, the
-8192^3 anchor) it times each candidate tile of the kernel (CANDIDATES, filtered by the device's shared
+8192^3 anchor; the fp8 kernels of ops/gemm/fp8/ at FP8_SHAPES on quantized inputs) it times each candidate tile of the kernel (CANDIDATES, filtered by the device's shared
 memory and, for native/mm_splitk, its m <= 16 range) at the bucket's upper m with CUDA events, the L2
 flushed before each call, checks the fastest against the reference, and writes it as a store entry
 (ops/gemm/tiles.py: kernel, dtype, m bucket, n, k, knobs, us) with the device, triton version and date.
@@ -22,8 +22,13 @@ import time
 import torch
 
 from perf.gpu_timing import event_timer
-from perf.test_gemm_bench import MM_ANCHOR, MM_SHAPES
-from rapid_llm.kernels.ops.gemm import tiles
+from perf.test_gemm_bench import DENSE_SHAPES, MM_ANCHOR, MM_SHAPES, channel_weights
+from perf.test_gemm_bench import _activations as block_activations
+from perf.test_gemm_bench import _weights as block_weights
+from rapid_llm.kernels.ops.gemm import SCALE_BLOCK, reference, tiles
+from rapid_llm.kernels.ops.gemm.fp8 import block_scales, channel_scales
+from rapid_llm.kernels.ops.gemm.fp8 import splitk as fp8_splitk
+from rapid_llm.kernels.ops.gemm.fp8 import tiled as fp8_tiled
 from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
 from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
@@ -36,6 +41,22 @@ KERNELS = {
     "native/mm_gemv": gemv,
     "native/w8a16_mm_gemv": gemv,
 }
+#: The fp8 GEMMs' kernels (ops/gemm/fp8/), tuned on fp8 inputs at their own shapes (FP8_SHAPES).
+FP8_KERNELS = {
+    "native/fp8_block_mm": fp8_tiled,
+    "native/fp8_block_mm_splitk": fp8_splitk,
+    "native/fp8_mm": fp8_tiled,
+    "native/fp8_mm_splitk": fp8_splitk,
+}
+#: Block-scaled kernels: DeepSeek-V3's dense projections (perf/test_gemm_bench.py) and 7168 x 7168;
+#: channel-scaled: the 8192^2 anchor and 7168 x 7168.
+_BLOCK_SHAPES = (*((n, k) for n, k, _ in DENSE_SHAPES), (7168, 7168))
+FP8_SHAPES = {
+    "native/fp8_block_mm": _BLOCK_SHAPES,
+    "native/fp8_block_mm_splitk": _BLOCK_SHAPES,
+    "native/fp8_mm": ((8192, 8192), (7168, 7168)),
+    "native/fp8_mm_splitk": ((8192, 8192), (7168, 7168)),
+}
 #: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
 INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm", "native/w8a16_mm_gemv"})
 #: m values tuned per kernel (each one names its token bucket).
@@ -46,6 +67,11 @@ TOKENS = {
     "native/w8a16_mm": (128,),
     "native/mm_gemv": (1,),
     "native/w8a16_mm_gemv": (1,),
+    # split-K: the decode buckets at 1, 16 and 64 tokens (64 names the 17-128 bucket: the range it is made for)
+    "native/fp8_block_mm": (128, 4096),
+    "native/fp8_block_mm_splitk": (1, 16, 64),
+    "native/fp8_mm": (128, 4096, 8192),
+    "native/fp8_mm_splitk": (1, 16, 64),
 }
 CANDIDATES = {
     "native/mm": [
@@ -63,6 +89,31 @@ CANDIDATES = {
     ],
 }
 CANDIDATES["native/w8a16_mm"] = CANDIDATES["native/mm"]
+# fp8: BLOCK_K 128 (the block-scaled kernels' one scale per step); the per-step fp32 product doubles the
+# accumulator's registers, so 128 x 256 tiles are offered with 8 warps only.
+CANDIDATES["native/fp8_block_mm"] = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": w, "num_stages": s}
+    for bm, bn, w, s in (
+        (64, 128, 4, 4),
+        (64, 128, 4, 5),
+        (128, 64, 4, 4),
+        (128, 128, 8, 3),
+        (128, 128, 8, 4),
+        (128, 128, 8, 5),
+        (128, 256, 8, 3),
+        (64, 256, 8, 4),
+    )
+]
+CANDIDATES["native/fp8_mm"] = CANDIDATES["native/fp8_block_mm"] + [
+    {**knobs, "BLOCK_K": 256, "num_stages": 3} for knobs in CANDIDATES["native/fp8_block_mm"] if knobs["BLOCK_N"] <= 128
+]
+CANDIDATES["native/fp8_block_mm_splitk"] = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": 4, "num_stages": s}
+    for bm, bn, split, s in itertools.product((16, 32, 64), (32, 64, 128), (1, 2, 4, 8, 16), (4, 6))
+]
+CANDIDATES["native/fp8_mm_splitk"] = CANDIDATES["native/fp8_block_mm_splitk"] + [
+    {**knobs, "BLOCK_K": 256} for knobs in CANDIDATES["native/fp8_block_mm_splitk"] if knobs["num_stages"] == 4
+]
 for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):
     CANDIDATES[_kernel] = [
         {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": row_bytes // _element_bytes, "num_warps": w, "num_stages": s}
@@ -71,15 +122,68 @@ for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 
     ]
 
 
-def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
-    if tiles.refusal(knobs, "bf16", limit, None):
+def _fits(kernel: str, knobs: dict, m: int, limit: int, dtype: str = "bf16") -> bool:
+    block_k_multiple = SCALE_BLOCK if kernel in FP8_KERNELS else None
+    if tiles.refusal(knobs, dtype, limit, block_k_multiple, kernel):
         return False
-    if kernel == "native/mm":  # a tile far taller than m wastes the tensor cores on clamped rows
+    if kernel in ("native/mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):
+        # a tile far taller than m wastes the tensor cores on clamped rows
         return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
     return True
 
 
-def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
+def _fastest(kernel, m, n, k, dtype, run, error_of, *, sm, programs, limit, flush, log) -> dict:
+    """Times the heuristic's tiles and every fitting candidate as run(knobs) (the L2 flushed), checks the
+    fastest with error_of() (max |diff| from the reference after run(best)), logs it and returns its store
+    entry."""
+    default = tiles.heuristic(kernel, m, n, k, sm, programs)
+    candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit, dtype)]
+    timings = []
+    for knobs in candidates:
+        try:
+            us = event_timer(lambda: run(knobs), flush=flush, iterations=10).median_us
+        except Exception as error:  # a tile Triton cannot compile here: not a candidate
+            log.append({"kernel": kernel, "knobs": knobs, "error": f"{type(error).__name__}: {error}"[:200]})
+            continue
+        timings.append((us, knobs))
+    us, best = min(timings, key=lambda item: item[0])
+    run(best)
+    error = error_of()
+    default_us = next(t for t, knobs in timings if knobs is default)
+    log.append(
+        {
+            "kernel": kernel,
+            "m": m,
+            "n": n,
+            "k": k,
+            "best_us": us,
+            "heuristic_us": default_us,
+            "candidates": len(timings),
+            "max_abs_diff": error,
+            "knobs": best,
+        }
+    )
+    print(f"{kernel:18s} m={m:5d} n={n:6d} k={k:5d}  {us:9.1f} us (heuristic {default_us:9.1f})  {best}", flush=True)
+    return tiles.store_entry(kernel, dtype, m, n, k, best, us)
+
+
+def _fp8_inputs(kernel, m, n, k):
+    """(a, b, scales for launch(), the reference's argument tuple) of the engine's quantized inputs: block
+    kernels per_token_group_fp8 with TMA-aligned scales and 128x128 weight blocks; channel kernels
+    per_token_fp8 and per-channel weights."""
+    from rapid_llm.kernels import per_token_fp8
+
+    if kernel in tiles.ONE_SCALE_PER_STEP:
+        a, a_scale = block_activations(m, k, seed=m + k)
+        b, b_scale = block_weights(n, k, seed=n + k)
+        return a, b, block_scales(a_scale, b_scale), (a, a_scale, b, b_scale)
+    gen = torch.Generator(device="cuda").manual_seed(m + k)
+    a, a_scale = per_token_fp8(torch.randn((m, k), device="cuda", generator=gen).bfloat16())
+    b, b_scale = channel_weights(n, k, seed=n + k)
+    return a, b, channel_scales(a_scale, b_scale), (a, a_scale, b, b_scale)
+
+
+def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]:
     device = torch.device("cuda")
     limit = tiles.shared_memory_limit(device)
     props = torch.cuda.get_device_properties(device)
@@ -87,8 +191,9 @@ def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=device)
     shapes = [(n, k) for n, k, _ in MM_SHAPES] + [MM_ANCHOR[1:]]
     entries, log = [], []
+    context = {"sm": sm, "programs": programs, "limit": limit, "flush": flush, "log": log}
     started = time.perf_counter()
-    for kernel in kernels:
+    for kernel in (kernel for kernel in kernels if kernel in KERNELS):
         module = KERNELS[kernel]
         for n, k in shapes:
             for m in TOKENS[kernel]:
@@ -103,42 +208,40 @@ def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
                     scale = w.float().abs().amax(dim=1).clamp_min(1e-8) / 127
                     w = (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-                default = tiles.heuristic(kernel, m, n, k, sm, programs)
-                candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit)]
-                timings = []
-                for knobs in candidates:
-                    try:
-                        us = event_timer(
-                            lambda: module.launch(x, w, None, out, knobs, scale=scale), flush=flush, iterations=10
-                        ).median_us
-                    except Exception as error:  # a tile Triton cannot compile here: not a candidate
-                        log.append(
-                            {"kernel": kernel, "knobs": knobs, "error": f"{type(error).__name__}: {error}"[:200]}
-                        )
-                        continue
-                    timings.append((us, knobs))
-                us, best = min(timings, key=lambda item: item[0])
-                module.launch(x, w, None, out, best, scale=scale)
                 expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
-                error = (out.float() - expected.float()).abs().max().item()
-                default_us = next(t for t, knobs in timings if knobs is default)
-                entries.append(tiles.store_entry(kernel, "bf16", m, n, k, best, us))
-                log.append(
-                    {
-                        "kernel": kernel,
-                        "m": m,
-                        "n": n,
-                        "k": k,
-                        "best_us": us,
-                        "heuristic_us": default_us,
-                        "candidates": len(timings),
-                        "max_abs_diff": error,
-                        "knobs": best,
-                    }
+                entries.append(
+                    _fastest(
+                        kernel,
+                        m,
+                        n,
+                        k,
+                        "bf16",
+                        lambda knobs: module.launch(x, w, None, out, knobs, scale=scale),
+                        lambda: (out.float() - expected.float()).abs().max().item(),
+                        **context,
+                    )
                 )
-                print(
-                    f"{kernel:18s} m={m:5d} n={n:6d} k={k:5d}  {us:9.1f} us (heuristic {default_us:9.1f})  {best}",
-                    flush=True,
+    for kernel in (kernel for kernel in kernels if kernel in FP8_KERNELS):
+        module = FP8_KERNELS[kernel]
+        for n, k in FP8_SHAPES[kernel]:
+            for m in TOKENS[kernel]:
+                if time.perf_counter() - started > budget_s:
+                    log.append({"kernel": kernel, "n": n, "k": k, "m": m, "skipped": "budget spent"})
+                    continue
+                a, b, scales, args = _fp8_inputs(kernel, m, n, k)
+                out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+                want = reference.fp8_block_mm(*args) if scales.blocks else reference.fp8_mm(*args)
+                entries.append(
+                    _fastest(
+                        kernel,
+                        m,
+                        n,
+                        k,
+                        "fp8_e4m3",
+                        lambda knobs: module.launch(a, b, scales, None, out, knobs),
+                        lambda: (out.float() - want.float()).abs().max().item(),
+                        **context,
+                    )
                 )
     return entries, log
 
@@ -147,12 +250,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--budget-s", type=float, default=240.0)
-    parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated kernel names (default: all)")
+    parser.add_argument(
+        "--kernels", default=",".join((*KERNELS, *FP8_KERNELS)), help="comma-separated kernel names (default: all)"
+    )
     args = parser.parse_args(argv)
     kernels = tuple(args.kernels.split(","))
-    unknown = set(kernels) - set(KERNELS)
+    unknown = set(kernels) - set(KERNELS) - set(FP8_KERNELS)
     if unknown:
-        parser.error(f"unknown kernels {sorted(unknown)}; known: {sorted(KERNELS)}")
+        parser.error(f"unknown kernels {sorted(unknown)}; known: {sorted((*KERNELS, *FP8_KERNELS))}")
     import triton
 
     entries, log = tune(args.budget_s, kernels)

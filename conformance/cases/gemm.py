@@ -37,9 +37,17 @@ import math
 import torch
 
 from conformance.cases.case import Case, index_view
-from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM, W8A16_MM
+from rapid_llm.kernels.ops.gemm import (
+    FP8_BLOCK_MM,
+    FP8_GROUPED_MM_CONTIGUOUS,
+    FP8_GROUPED_MM_MASKED,
+    FP8_MM,
+    MM,
+    W8A16_MM,
+)
 from rapid_llm.kernels.ops.gemm.checks import (
     check_fp8_block_mm,
+    check_fp8_mm,
     check_fp8_grouped_mm_contiguous,
     check_fp8_grouped_mm_masked,
     check_mm,
@@ -321,6 +329,108 @@ FP8_BLOCK_MM_CASES = (
         dtypes=_DTYPES,
     ),
     Case("a_column_major", _block_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
+    # DeepSeek-V3's projections (hidden 7168; 2112 = the fused q_a and kv_a rows of its MLA) at decode
+    # (the native split-K kernel's range: 1, 16, 64 tokens, several K slices) and a 4096-token prefill
+    # (many output tiles per program of the persistent kernel); GPU only (the interpreter would take hours).
+    Case("decode_m1_n7168_k7168", _block_mm_case(1, 7168, 7168), dtypes=_DTYPES, gpu_only=True),
+    Case(
+        "decode_m16_n2112_k7168_tma_scales",
+        _block_mm_case(16, 2112, 7168, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+        gpu_only=True,
+    ),
+    Case("decode_m64_n7168_k7168_out", _block_mm_case(64, 7168, 7168, out="contiguous"), dtypes=_DTYPES, gpu_only=True),
+    Case(
+        "prefill_m4096_n7168_k7168_tma_scales",
+        _block_mm_case(4096, 7168, 7168, a_scale="tma_scales"),
+        dtypes=_DTYPES,
+        gpu_only=True,
+    ),
+)
+
+# ---------------------------------------------------------------------------
+# gemm.fp8_mm
+# ---------------------------------------------------------------------------
+
+
+def _row_quantized(rows, k, generator, std, per_tensor):
+    """(q e4m3 [rows, k], scale fp32 [rows, 1], or [1, 1] per tensor) of N(0, std^2) values, one scale per
+    row (or one for all) = max(absmax, 1e-4) / 448 (CPU)."""
+    x = torch.randn((rows, k), generator=generator) * std
+    absmax = x.abs().amax() if per_tensor else x.abs().amax(dim=1, keepdim=True)
+    scale = (absmax.clamp_min(1e-4) / 448.0).reshape(-1, 1)
+    return (x / scale).clamp(-448.0, 448.0).to(_FP8), scale.reshape(1, 1) if per_tensor else scale
+
+
+def _fp8_mm_case(
+    m, n, k, *, a_scale_shape="m1", b_scale_shape="n1", bias=False, a=None, sa=None, b=None, sb=None, bb=None
+):
+    """a [m, k] with per-token scales [m, 1] ("m1"), or per tensor ("1": [1], "11": [1, 1]); b [n, k] with
+    per-channel scales [n, 1] ("n1") or per tensor; bias bf16 [n] ~ N(0, 1); each placed as a, sa, b, sb, bb say."""
+
+    def make(dtype, device, generator):
+        qa, scale_a = _row_quantized(m, k, generator, 1.0, a_scale_shape != "m1")
+        qb, scale_b = _row_quantized(n, k, generator, 1.0 / math.sqrt(k), b_scale_shape != "n1")
+        scale_a = scale_a.reshape(1) if a_scale_shape == "1" else scale_a
+        scale_b = scale_b.reshape(1) if b_scale_shape == "1" else scale_b
+        bias_values = torch.randn((n,), generator=generator).to(torch.bfloat16) if bias else None
+        args = (
+            _place(qa, device, a),
+            _place(scale_a, device, sa),
+            _place(qb, device, b),
+            _place(scale_b, device, sb),
+            torch.bfloat16,
+            None if bias_values is None else _place(bias_values, device, bb),
+        )
+        _, layout, dims = check_fp8_mm(*args)
+        return args, dict(dims), layout
+
+    return make
+
+
+FP8_MM_CASES = (
+    # Token counts across the buckets (1 | 2-16 | 17-128 | 129-256); per-token x per-channel scales unless
+    # the case says otherwise.
+    Case("m1_n96_k256", _fp8_mm_case(1, 96, 256), dtypes=_DTYPES),
+    # N = 200: not a multiple of 16 (cuBLAS's fp8 GEMM refuses it: reference and native only); column tails.
+    Case("m7_n200_k384_bias", _fp8_mm_case(7, 200, 384, bias=True), dtypes=_DTYPES),
+    # K = 208: a multiple of 16 (cuBLAS serves it), not of the native kernels' BLOCK_K (masked K steps).
+    Case("m16_n128_k208_k_tail", _fp8_mm_case(16, 128, 208, bias=True), dtypes=_DTYPES),
+    Case("m77_n256_k512_per_tensor_a", _fp8_mm_case(77, 256, 512, a_scale_shape="1", bias=True), dtypes=_DTYPES),
+    Case("m130_n256_k256_per_tensor_b", _fp8_mm_case(130, 256, 256, b_scale_shape="11"), dtypes=_DTYPES),
+    Case(
+        "m33_n128_k256_per_tensor_both",
+        _fp8_mm_case(33, 128, 256, a_scale_shape="11", b_scale_shape="1", bias=True),
+        dtypes=_DTYPES,
+    ),
+    Case("empty_m0", _fp8_mm_case(0, 128, 256, bias=True), dtypes=_DTYPES),
+    # Strided, still a:tma / b:tma (16-byte row strides): rows of wider buffers, scales every other element
+    # and a column of a wider buffer.
+    Case(
+        "strided_tma_ready",
+        _fp8_mm_case(9, 192, 256, bias=True, a="wide:128", sa="every_other", b="wide:64", sb="wide:2"),
+        dtypes=_DTYPES,
+    ),
+    # A strided bias (no bias:unit: cuBLAS's epilogue skipped) and weights from row 40 of a fused buffer.
+    Case(
+        "strided_bias_weight_row_slice",
+        _fp8_mm_case(20, 128, 256, bias=True, b="rows_from:40", sb="offset", bb="every_other"),
+        dtypes=_DTYPES,
+    ),
+    # No a:tma / b:tma: an 8-byte row stride, a stored column-major (reference only).
+    Case("a_rows_8_bytes_apart", _fp8_mm_case(6, 128, 256, a="wide:8"), dtypes=_DTYPES),
+    Case("column_major_operands", _fp8_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
+    # The bench's anchors: 8192^3 and decode on 8192^2 (1 and 16 tokens), and a DeepSeek-sized decode
+    # at 64 tokens; GPU only (the interpreter would take hours).
+    Case("prefill_m8192_n8192_k8192", _fp8_mm_case(8192, 8192, 8192), dtypes=_DTYPES, gpu_only=True),
+    Case("decode_m1_n8192_k8192", _fp8_mm_case(1, 8192, 8192), dtypes=_DTYPES, gpu_only=True),
+    Case("decode_m16_n8192_k8192_bias", _fp8_mm_case(16, 8192, 8192, bias=True), dtypes=_DTYPES, gpu_only=True),
+    Case(
+        "decode_m64_n7168_k7168_per_tensor_a",
+        _fp8_mm_case(64, 7168, 7168, a_scale_shape="1"),
+        dtypes=_DTYPES,
+        gpu_only=True,
+    ),
 )
 
 # ---------------------------------------------------------------------------
@@ -503,6 +613,13 @@ def fp8_block_mm_oracle(a, a_scale, b, b_scale, out=None):
     return (_rows64(a, a_scale) @ _weight64(b, b_scale).T).to(torch.bfloat16)
 
 
+def fp8_mm_oracle(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
+    out = (a.double() * a_scale.double().reshape(-1, 1)) @ (b.double() * b_scale.double().reshape(-1, 1)).T
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(out_dtype)
+
+
 def fp8_grouped_mm_contiguous_oracle(a, a_scale, b, b_scale, m_indices, out=None):
     rows, weights = _rows64(a, a_scale), _weight64(b, b_scale)
     result = torch.zeros((a.shape[0], b.shape[1]), dtype=torch.float64, device=a.device)
@@ -535,6 +652,7 @@ CASES = {
     MM: MM_CASES,
     W8A16_MM: W8A16_MM_CASES,
     FP8_BLOCK_MM: FP8_BLOCK_MM_CASES,
+    FP8_MM: FP8_MM_CASES,
     FP8_GROUPED_MM_CONTIGUOUS: FP8_GROUPED_MM_CONTIGUOUS_CASES,
     FP8_GROUPED_MM_MASKED: FP8_GROUPED_MM_MASKED_CASES,
 }
@@ -542,6 +660,7 @@ ORACLES = {
     MM: mm_oracle,
     W8A16_MM: w8a16_mm_oracle,
     FP8_BLOCK_MM: fp8_block_mm_oracle,
+    FP8_MM: fp8_mm_oracle,
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_oracle,
     FP8_GROUPED_MM_MASKED: fp8_grouped_mm_masked_oracle,
 }
@@ -555,6 +674,14 @@ _MMA_TRUNCATION = 2.0**-7
 def _step_max(values):
     """max |value| over each 32-wide k step: [.., K] -> [.., K/32] (float64)."""
     return values.abs().unflatten(-1, (-1, _MMA_K)).amax(-1)
+
+
+def fp8_mm_bound(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
+    """fp8_block_mm_bound's term for per-row scales; K padded with zeros to whole 32-wide steps."""
+    pad = -a.shape[1] % _MMA_K
+    rows = torch.nn.functional.pad(a.double() * a_scale.double().reshape(-1, 1), (0, pad))
+    weight = torch.nn.functional.pad(b.double() * b_scale.double().reshape(-1, 1), (0, pad))
+    return _MMA_TRUNCATION * (_step_max(rows) @ _step_max(weight).T)
 
 
 def fp8_block_mm_bound(a, a_scale, b, b_scale, out=None):
@@ -581,6 +708,7 @@ def fp8_grouped_mm_masked_bound(a, a_scale, b, b_scale, masked_m, expected_m, ou
 
 ACCUMULATION_BOUNDS = {
     FP8_BLOCK_MM: fp8_block_mm_bound,
+    FP8_MM: fp8_mm_bound,
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_bound,
     FP8_GROUPED_MM_MASKED: fp8_grouped_mm_masked_bound,
 }
@@ -598,7 +726,14 @@ TOLERANCES = {
     # outlier_groups_subnormal_rest at out[6, 169] = 7.22 (products up to 134 in its sum), 2.4x the first term
     # there, 0.064 (perf/results/h200/libraries_2026-12-01/golden_first_run.log); elsewhere DeepGEMM met the
     # first term. A wrong scale, block or group is an O(1) error, far past both terms.
-    **{(op, "fp8_e4m3"): (2.0**-7, 2.0**-7) for op in (FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED)},
+    # gemm.fp8_mm promises the same accuracy by the same argument: its scales are per row of a and b (or per
+    # tensor) instead of per block, A = a * a_scale and B = b * b_scale are still exact in fp32, the bias is
+    # added in fp32 before the one rounding (the first term's |exact| includes it), and every row promotes
+    # the fp8 MMA's sums to fp32 at least every 128 of K, so the truncation term is the same sum over steps.
+    **{
+        (op, "fp8_e4m3"): (2.0**-7, 2.0**-7)
+        for op in (FP8_BLOCK_MM, FP8_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED)
+    },
     # gemm.mm: fp32 accumulation, one rounding to the dtype (the contract). Every row, and the float64
     # oracle, forms the same sum in fp32 (or float64) and rounds it once; they differ only in the order
     # of the fp32 additions (tiles, split-K slices, cuBLAS's blocking) and in where a rounding lands.

@@ -296,6 +296,21 @@ def _fp8_block_mm_fake(a, a_scale, b, b_scale) -> Tensor:
     return _new((a.shape[0], b.shape[0]), a, torch.bfloat16)
 
 
+def _fp8_mm(
+    a: Tensor,
+    a_scale: Tensor,
+    b: Tensor,
+    b_scale: Tensor,
+    out_dtype: torch.dtype = torch.bfloat16,
+    bias: Tensor | None = None,
+) -> Tensor:
+    return kernels.fp8_mm(a, a_scale, b, b_scale, out_dtype, bias)
+
+
+def _fp8_mm_fake(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None) -> Tensor:
+    return _new((a.shape[0], b.shape[0]), a, out_dtype)
+
+
 def _fp8_grouped_mm_contiguous(a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, m_indices: Tensor) -> Tensor:
     return kernels.fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices)
 
@@ -350,6 +365,7 @@ CUSTOM_OPS = (
     CustomOp("mla_decode", _mla_decode, _mla_decode_fake),
     CustomOp("mm", _mm, _mm_fake),
     CustomOp("w8a16_mm", _w8a16_mm, _w8a16_mm_fake),
+    CustomOp("fp8_mm", _fp8_mm, _fp8_mm_fake),
     CustomOp("fp8_block_mm", _fp8_block_mm, _fp8_block_mm_fake),
     CustomOp("fp8_block_mm_out", _fp8_block_mm_out, _writes_only, ("out",)),
     CustomOp("fp8_grouped_mm_contiguous", _fp8_grouped_mm_contiguous, _fp8_grouped_mm_contiguous_fake),

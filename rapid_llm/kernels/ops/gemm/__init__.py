@@ -2,7 +2,8 @@
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 tiles.py (the tile policy: tuning store, then a heuristic per GPU tier),
-mm/ (gemm.mm's native kernels, one module each). The cuBLAS adapter lives in
+mm/ (gemm.mm's native kernels, one module each), fp8/ (the native kernels of
+gemm.fp8_block_mm and gemm.fp8_mm). The cuBLAS adapter lives in
 rapid_llm/kernels/backends/cublas/, DeepGEMM's in backends/deep_gemm/gemm.py.
 
 gemm.mm: out = x @ w.T (+ bias), w [N, K] as a checkpoint stores a linear
@@ -40,12 +41,13 @@ one DeepGEMM implements on Hopper):
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES
+from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES, TRITON_FP8_DEVICES
 from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 MM = "gemm.mm"
 W8A16_MM = "gemm.w8a16_mm"
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
+FP8_MM = "gemm.fp8_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 FP8_GROUPED_MM_MASKED = "gemm.fp8_grouped_mm_masked"
 _HERE = __name__
@@ -71,6 +73,10 @@ LAYOUT_TAGS = {
     "overlap, and (3-D) groups packed without gaps (as a:tma)",
     "out:tma": "the caller's out= (if any) has unit stride along N, a 16-byte-aligned start and row stride, rows that "
     "do not overlap, and (3-D) groups packed without gaps: what DeepGEMM's TMA stores write",
+    "a:dense": "gemm.fp8_mm's a is a dense row-major [M, K] (row stride K, unit stride along K): what "
+    "torch._scaled_mm's row-wise kernel assumes (packed strides)",
+    "b:dense": "gemm.fp8_mm's b is a dense row-major [N, K] (row stride K), so b.t() is the dense column-major "
+    "mat2 torch._scaled_mm's row-wise kernel assumes",
     "a_scale:aligned": "the activation scales start at a 16-byte-aligned address (DeepGEMM hands scales already in "
     "its TMA-aligned layout to TMA as they are)",
     "b_scale:dense": "the weight scales are row-major or column-major without gaps (3-D: groups packed without gaps)",
@@ -143,6 +149,35 @@ float32 (the last row of blocks covers the N % 128 tail). out: None, or
 bfloat16 [M, N] (any strides, no memory shared with an input). All on a's
 device; every tensor may be strided. Numerics: see the gemm family's
 conventions (ops/gemm/__init__.py).""",
+    ),
+    OpContract(
+        op=FP8_MM,
+        parameters=("a", "a_scale", "b", "b_scale", "out_dtype", "bias"),
+        dtypes=FP8_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
+        layouts=("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"),
+        check=f"{_HERE}.checks:check_fp8_mm",
+        doc="""fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None) -> out [M, N]
+
+out[m, n] = a_scale[m] * b_scale[n] * sum_k a[m, k] * b[n, k] + bias[n]
+
+fp8 e4m3 activations with one scale per token (or per tensor) times fp8 e4m3 weights with one scale per
+output channel (or per tensor): the layout of FP8 W8A8 checkpoints with channel-wise weight scales
+(compressed-tensors "channel" strategy, weight_scale [N, 1]) and dynamic per-token activations.
+a: [M, K] float8_e4m3fn, M >= 0, K >= 1; a_scale: float32 [M, 1] (per token: the scale
+quantization.per_token_fp8 returns) or [1] / [1, 1] (per tensor); b: [N, K] float8_e4m3fn (the weight,
+"NT"), N >= 1; b_scale: float32 [N, 1] (per output channel, as the checkpoint stores it) or [1] / [1, 1]
+(per tensor); [1, N] is refused (one layout per meaning). Where M or N is 1 the two readings agree.
+out_dtype: torch.bfloat16 (the one output dtype: torch._scaled_mm's row-wise scaling writes bf16 only);
+bias: None or bfloat16 [N]. Every tensor may be strided; all on a's device. out: a new contiguous
+bfloat16 [M, N].
+Numerics: A = a * a_scale and B = b * b_scale are exact in fp32; the reference multiplies them in fp32,
+adds the bias and rounds once. Rows may accumulate in the fp8 tensor cores, promoted to fp32 at least
+every 128 of K (the native rows: every K step; cuBLAS without fast accumulation). Accuracy every row
+promises, per output element, as the block-scaled fp8 GEMMs' (see the family's conventions above, same
+reasoning: one bf16 rounding, and the truncation of Hopper's fp8 MMA per 32-wide k step):
+  |out - exact| <= 2**-7 * (1 + |exact|) + 2**-7 * sum over 32-wide k steps of max|A[m, step]| * max|B[n, step]|
+Scales must be finite and positive, a and b finite (not checked; otherwise unspecified output).""",
     ),
     OpContract(
         op=FP8_GROUPED_MM_CONTIGUOUS,
@@ -237,6 +272,29 @@ def _deep_gemm_row(function, op, *, shape, layout, max_abs_diff, description) ->
 
 
 _MM_DTYPES = frozenset({"fp16", "bf16"})
+#: The fp8 GEMMs' decode-shaped kernels' token range (fp8/splitk.py, made for m <= 64; its grid covers any
+#: m): the edge of the 17-128 token bucket, since a row's range must end at one.
+FP8_SPLIT_K_MAX_TOKENS = 128
+
+
+def _fp8_native_row(name, op, target, *, shape=(), description) -> KernelSpec:
+    """A row of ops/gemm/fp8/'s kernels: fp8 tl.dot needs sm89+ and is wrong under the CPU interpreter
+    (TRITON_FP8_DEVICES); a and b read with unit stride along K (a:tma, b:tma). Unverified until an H200
+    parity run; priority 5: below DeepGEMM until a measured ranking puts it first."""
+    return native_row(
+        name,
+        op,
+        f"{_HERE}.fp8.{target}",
+        dtypes=FP8_DTYPES,
+        capability=TRITON_FP8_DEVICES,
+        shape=shape,
+        layout=("a:tma", "b:tma"),
+        parity=None,
+        priority=5,
+        description=description,
+    )
+
+
 #: The decode-shaped kernel's token range (it multiplies a 16-row tile).
 SPLIT_K_MAX_TOKENS = 16
 
@@ -368,6 +426,56 @@ ROWS = (
         FP8_DTYPES,
         description="PyTorch reference: one fp32 matmul per group over all M_max rows, rows past masked_m "
         "zeroed by a device mask (no host sync)",
+    ),
+    _fp8_native_row(
+        "native/fp8_block_mm",
+        FP8_BLOCK_MM,
+        "tiled:fp8_block_mm",
+        description="Triton persistent tiled fp8 GEMM, grouped tile order, each 128-wide K step's fp32 product "
+        "scaled by its a and b block scales",
+    ),
+    _fp8_native_row(
+        "native/fp8_block_mm_splitk",
+        FP8_BLOCK_MM,
+        "splitk:fp8_block_mm",
+        shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
+        description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
+    ),
+    reference_row(
+        FP8_MM,
+        f"{_HERE}.reference:fp8_mm",
+        FP8_DTYPES,
+        description="PyTorch reference: dequantize a and b to fp32 with their scales, fp32 matmul, bias, one rounding",
+    ),
+    KernelSpec(
+        name="cublas/scaled_mm",
+        op=FP8_MM,
+        backend="cublas",
+        target="rapid_llm.kernels.backends.cublas.gemm:fp8_mm",
+        available="rapid_llm.kernels.backends.cublas:available",
+        capability=(CapabilityRequirement("cuda", min_sm=89),),
+        dtypes=FP8_DTYPES,
+        # cuBLASLt's fp8 GEMM (and torch's row-wise CUTLASS kernel): K and N multiples of 16
+        shape=(ShapeConstraint("n", multiple_of=16), ShapeConstraint("k", multiple_of=16)),
+        layout=("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"),
+        golden=GoldenRecord.unverified(),  # until an H200 parity run
+        priority=10,
+        graph_safe=True,
+        description="torch._scaled_mm: cuBLASLt fp8 GEMM (per-tensor scales) or the row-wise scaled kernel "
+        "(per-token x per-channel), no fast accumulation",
+    ),
+    _fp8_native_row(
+        "native/fp8_mm",
+        FP8_MM,
+        "tiled:fp8_mm",
+        description="ops/gemm/fp8's tiled kernel with per-token/per-channel scales (and the bias) on the fp32 tile",
+    ),
+    _fp8_native_row(
+        "native/fp8_mm_splitk",
+        FP8_MM,
+        "splitk:fp8_mm",
+        shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
+        description="ops/gemm/fp8's split-K decode kernel with per-token/per-channel scales per slice",
     ),
     _deep_gemm_row(
         "fp8_gemm_nt",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ...dispatcher.plan import call_op as _call
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, MM, W8A16_MM
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, FP8_MM, MM, W8A16_MM
 
-__all__ = ["mm", "w8a16_mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+__all__ = ["mm", "w8a16_mm", "fp8_mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
 
 
 def mm(x, w, bias=None):
@@ -17,6 +17,14 @@ def w8a16_mm(x, w_q, w_scale, bias=None):
     """w_scale * (x @ w_q.T) (+ bias): int8 weights [N, K] with one scale per output channel (compressed-tensors
     W8A16). Contract: gemm.w8a16_mm."""
     return _call(W8A16_MM, (x, w_q, w_scale, bias))
+
+
+def fp8_mm(a, a_scale, b, b_scale, out_dtype=None, bias=None):
+    """(a * a_scale) @ (b * b_scale).T (+ bias) in bf16: fp8 e4m3 a [M, K] with per-token (or per-tensor)
+    scales, b [N, K] with per-channel [N, 1] (or per-tensor) scales. Contract: gemm.fp8_mm."""
+    import torch
+
+    return _call(FP8_MM, (a, a_scale, b, b_scale, torch.bfloat16 if out_dtype is None else out_dtype, bias))
 
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):

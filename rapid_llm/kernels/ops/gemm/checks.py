@@ -20,7 +20,16 @@ from ..checks import (
     tag_table,
     values_checked,
 )
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, M_ALIGNMENT, MM, SCALE_BLOCK, W8A16_MM
+from . import (
+    FP8_BLOCK_MM,
+    FP8_GROUPED_MM_CONTIGUOUS,
+    FP8_GROUPED_MM_MASKED,
+    FP8_MM,
+    M_ALIGNMENT,
+    MM,
+    SCALE_BLOCK,
+    W8A16_MM,
+)
 
 _FP8 = torch.float8_e4m3fn
 
@@ -303,3 +312,45 @@ def check_w8a16_mm(x, w_q, w_scale, bias=None):
     rows = x.numel() // k
     w_rows = k == 1 or w_q.stride(1) == 1
     return x, _W8A16_TAGS[(rows_view_ok(x), w_rows)], (("num_tokens", rows), ("n", n), ("k", k))
+
+
+_FP8_MM_TAGS = tag_table("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit")
+
+
+def _check_row_scale(op, argument, scale, rows: int, meaning: str) -> None:
+    """fp8_mm's scales: float32 [rows, 1] (one per row of the operand) or [1] / [1, 1] (per tensor)."""
+    _expect_dtype(op, argument, scale, torch.float32, meaning)
+    if tuple(scale.shape) not in ((rows, 1), (1,), (1, 1)):
+        raise OpInputError(
+            op, argument, f"shape [{rows}, 1] ({meaning}) or [1] / [1, 1] (per tensor)", f"shape {list(scale.shape)}"
+        )
+
+
+def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
+    """gemm.fp8_mm's check: a [M, K] and b [N, K] e4m3, a_scale [M, 1] or per-tensor, b_scale [N, 1] or
+    per-tensor (fp32), out_dtype bfloat16, bias None or bf16 [N], one device. Tags: a:tma, b:tma (unit
+    stride along K, 16-byte-aligned start and row stride), a:dense, b:dense (row stride K), bias:unit."""
+    op = FP8_MM
+    _expect_dtype(op, "a", a, _FP8, "fp8 e4m3 activations")
+    if a.dim() != 2 or a.shape[1] == 0:
+        raise OpInputError(op, "a", "shape [M, K] with K >= 1", f"shape {list(a.shape)}")
+    m, k = a.shape
+    _check_row_scale(op, "a_scale", a_scale, m, "one scale per token")
+    expect_same_device(op, "a_scale", a_scale, "a", a)
+    _expect_dtype(op, "b", b, _FP8, "fp8 e4m3 weights")
+    if b.dim() != 2 or b.shape[1] != k or b.shape[0] == 0:
+        raise OpInputError(op, "b", f"shape [N, {k}] with N >= 1 (K = a's K)", f"shape {list(b.shape)}")
+    expect_same_device(op, "b", b, "a", a)
+    n = b.shape[0]
+    _check_row_scale(op, "b_scale", b_scale, n, "one scale per output channel")
+    expect_same_device(op, "b_scale", b_scale, "a", a)
+    if out_dtype != torch.bfloat16:
+        raise OpInputError(op, "out_dtype", "torch.bfloat16 (the one output dtype)", repr(out_dtype))
+    if bias is not None:
+        _expect_dtype(op, "bias", bias, torch.bfloat16, "out_dtype")
+        _expect_shape(op, "bias", bias, (n,), "one per output channel; or None")
+        expect_same_device(op, "bias", bias, "a", a)
+    bias_unit = bias is None or n == 1 or bias.stride(0) == 1
+    dense = [t.numel() == 0 or (t.stride(1) == 1 and (t.shape[0] == 1 or t.stride(0) == k)) for t in (a, b)]
+    tags = _FP8_MM_TAGS[(_tma_operand(a), _tma_operand(b), *dense, bias_unit)]
+    return a, tags, (("num_tokens", m), ("n", n), ("k", k))

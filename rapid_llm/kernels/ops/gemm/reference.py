@@ -4,6 +4,8 @@ mm(x, w, bias=None) -> out [..., N]: fp32 operands, fp32 matmul, one rounding to
 w8a16_mm(x, w_q, w_scale, bias=None) -> out [..., N]: fp32 x @ fp32 w_q.T, times the scales in fp32, one rounding.
 
 fp8_block_mm(a, a_scale, b, b_scale, out=None) -> out [M, N] bf16
+fp8_mm(a, a_scale, b, b_scale, out_dtype=bf16, bias=None) -> out [M, N]: (a * a_scale) @ (b * b_scale).T
+    + bias in fp32 (scales per row of a and b, or per tensor), one rounding.
 fp8_grouped_mm_contiguous(a, a_scale, b, b_scale, m_indices, out=None) -> out [M, N] bf16
 fp8_grouped_mm_masked(a, a_scale, b, b_scale, masked_m, expected_m, out=None) -> out [G, M_max, N] bf16
 
@@ -83,3 +85,13 @@ def w8a16_mm(x: torch.Tensor, w_q: torch.Tensor, w_scale: torch.Tensor, bias: to
     if bias is not None:
         out = out + bias.float()
     return out.to(x.dtype)
+
+
+def fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
+    """(a * a_scale) @ (b * b_scale).T (+ bias) in fp32, rounded once; a scale of one element broadcasts."""
+    rows = a.float() * a_scale.float().reshape(-1, 1)
+    weight = b.float() * b_scale.float().reshape(-1, 1)
+    out = rows @ weight.T
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(out_dtype)

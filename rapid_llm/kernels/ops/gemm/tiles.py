@@ -82,13 +82,19 @@ def shared_memory_bytes(knobs: dict, dtype: str) -> int:
     return knobs["num_stages"] * (knobs["BLOCK_M"] + knobs["BLOCK_N"]) * knobs["BLOCK_K"] * _ELEMENT_BYTES[dtype]
 
 
-def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None) -> str | None:
+#: Kernels that apply one scale of a row and of a column per K step: BLOCK_K must equal the scale group.
+ONE_SCALE_PER_STEP = frozenset({"native/fp8_block_mm", "native/fp8_block_mm_splitk"})
+
+
+def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, kernel: str = "") -> str | None:
     """Why these knobs cannot launch here, or None."""
     need = shared_memory_bytes(knobs, dtype)
     if limit and need > limit:
         return f"needs {need} bytes of shared memory, the device allows {limit} per block"
     if block_k_multiple and knobs["BLOCK_K"] % block_k_multiple:
         return f"BLOCK_K {knobs['BLOCK_K']} is not a multiple of the scale group {block_k_multiple}"
+    if block_k_multiple and kernel in ONE_SCALE_PER_STEP and knobs["BLOCK_K"] != block_k_multiple:
+        return f"BLOCK_K {knobs['BLOCK_K']} is not the scale group {block_k_multiple} (one scale per K step)"
     if "SPLIT_K" in knobs and knobs["BLOCK_M"] < 16:  # native/mm_splitk's one row tile covers every m <= 16
         return f"BLOCK_M {knobs['BLOCK_M']} of the split-K kernel is below its 16 rows"
     return None
@@ -129,6 +135,35 @@ def _split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     }
 
 
+def _fp8_tiled(m: int, n: int, k: int, hopper: bool) -> dict:
+    """native/fp8_block_mm and native/fp8_mm: BLOCK_K 128 (the scale group: one scale per K step), output
+    tiles sized by m; 128 x 128 at large m (the per-step fp32 product is a second tile of registers beside
+    the accumulator, so 128 x 256 would spill)."""
+    if m <= 16:
+        knobs = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 4}
+    elif m <= 128:
+        knobs = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4}
+    else:
+        knobs = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4 if hopper else 3}
+    return {**knobs, "BLOCK_K": 128, "GROUP_M": 8}
+
+
+def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
+    """native/fp8_block_mm_splitk and native/fp8_mm_splitk (m <= 64): 64 weight rows x 128 of K per step
+    (8 KiB of fp8), K split so the grid covers the SMs about twice; a row tile covering the bucket's m."""
+    block_n, block_k = 64, 128
+    columns = -(-n // block_n)
+    split = max(1, min(-(-k // block_k), -(-2 * programs // columns), 16))
+    return {
+        "BLOCK_M": 16 if m <= 16 else 64,
+        "BLOCK_N": block_n,
+        "BLOCK_K": block_k,
+        "SPLIT_K": split,
+        "num_warps": 4,
+        "num_stages": 4 if hopper else 3,
+    }
+
+
 _HEURISTICS = {
     "native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/mm_splitk": _split_k,
@@ -137,6 +172,10 @@ _HEURISTICS = {
     # int8 weights: the same kernels (the weight tile is half the bytes; the bf16 table is a safe fit)
     "native/w8a16_mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/w8a16_mm_splitk": _split_k,
+    "native/fp8_block_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
+    "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
+    "native/fp8_block_mm_splitk": _fp8_split_k,
+    "native/fp8_mm_splitk": _fp8_split_k,
 }
 
 
@@ -202,7 +241,8 @@ def resolve_tiles(
     kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
 ) -> Tiles:
     """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/mm_gemv,
-    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv) for an m x n x k product in dtype on
+    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/fp8_block_mm(_splitk),
+    native/fp8_mm(_splitk)) for an m x n x k product in dtype on
     device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast
@@ -224,7 +264,7 @@ def _resolved(kernel, bucket, n, k, dtype, index, block_k_multiple) -> Tiles:
     refused = ""
     entry = store(model_slug(props.name)).get((kernel, dtype, bucket, n, k))
     if entry is not None:
-        reason = refusal(entry["knobs"], dtype, limit, block_k_multiple)
+        reason = refusal(entry["knobs"], dtype, limit, block_k_multiple, kernel)
         if reason is None:
             return Tiles(entry["knobs"], f"store {entry['file']} (triton {entry['triton']}, {entry['date']})")
         refused = f"; store entry refused: {reason}"

@@ -1,0 +1,69 @@
+"""The fp8 GEMMs' native kernels (ops/gemm/fp8/) run by Triton's interpreter on the CPU.
+
+Their rows need sm89+ (fp8 tl.dot; never eligible under the interpreter), so the parity matrix runs them on
+the GPU only. Here each row's target is called directly on every CPU case whose a and b it can read (a:tma,
+b:tma), in several tile shapes forced through the one launch-knob hook (ops.launch_override): column tiles
+narrower than, equal to and wider than a 128-row weight block, one and several K slices, a persistent grid
+with several tiles per program. The interpreter widens e4m3 exactly and multiplies in fp32, so the results
+must meet the op's tolerance against the float64 oracle (the contract's accuracy term included). Catches the
+kernels' indexing: a scale of the wrong row, column block or K step (the TMA-aligned column-major a_scale,
+strided and column-major b_scale, the N % 128 tail block), a K tail or split-K slice dropped or doubled, a
+bias or channel scale misplaced, a strided out= written at the wrong place. It cannot catch what only the
+GPU's compiler does (fp8 MMA precision, layouts): that is the H200 parity run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conformance.cases import CASES, ORACLES
+from conformance.rows_here import TABLE, torch_device
+from conformance.tolerances import assert_within_tolerance
+from rapid_llm.kernels.dispatcher import resolve_target
+from rapid_llm.kernels.ops.gemm import FP8_BLOCK_MM, FP8_MM
+from rapid_llm.kernels.ops.launch_override import launch_override
+
+DEVICE = torch_device()
+ROWS = {
+    FP8_BLOCK_MM: ("native/fp8_block_mm", "native/fp8_block_mm_splitk"),
+    FP8_MM: ("native/fp8_mm", "native/fp8_mm_splitk"),
+}
+#: Forced tiles per kernel: (BLOCK_N, and SPLIT_K or GROUP_M); BLOCK_M 16 keeps several row tiles per case.
+TILES = {
+    "native/fp8_block_mm": [{"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_N": 128, "GROUP_M": 8}, {"BLOCK_N": 256}],
+    "native/fp8_block_mm_splitk": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 256}],
+    "native/fp8_mm": [{"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_N": 128, "BLOCK_K": 256}],
+    "native/fp8_mm_splitk": [{"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 64, "SPLIT_K": 2, "BLOCK_K": 256}],
+}
+_PARAMS = [
+    pytest.param(op, row, case.id, id=f"{row}-{case.id}")
+    for op, rows in ROWS.items()
+    for row in rows
+    for case in CASES[op]
+    if not case.gpu_only
+]
+
+
+@pytest.mark.parametrize("op,row,case_id", _PARAMS)
+def test_fp8_kernel_logic_matches_the_oracle_in_the_interpreter(op, row, case_id):
+    if DEVICE != "cpu":
+        pytest.skip("on CUDA the parity matrix runs these rows through dispatch")
+    import os
+
+    if os.environ.get("RAPID_LLM_TRITON_INTERPRET") != "1":
+        pytest.skip("needs Triton's interpreter (RAPID_LLM_TRITON_INTERPRET=1) to run a Triton kernel on the CPU")
+    case = next(case for case in CASES[op] if case.id == case_id)
+    args, _, layout = case.make(torch.float32, DEVICE, torch.Generator().manual_seed(0))
+    if not {"a:tma", "b:tma"} <= layout:
+        pytest.skip("the case's a or b has no unit-stride rows the kernels read (layout a:tma or b:tma absent)")
+    kernel, reason = resolve_target(TABLE.rows_by_name[row].target, None)
+    assert kernel is not None, reason
+    want = ORACLES[op](*args)
+    for knobs in TILES[row]:
+        fresh, _, _ = case.make(torch.float32, DEVICE, torch.Generator().manual_seed(0))  # out= NaN again, as placed
+        with launch_override(row, BLOCK_M=16, num_warps=4, num_stages=1, **knobs):
+            got = kernel(*fresh)
+        if op == FP8_BLOCK_MM and args[4] is not None:
+            assert got is fresh[4], f"{row} did not return the out= it was given"
+        assert_within_tolerance(op, "fp8_e4m3", 0, got, want, args=args, describe=f"{row} {knobs}")
