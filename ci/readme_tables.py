@@ -14,6 +14,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
     gemm-mm-table    h200.gemm.bench.mm.presets (gemm.mm and gemm.w8a16_mm: cuBLAS and our rows per case, the selected row)
+    gemm-fp8-table   h200.gemm.bench.fp8 (the fp8 GEMMs: our rows beside DeepGEMM and torch._scaled_mm)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -459,6 +460,14 @@ def gemm_mm_table() -> str:
     return "\n".join(lines)
 
 
+def _gemm_cell(case: dict | None, decode_max: int) -> str:
+    """A GEMM case's time and % of copy bandwidth, with TFLOP/s above the decode token counts."""
+    if case is None:
+        return "-"
+    tflops = f", {case['TFLOPs']:.0f} TFLOP/s" if case.get("TFLOPs") and case["tokens"] > decode_max else ""
+    return f"{case['us']:.1f} µs ({case['pct_of_copy_bw']:.0f}% BW{tflops})"
+
+
 def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
     from rapid_llm.kernels.dispatcher import Device, Libraries, default_table, dispatch
 
@@ -474,14 +483,7 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
     table = default_table()
     libs = Libraries({"triton": "3.6.0"})
     for case_id, rows in by_case.items():
-        cells = []
-        for row in columns:
-            case = rows.get(row)
-            if case is None:
-                cells.append("-")
-                continue
-            tflops = f", {case['TFLOPs']:.0f} TFLOP/s" if case.get("TFLOPs") and case["tokens"] > 16 else ""
-            cells.append(f"{case['us']:.1f} µs ({case['pct_of_copy_bw']:.0f}% BW{tflops})")
+        cells = [_gemm_cell(rows.get(row), decode_max=16) for row in columns]
         m, n, k = next(iter(rows.values()))["shape"]
         selection = dispatch(
             op,
@@ -502,6 +504,43 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
         bf16 = cublas.get(case_id)
         cells.append(f"{bf16 / mine:.2f}x" if bf16 and mine else "-")
         lines.append(f"| {case_id} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+GEMM_FP8_BENCH = "h200.gemm.bench.fp8"
+#: op -> (our rows, the peer row they are measured against)
+GEMM_FP8_ROWS = {
+    "gemm.fp8_block_mm": (("native/fp8_block_mm", "native/fp8_block_mm_splitk"), "deep_gemm/fp8_gemm_nt"),
+    "gemm.fp8_mm": (("native/fp8_mm", "native/fp8_mm_splitk"), "cublas/scaled_mm"),
+}
+
+
+def gemm_fp8_table() -> str:
+    """The fp8 GEMMs per case: our Triton rows beside DeepGEMM (block scales) and torch._scaled_mm (per-token x
+    per-channel), TFLOP/s at prefill sizes and % of copy bandwidth at decode sizes, and the peer's time over
+    our fastest row's."""
+    run, cases = _run_cases(GEMM_FP8_BENCH)
+    lines = [
+        "The fp8 GEMMs (e4m3 operands, bf16 out): CUDA-event median with L2 flushed (`python perf/gpu_report.py "
+        '--suites perf/test_gemm_bench.py -- -k "test_fp8_mm or (test_fp8_block_mm and not torch)"`, tiles from '
+        "the shipped tuning store). Cells: µs, % of the copy bandwidth on a + b + scales + out bytes, and TFLOP/s "
+        "(m > 64). **ours vs peer**: the peer row's time over our fastest row's (> 1: ours is faster).",
+        "",
+        f"- {_run_line(GEMM_FP8_BENCH, run)}",
+    ]
+    for op, (ours, peer) in GEMM_FP8_ROWS.items():
+        by_case = {}
+        for case in cases:
+            if case["op"] == op:
+                by_case.setdefault(case["case"], {})[case["row"]] = case
+        columns = (*ours, peer)
+        lines += ["", f"`{op}`:", "", "| case | " + " | ".join(f"`{row}`" for row in columns) + " | ours vs peer |"]
+        lines.append("|---|" + "---|" * (len(columns) + 1))
+        for case_id, rows in by_case.items():
+            cells = [_gemm_cell(rows.get(row), decode_max=64) for row in columns]
+            mine = min((rows[row]["us"] for row in ours if row in rows), default=None)
+            cells.append(f"{rows[peer]['us'] / mine:.2f}x" if mine and peer in rows else "-")
+            lines.append(f"| {case_id} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -619,6 +658,7 @@ PAGES = {
         ("perf-table", perf_table),
         ("attention-table", attention_table),
         ("gemm-mm-table", gemm_mm_table),
+        ("gemm-fp8-table", gemm_fp8_table),
         ("step-plan-table", step_plan_table),
         ("extension-table", extension_table),
         ("dispatcher-table", dispatcher_table),

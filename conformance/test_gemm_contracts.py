@@ -277,7 +277,9 @@ def test_per_token_quantizer_output_reaches_every_fp8_mm_row():
     needs (a:tma, b:tma, a:dense, b:dense, bias:unit): the engine's standard call would never reach cuBLAS or the natives."""
     q, scale = kernels.per_token_fp8(torch.randn(5, 256, device=DEVICE))
     _, _, b, b_scale = _fp8_mm_args(n=256, k=256)
-    _, tags, _ = check_fp8_mm(q, scale, b, b_scale, torch.bfloat16, torch.zeros(256, dtype=torch.bfloat16))
+    _, tags, _ = check_fp8_mm(
+        q, scale, b, b_scale, torch.bfloat16, torch.zeros(256, dtype=torch.bfloat16, device=DEVICE)
+    )
     assert {"a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"} <= tags, tags
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from rapid_llm.kernels.dispatcher.contract import TOKEN_BUCKETS
-from rapid_llm.kernels.ops.gemm import SPLIT_K_MAX_TOKENS, tiles
+from rapid_llm.kernels.ops.gemm import FP8_SPLIT_K_MAX_TOKENS, SPLIT_K_MAX_TOKENS, tiles
 
 KERNELS = ("native/mm", "native/mm_splitk")
 #: Every kernel the store may hold entries for (gemm.w8a16_mm's rows run the same kernels over int8 weights).
@@ -341,12 +341,18 @@ def test_shipped_store_files_are_well_formed(path):
     tier_limit = TIER_LIMITS[90] if any(name in path.name for name in ("h100", "h200", "h800", "gh200")) else None
     for entry in document["entries"]:
         kernel, knobs = entry["kernel"], entry["knobs"]
-        assert kernel in STORE_KERNELS and entry["dtype"] in ("fp16", "bf16"), entry
+        fp8 = kernel in FP8_KERNELS
+        assert kernel in (*STORE_KERNELS, *FP8_KERNELS), entry
+        assert entry["dtype"] in (("fp8_e4m3",) if fp8 else ("fp16", "bf16")), entry
         low, high = entry["m_bucket"]
         assert TOKEN_BUCKETS.bucket(low) == (low, high) == TOKEN_BUCKETS.bucket(high), entry
         assert set(knobs) == set(tiles.heuristic(kernel, high, entry["n"], entry["k"], 90, 132)), entry
         if kernel.endswith("_splitk"):
-            assert high <= SPLIT_K_MAX_TOKENS and knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
+            assert high <= (FP8_SPLIT_K_MAX_TOKENS if fp8 else SPLIT_K_MAX_TOKENS), entry
+            # the bf16 split-K kernel has one row tile (it covers the bucket); the fp8 one loops over row tiles
+            assert fp8 or knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
+        if kernel.startswith("native/fp8_block"):
+            assert knobs["BLOCK_K"] == 128, entry  # one activation and one weight scale per K step
         if tier_limit is not None:
             assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry
 

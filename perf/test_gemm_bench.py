@@ -387,6 +387,7 @@ def test_fp8_block_mm(benchmark, gpu_session, arm, m, n, k, where):
             "case": f"m={m}-n={n}-k={k}",
             "tokens": m,
             "shape": [m, n, k],
+            "dims": {"num_tokens": m, "n": n, "k": k},  # what perf.write_rankings buckets by
             "where": where,
             "phase": "decode" if m <= 64 else "prefill",
         },
