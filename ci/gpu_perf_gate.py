@@ -9,6 +9,11 @@
                                             baseline file is rewritten in place, so its git diff shows old and
                                             new figures)
     ci/gpu_perf_gate OUT --compare NEW.json compare an existing run (no GPU needed)
+    ci/gpu_perf_gate OUT --merge-baseline RUN.json...
+                                            add (or replace) the gated cases of suite runs made on the GPU
+                                            (pytest-benchmark JSON, e.g. a perf/gpu_report.py run's) in the
+                                            baseline file in place: a new row's cases join the gate without
+                                            re-running every suite (no GPU needed; the diff shows them)
 
 Storage: pytest-benchmark's own format and storage. The baseline is saved with
 `--benchmark-save=h200 --benchmark-storage=file://perf/baselines/h200`, i.e.
@@ -250,6 +255,31 @@ def gate_one(baseline_file: str, run_doc: dict, run_file: str, out: str, tag: st
     return verdict
 
 
+def merge_baseline(baseline_file: str, run_files: list[str]) -> None:
+    """Put every gated case of run_files into the baseline (replacing a case of the same fullname)."""
+    with open(baseline_file) as handle:
+        baseline = json.load(handle)
+    by_name = {bench["fullname"]: index for index, bench in enumerate(baseline["benchmarks"])}
+    added = replaced = 0
+    for run_file in run_files:
+        with open(run_file) as handle:
+            run = json.load(handle)
+        gated = device_times(run)
+        for bench in run["benchmarks"]:
+            if bench["fullname"] not in gated:
+                continue
+            if bench["fullname"] in by_name:
+                baseline["benchmarks"][by_name[bench["fullname"]]] = bench
+                replaced += 1
+            else:
+                by_name[bench["fullname"]] = len(baseline["benchmarks"])
+                baseline["benchmarks"].append(bench)
+                added += 1
+    with open(baseline_file, "w") as handle:
+        json.dump(baseline, handle, indent=4)  # pytest-benchmark's own layout
+    print(f"{os.path.relpath(baseline_file, REPO_ROOT)}: {added} gated cases added, {replaced} replaced")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ci/gpu_perf_gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="directory for the runs and reports")
@@ -257,6 +287,7 @@ def main(argv=None) -> int:
     mode.add_argument("--self-test", action="store_true")
     mode.add_argument("--update-baseline", action="store_true")
     mode.add_argument("--compare", metavar="NEW_JSON")
+    mode.add_argument("--merge-baseline", metavar="RUN_JSON", nargs="+")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -270,6 +301,9 @@ def main(argv=None) -> int:
     baseline_file = baseline_path()
     if baseline_file is None:
         raise SystemExit(f"gpu perf gate: no baseline under {STORAGE}; create one with --update-baseline")
+    if args.merge_baseline:
+        merge_baseline(baseline_file, args.merge_baseline)
+        return 0
     if args.compare:
         with open(args.compare) as handle:
             verdict = gate_one(baseline_file, json.load(handle), args.compare, out, "compare")

@@ -90,3 +90,30 @@ def test_a_case_missing_from_the_run_fails():
     del new[("aot/scale", "prefill", "tokens=4096")]
     verdict = gate.compare(_run(_times()), _run(new))
     assert not verdict["passed"] and len(verdict["missing"]) == 1
+
+
+def test_merge_baseline_adds_and_replaces_only_gated_cases(tmp_path):
+    """Catches --merge-baseline duplicating a case already in the baseline (a stale and a fresh figure for one
+    fullname), dropping the baseline's other cases, or letting a reference row or a peer into the gate."""
+    import json
+
+    baseline = _run({("native/rotary", "prefill", "tokens=4096"): 100.0, ("native/scale", "decode", "tokens=1"): 1.5})
+    baseline_file = tmp_path / "0001_h200.json"
+    baseline_file.write_text(json.dumps(baseline))
+    run = _run(
+        {
+            ("native/rotary", "prefill", "tokens=4096"): 90.0,  # replaces the baseline's figure
+            ("native/mm_gemv", "decode", "tokens=1"): 20.0,  # a new gated row joins
+            ("torch/mm", "decode", "tokens=1"): 50.0,  # a reference row: never gated
+            ("cublas/linear", "decode", "tokens=1"): 22.0,  # a library row: never gated
+        }
+    )
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(run))
+    gate.merge_baseline(str(baseline_file), [str(run_file)])
+    merged = {bench["fullname"]: bench["extra_info"] for bench in json.loads(baseline_file.read_text())["benchmarks"]}
+    assert sorted(merged) == sorted(
+        f"perf/test_x.py::test_x[{row}]"
+        for row in ("native/rotary-tokens=4096", "native/scale-tokens=1", "native/mm_gemv-tokens=1")
+    )
+    assert merged["perf/test_x.py::test_x[native/rotary-tokens=4096]"]["event_median_us"] == 90.0
