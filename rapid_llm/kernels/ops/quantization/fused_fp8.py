@@ -41,7 +41,7 @@ import triton.language as tl
 from ..device_facts import multiprocessor_count
 from ..fast_launch import LaunchPolicy, cached, cdiv
 from ..fp8 import E4M3_MAX, SCALE_FLOOR, group_scale_storage
-from .fp8_quant import launch_config as group_tile_config
+from .fp8_quant import launch_config as group_tile_config, quantize_group_tile
 
 #: The largest row tile (padded groups x padded group width) a norm program holds in registers, as
 #: native/rms_norm's MAX_SINGLE_PASS_HIDDEN; wider rows take two passes over CHUNK-element tiles.
@@ -138,16 +138,13 @@ def _norm_quant(x, residual, weight, eps, group_size, scale, static, row):
 
 
 @triton.jit
-def _residual_or_x(
-    x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL: tl.constexpr, STORE: tl.constexpr
-):
-    """The fp32 row values the norm is taken of: x, or the stored residual + x (written back when STORE)."""
+def _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL: tl.constexpr):
+    """The fp32 row values the norm is taken of: x, or residual + x as stored (written back to residual)."""
     x = tl.load(x_ptr + x_row + columns, mask=mask, other=0.0).to(tl.float32)
     if ADD_RESIDUAL:
         residual = tl.load(residual_ptr + residual_row + columns, mask=mask, other=0.0).to(tl.float32)
         stored = (x + residual).to(residual_ptr.dtype.element_ty)
-        if STORE:
-            tl.store(residual_ptr + residual_row + columns, stored, mask=mask)
+        tl.store(residual_ptr + residual_row + columns, stored, mask=mask)
         x = stored.to(tl.float32)
     return x
 
@@ -159,13 +156,10 @@ def _quantize_tile(
 ):  # fmt: skip
     """Stores q of the [groups, width] tile y (already rounded to x's dtype, in fp32), and its group scales."""
     if STATIC:
-        inverse = static_inverse
+        q = tl.clamp(y * static_inverse, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
     else:
-        absmax = tl.max(tl.abs(y), axis=1)
-        scale = tl.math.div_rn(tl.maximum(absmax, scale_floor), fp8_max)
-        inverse = tl.math.div_rn(tl.full(absmax.shape, 1.0, tl.float32), scale)[:, None]
+        q, scale = quantize_group_tile(y, scale_floor, fp8_max)
         tl.store(scale_ptr + scale_row + group * scale_group_stride, scale, mask=group < groups)
-    q = tl.clamp(y * inverse, -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
     tl.store(q_ptr + q_row + columns, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
@@ -210,7 +204,7 @@ def _norm_quant_kernel(
     if SINGLE_PASS:
         mask = (tile_groups < groups) & (within < group_size)
         columns = tile_groups * group_size + within
-        values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL, True)
+        values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL)
         inverse_rms = tl.rsqrt(tl.sum(tl.sum(values * values, axis=1), axis=0) / hidden + eps)
         weight = tl.load(weight_ptr + columns * weight_stride, mask=mask, other=0.0).to(tl.float32)
         y = (values * inverse_rms * weight).to(x_ptr.dtype.element_ty).to(tl.float32)
@@ -223,7 +217,7 @@ def _norm_quant_kernel(
         for start in range(0, groups, BLOCK_GROUPS):
             mask = (start + tile_groups < groups) & (within < group_size)
             columns = (start + tile_groups) * group_size + within
-            values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL, True)
+            values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL)
             sum_squares += values * values
         inverse_rms = tl.rsqrt(tl.sum(tl.sum(sum_squares, axis=1), axis=0) / hidden + eps)
         # The second pass reads back the residual this program stored in the first.
@@ -305,9 +299,7 @@ def _silu_quant_kernel(
     up = tl.load(gate_ptrs + intermediate + columns, mask=mask, other=0.0).to(tl.float32)
     # native/silu_and_mul's arithmetic, rounded to x's dtype as it stores it.
     y = (gate / (1.0 + tl.exp(-gate)) * up).to(x_ptr.dtype.element_ty).to(tl.float32)
-    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=1), scale_floor), fp8_max)
-    inverse = tl.math.div_rn(tl.full([BLOCK_GROUPS], 1.0, tl.float32), scale)
-    q = tl.clamp(y * inverse[:, None], -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+    q, scale = quantize_group_tile(y, scale_floor, fp8_max)
     q_groups = q_ptr + (token * intermediate + group * group_size)[:, None]
     tl.store(q_groups + columns, q.to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(scale_ptr + token * scale_token_stride + group * scale_group_stride, scale, mask=group_mask)
