@@ -223,9 +223,8 @@ ROWS = (
     # No FlashInfer rows for the static forms: FlashInfer 0.6.0's RMSNormQuantKernel and
     # FusedAddRMSNormQuantKernel (include/flashinfer/norm.cuh) quantize the fp32 product x * rms_rcp * weight
     # without rounding it to x's dtype (the contract keeps the unfused pipeline's rounding), the fused-add
-    # one normalises the unrounded fp32 sum rather than the stored residual, and both take rms_rcp from
-    # math::rsqrt (rsqrt.approx): a different function of the inputs, one e4m3 step apart where a value
-    # sits near a rounding boundary; and they read the weight in x's dtype only.
+    # one normalises the unrounded fp32 sum rather than the stored residual: a different function of the
+    # inputs (q one e4m3 step apart where y sits near a rounding boundary of x's dtype and of e4m3).
     # The fused epilogues (fused_fp8.py): one program per token row (norm ops) or per tile of groups
     # (silu), the intermediate rounded to x's dtype in registers, never stored. GPU-only like the rows above
     # (the interpreter's e4m3 cast is wrong; test_fp8_interpreter.py still runs their indexing on the CPU).
