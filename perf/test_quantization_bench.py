@@ -12,6 +12,11 @@ scales' strides equal; whether q and the scales are bitwise equal (the contract'
 exact to reproduce) is recorded as `bitwise_equal`. The reference row is the torch
 eager peer; FlashInfer has no kernel with this contract. Skipped without CUDA: "needs a CUDA device";
 the native rows need sm89+ (explain() says so in the skip).
+
+test_fused_quantization times the fused epilogues (rms_norm / fused_add_rms_norm / silu_and_mul, then
+group or static fp8) at decode and prefill token counts, hidden 4096 and 7168, each beside the unfused
+pipeline of our own rows (arm `pipeline/<norm row>+<quant row>`); bytes are the fused op's, so the
+fused row's pct_of_copy_bw is its bandwidth and the pipeline's time is directly comparable.
 """
 
 from __future__ import annotations
