@@ -177,6 +177,25 @@ def silu_and_mul_per_token_group_fp8_oracle(x, group_size, column_major_scales):
     return _fp8_oracle((gate * torch.sigmoid(gate) * up).to(x.dtype).double(), group_size)
 
 
+def _large_offsets(op):
+    """More than 2**31 elements of x (silu: of q): token offsets need int64 arithmetic in the kernels."""
+
+    def make(dtype, device, generator):
+        hidden = 4096
+        tokens = (1 << 31) // hidden + 7
+        width = 2 * hidden if op == SILU_AND_MUL_GROUP_FP8 else hidden
+        x = torch.empty((tokens, width), dtype=dtype, device=device)
+        x.normal_(generator=torch.Generator(device=device).manual_seed(int(generator.initial_seed())))
+        if op == SILU_AND_MUL_GROUP_FP8:
+            args = (x, 128, True)
+        else:
+            args = (x, _randn((hidden,), dtype, device, generator), _EPS, 128, True)
+        _, layout, dims = getattr(_checks, f"check_{op.partition('.')[2]}")(*args)
+        return args, dict(dims), layout
+
+    return Case("int64_offsets_2pow31", make, gpu_only=True, dtypes=frozenset({"bf16"}))
+
+
 def _group_cases(op):
     return (
         Case("one_token_g128", _fused_case(op, (1, 4096), group_size=128)),
@@ -224,11 +243,11 @@ SILU_GROUP_CASES = (
 )
 
 FUSED_CASES = {
-    RMS_NORM_GROUP_FP8: _group_cases(RMS_NORM_GROUP_FP8),
+    RMS_NORM_GROUP_FP8: (*_group_cases(RMS_NORM_GROUP_FP8), _large_offsets(RMS_NORM_GROUP_FP8)),
     FUSED_ADD_RMS_NORM_GROUP_FP8: _group_cases(FUSED_ADD_RMS_NORM_GROUP_FP8),
     RMS_NORM_STATIC_FP8: _static_cases(RMS_NORM_STATIC_FP8),
     FUSED_ADD_RMS_NORM_STATIC_FP8: _static_cases(FUSED_ADD_RMS_NORM_STATIC_FP8),
-    SILU_AND_MUL_GROUP_FP8: SILU_GROUP_CASES,
+    SILU_AND_MUL_GROUP_FP8: (*SILU_GROUP_CASES, _large_offsets(SILU_AND_MUL_GROUP_FP8)),
 }
 
 CASES = {
