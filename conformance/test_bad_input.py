@@ -258,6 +258,149 @@ class TestGatedActivationBadInput:
         _expect(info, "x", ["torch.int32"])
 
 
+def _fused_quant_rows(op, public):
+    return _loadable_rows(op, _env()) + [pytest.param(f"public:{op}", public, id=f"public-{op}")]
+
+
+NORM_GROUP_FP8_ROWS = _fused_quant_rows(
+    "quantization.rms_norm_per_token_group_fp8", kernels.rms_norm_per_token_group_fp8
+)
+FUSED_ADD_GROUP_FP8_ROWS = _fused_quant_rows(
+    "quantization.fused_add_rms_norm_per_token_group_fp8", kernels.fused_add_rms_norm_per_token_group_fp8
+)
+NORM_STATIC_FP8_ROWS = _fused_quant_rows("quantization.rms_norm_static_fp8", kernels.rms_norm_static_fp8)
+FUSED_ADD_STATIC_FP8_ROWS = _fused_quant_rows(
+    "quantization.fused_add_rms_norm_static_fp8", kernels.fused_add_rms_norm_static_fp8
+)
+SILU_GROUP_FP8_ROWS = _fused_quant_rows(
+    "quantization.silu_and_mul_per_token_group_fp8", kernels.silu_and_mul_per_token_group_fp8
+)
+
+
+@pytest.mark.parametrize("name, fn", NORM_GROUP_FP8_ROWS)
+class TestRmsNormGroupFp8BadInput:
+    def test_group_size_not_dividing_hidden_is_rejected(self, name, fn, env):
+        """Catches a last group reading past the row (or scales of the wrong count)."""
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 256, device=device), torch.ones(256, device=device), 1e-6, 96, False)
+        _expect(info, "group_size", ["divisor of H = 256", "96"])
+        assert info.value.op == "quantization.rms_norm_per_token_group_fp8"
+
+    def test_three_dimensional_x_is_rejected(self, name, fn, env):
+        """Catches [B, S, H] activations given scales of the wrong rank."""
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 3, 256, device=device), torch.ones(256, device=device))
+        _expect(info, "x", ["[T, H]", "[2, 3, 256]"])
+
+    def test_weight_of_another_length_is_rejected(self, name, fn, env):
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 256, device=device), torch.ones(128, device=device))
+        _expect(info, "weight", ["[256]", "[128]"])
+
+    def test_non_bool_column_major_scales_is_rejected(self, name, fn, env):
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 256, device=device), torch.ones(256, device=device), 1e-6, 128, 1)
+        _expect(info, "column_major_scales", ["a bool", "int"])
+
+
+@pytest.mark.parametrize("name, fn", FUSED_ADD_GROUP_FP8_ROWS)
+class TestFusedAddRmsNormGroupFp8BadInput:
+    def test_residual_aliasing_x_is_rejected(self, name, fn, env):
+        """Catches the add reading a residual it already overwrote."""
+        x = torch.randn(4, 256, device=_device(env))
+        with pytest.raises(OpInputError) as info:
+            fn(x, x, torch.ones(256, device=_device(env)))
+        _expect(info, "residual", ["overlapping"])
+        assert info.value.op == "quantization.fused_add_rms_norm_per_token_group_fp8"
+
+    def test_residual_of_another_dtype_is_rejected(self, name, fn, env):
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(
+                torch.randn(4, 256, device=device),
+                torch.randn(4, 256, device=device).half(),
+                torch.ones(256, device=device),
+            )
+        _expect(info, "residual", ["torch.float32", "torch.float16"])
+
+    def test_residual_is_untouched_when_the_group_size_is_rejected(self, name, fn, env):
+        """Catches a residual added in place before a late check fails."""
+        device = _device(env)
+        x, residual = torch.randn(4, 256, device=device), torch.randn(4, 256, device=device)
+        before = residual.clone()
+        with pytest.raises(OpInputError) as info:
+            fn(x, residual, torch.ones(256, device=device), 1e-6, 100, False)
+        _expect(info, "group_size", ["divisor"])
+        assert torch.equal(residual, before)
+
+
+@pytest.mark.parametrize("name, fn", NORM_STATIC_FP8_ROWS)
+class TestRmsNormStaticFp8BadInput:
+    def test_scale_of_another_dtype_is_rejected(self, name, fn, env):
+        """Catches a bf16 or fp16 scale read as fp32 bits."""
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 64, device=device), torch.ones(64, device=device), torch.ones(1, device=device).half())
+        _expect(info, "scale", ["one-element torch.float32", "torch.float16"])
+        assert info.value.op == "quantization.rms_norm_static_fp8"
+
+    def test_scale_of_several_elements_is_rejected(self, name, fn, env):
+        """Catches per-channel scales given to a per-tensor op (only the first would be used)."""
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 64, device=device), torch.ones(64, device=device), torch.ones(64, device=device))
+        _expect(info, "scale", ["one-element", "[64]"])
+
+    def test_python_float_scale_is_rejected(self, name, fn, env):
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(2, 64, device=device), torch.ones(64, device=device), 0.5)
+        _expect(info, "scale", ["torch.Tensor", "float"])
+
+
+@pytest.mark.parametrize("name, fn", FUSED_ADD_STATIC_FP8_ROWS)
+class TestFusedAddRmsNormStaticFp8BadInput:
+    def test_scale_inside_residual_is_rejected(self, name, fn, env):
+        """Catches the scale read after the residual add overwrote it."""
+        device = _device(env)
+        residual = torch.randn(4, 64, device=device)
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 64, device=device), residual, torch.ones(64, device=device), residual[0, :1])
+        _expect(info, "scale", ["overlapping"])
+        assert info.value.op == "quantization.fused_add_rms_norm_static_fp8"
+
+    def test_residual_of_another_shape_is_rejected(self, name, fn, env):
+        device = _device(env)
+        with pytest.raises(OpInputError) as info:
+            fn(
+                torch.randn(4, 64, device=device),
+                torch.randn(4, 32, device=device),
+                torch.ones(64, device=device),
+                torch.ones(1, device=device),
+            )
+        _expect(info, "residual", ["[4, 64]", "[4, 32]"])
+
+
+@pytest.mark.parametrize("name, fn", SILU_GROUP_FP8_ROWS)
+class TestSiluAndMulGroupFp8BadInput:
+    def test_odd_last_dim_is_rejected(self, name, fn, env):
+        """Catches gate | up split at the wrong column."""
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 257, device=_device(env)))
+        _expect(info, "x", ["2*d", "[4, 257]"])
+        assert info.value.op == "quantization.silu_and_mul_per_token_group_fp8"
+
+    def test_group_size_not_dividing_d_is_rejected(self, name, fn, env):
+        """Catches groups of the full width 2*d checked instead of the output width d."""
+        with pytest.raises(OpInputError) as info:
+            fn(torch.randn(4, 256, device=_device(env)), 256, False)
+        _expect(info, "group_size", ["divisor of d = 128", "256"])
+
+
 EMBEDDING_ROWS = _loadable_rows("embedding.vocab_embedding", _env()) + [
     pytest.param("public", kernels.vocab_embedding, id="public")
 ]

@@ -66,6 +66,69 @@ def test_fp8_quantization_kernels_index_like_the_reference(tokens, hidden, group
     _assert_close_under_interpreter(q, q_ref)
 
 
+def _fused_inputs(tokens, hidden, seed):
+    """x [tokens, hidden] with a token stride of its own, a stride-2 weight, a residual, a gate | up x."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden + 3, generator=generator)[:, :hidden] * 3
+    weight = torch.randn(2 * hidden, generator=generator)[::2]
+    residual = torch.randn(tokens, hidden, generator=generator)
+    gated = torch.randn(tokens, 2 * hidden + 5, generator=generator)[:, : 2 * hidden]
+    return x, weight, residual, gated
+
+
+def _assert_same_scales(scale, scale_reference):
+    """Same layout; values within a few fp32 ulps (the row's sum of squares adds in another order)."""
+    assert scale.stride() == scale_reference.stride()
+    torch.testing.assert_close(scale, scale_reference, rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    "tokens, hidden, group_size, column_major",
+    # one pass; column-major scales; groups of 64 and 32 (padded tiles); a row of two passes (256 groups)
+    [(3, 256, 128, False), (5, 384, 128, True), (4, 512, 64, True), (3, 96, 32, False), (2, 32768, 128, True)],
+)
+def test_fused_group_quantization_kernels_index_like_the_reference(tokens, hidden, group_size, column_major):
+    """Catches the fused epilogues reading or writing the wrong columns, groups, residual or scale slots."""
+    from rapid_llm.kernels.ops.quantization import fused_fp8, reference
+
+    x, weight, residual, gated = _fused_inputs(tokens, hidden, tokens + hidden)
+    q, scale = fused_fp8.rms_norm_per_token_group_fp8(x, weight, 1e-6, group_size, column_major)
+    q_ref, scale_ref = reference.rms_norm_per_token_group_fp8(x, weight, 1e-6, group_size, column_major)
+    _assert_same_scales(scale, scale_ref)
+    _assert_close_under_interpreter(q, q_ref)
+
+    residual_ref = residual.clone()
+    q, scale = fused_fp8.fused_add_rms_norm_per_token_group_fp8(x, residual, weight, 1e-6, group_size, column_major)
+    q_ref, scale_ref = reference.fused_add_rms_norm_per_token_group_fp8(
+        x, residual_ref, weight, 1e-6, group_size, column_major
+    )
+    assert torch.equal(residual, residual_ref), "the residual was not updated as the reference updates it"
+    _assert_same_scales(scale, scale_ref)
+    _assert_close_under_interpreter(q, q_ref)
+
+    q, scale = fused_fp8.silu_and_mul_per_token_group_fp8(gated, group_size, column_major)
+    q_ref, scale_ref = reference.silu_and_mul_per_token_group_fp8(gated, group_size, column_major)
+    _assert_same_scales(scale, scale_ref)
+    _assert_close_under_interpreter(q, q_ref)
+
+
+@pytest.mark.parametrize("tokens, hidden", [(3, 1000), (2, 20000)])  # one pass; two passes over 5 groups of 4000
+def test_fused_static_quantization_kernels_index_like_the_reference(tokens, hidden):
+    """Catches the static epilogues misreading the one scale (a strided one-element view) or the row."""
+    from rapid_llm.kernels.ops.quantization import fused_fp8, reference
+
+    x, weight, residual, _ = _fused_inputs(tokens, hidden, tokens + hidden)
+    scale = torch.tensor([7.0, 0.05])[1:]
+    _assert_close_under_interpreter(
+        fused_fp8.rms_norm_static_fp8(x, weight, scale, 1e-6), reference.rms_norm_static_fp8(x, weight, scale, 1e-6)
+    )
+    residual_ref = residual.clone()
+    q = fused_fp8.fused_add_rms_norm_static_fp8(x, residual, weight, scale, 1e-6)
+    q_ref = reference.fused_add_rms_norm_static_fp8(x, residual_ref, weight, scale, 1e-6)
+    assert torch.equal(residual, residual_ref), "the residual was not updated as the reference updates it"
+    _assert_close_under_interpreter(q, q_ref)
+
+
 def _kv_write_inputs(generator):
     """(token data, loc, buffer, scales) of update_kv_buffer_fp8: 9 tokens of 8 heads x 72 into 40 rows."""
     kv = torch.randn(9, 8, 72, generator=generator)

@@ -28,6 +28,9 @@ Schemas: the public function's parameters, in order, with its names and
 defaults (`None` defaults are `Tensor?` / `int?`). A custom op may not return
 an input or a view of one, so an op returns only the tensors it allocates:
 
+- the fused-add quantizers (`fused_add_rms_norm_per_token_group_fp8`,
+  `fused_add_rms_norm_static_fp8`) declare `residual` written and return
+  only what they allocate (q, and the scales).
 - in-place ops declare what they write and return None: `fused_add_rms_norm`
   (x, residual), `rotary` (q, k), `update_kv_buffer`, `update_kv_buffer_fp8`,
   `update_mla_buffer`, `update_mla_buffer_fp8` (buffer). The public op returns
@@ -179,6 +182,64 @@ def _per_token_group_fp8_fake(x, group_size=128, column_major_scales=False) -> t
     tokens, hidden = x.shape
     scales = group_scale_storage(tokens, hidden // group_size, column_major_scales, x.device)
     return _new(x.shape, x, torch.float8_e4m3fn), scales
+
+
+def _group_fp8_fake(tokens: int, width: int, group_size: int, column_major_scales: bool, like: Tensor):
+    """(q e4m3 [tokens, width], fp32 scales in the layout the op returns)."""
+    scales = group_scale_storage(tokens, width // group_size, column_major_scales, like.device)
+    return _new((tokens, width), like, torch.float8_e4m3fn), scales
+
+
+def _rms_norm_per_token_group_fp8(
+    x: Tensor, weight: Tensor, eps: float = 1e-6, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    return kernels.rms_norm_per_token_group_fp8(x, weight, eps, group_size, column_major_scales)
+
+
+def _rms_norm_per_token_group_fp8_fake(x, weight, eps=1e-6, group_size=128, column_major_scales=False):
+    return _group_fp8_fake(x.shape[0], x.shape[1], group_size, column_major_scales, x)
+
+
+def _fused_add_rms_norm_per_token_group_fp8(
+    x: Tensor,
+    residual: Tensor,
+    weight: Tensor,
+    eps: float = 1e-6,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> tuple[Tensor, Tensor]:
+    return kernels.fused_add_rms_norm_per_token_group_fp8(x, residual, weight, eps, group_size, column_major_scales)
+
+
+def _fused_add_rms_norm_per_token_group_fp8_fake(
+    x, residual, weight, eps=1e-6, group_size=128, column_major_scales=False
+):
+    return _group_fp8_fake(x.shape[0], x.shape[1], group_size, column_major_scales, x)
+
+
+def _rms_norm_static_fp8(x: Tensor, weight: Tensor, scale: Tensor, eps: float = 1e-6) -> Tensor:
+    return kernels.rms_norm_static_fp8(x, weight, scale, eps)
+
+
+def _fused_add_rms_norm_static_fp8(
+    x: Tensor, residual: Tensor, weight: Tensor, scale: Tensor, eps: float = 1e-6
+) -> Tensor:
+    return kernels.fused_add_rms_norm_static_fp8(x, residual, weight, scale, eps)
+
+
+def _static_fp8_fake(x, *args) -> Tensor:
+    """q e4m3 of x's shape (rms_norm_static_fp8 and its fused-add form)."""
+    return _new(x.shape, x, torch.float8_e4m3fn)
+
+
+def _silu_and_mul_per_token_group_fp8(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    return kernels.silu_and_mul_per_token_group_fp8(x, group_size, column_major_scales)
+
+
+def _silu_and_mul_per_token_group_fp8_fake(x, group_size=128, column_major_scales=False):
+    return _group_fp8_fake(x.shape[0], x.shape[1] // 2, group_size, column_major_scales, x)
 
 
 # --- attention ---------------------------------------------------------------------------------------------------
@@ -358,6 +419,18 @@ CUSTOM_OPS = (
     CustomOp("update_mla_buffer_fp8", _update_mla_buffer_fp8, _writes_only, ("buffer",)),
     CustomOp("per_token_fp8", _per_token_fp8, _per_token_fp8_fake),
     CustomOp("per_token_group_fp8", _per_token_group_fp8, _per_token_group_fp8_fake),
+    CustomOp("rms_norm_per_token_group_fp8", _rms_norm_per_token_group_fp8, _rms_norm_per_token_group_fp8_fake),
+    CustomOp(
+        "fused_add_rms_norm_per_token_group_fp8",
+        _fused_add_rms_norm_per_token_group_fp8,
+        _fused_add_rms_norm_per_token_group_fp8_fake,
+        ("residual",),
+    ),
+    CustomOp("rms_norm_static_fp8", _rms_norm_static_fp8, _static_fp8_fake),
+    CustomOp("fused_add_rms_norm_static_fp8", _fused_add_rms_norm_static_fp8, _static_fp8_fake, ("residual",)),
+    CustomOp(
+        "silu_and_mul_per_token_group_fp8", _silu_and_mul_per_token_group_fp8, _silu_and_mul_per_token_group_fp8_fake
+    ),
     CustomOp("prefill", _ragged(kernels.prefill), _ragged_fake),
     CustomOp("mla_prefill", _ragged(kernels.mla_prefill), _ragged_fake),
     CustomOp("prefill_paged", _prefill_paged, _prefill_paged_fake),

@@ -29,7 +29,9 @@ from . import FUSED_ADD_RMS_NORM, RMS_NORM
 _OFFSET_LIMIT = 1 << 32
 
 
-def _check_x_weight_eps(op, x, weight, eps) -> tuple[int, int]:
+def check_x_weight_eps(op, x, weight, eps) -> tuple[int, int]:
+    """x [..., hidden] float, weight [hidden] (x's dtype or fp32, x's device), eps a real >= 0:
+    (num_tokens, hidden). Shared by the fused norm + quantization ops (quantization/checks.py)."""
     expect_float_tensor(op, "x", x)
     expect_float_tensor(op, "weight", weight)
     if x.dim() == 0:
@@ -83,16 +85,15 @@ _FUSED_TAGS = tag_table("x:rows", "residual:rows", "x:rows_vector", "residual:ro
 
 def check_rms_norm(x, weight, eps=1e-6):
     """rms_norm's check: (x, {x:rows, x:rows_vector, weight:vector as they hold}, (num_tokens, hidden))."""
-    num_tokens, hidden = _check_x_weight_eps(RMS_NORM, x, weight, eps)
+    num_tokens, hidden = check_x_weight_eps(RMS_NORM, x, weight, eps)
     rows = rows_view_ok(x)
     tags = _RMS_NORM_TAGS[(rows, rows and rows_vector_ok(x, num_tokens, hidden), weight_vector_ok(weight, x, hidden))]
     return x, tags, (("num_tokens", num_tokens), ("hidden", hidden))
 
 
-def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
-    """fused_add_rms_norm's check: x and residual alike and disjoint, weight disjoint from both."""
-    op = FUSED_ADD_RMS_NORM
-    num_tokens, hidden = _check_x_weight_eps(op, x, weight, eps)
+def check_residual(op, x, residual, weight) -> None:
+    """A fused residual add's residual: x's shape, dtype and device, and x, residual and weight pairwise
+    disjoint (the kernel writes residual, and whatever else it writes, while reading the others)."""
     expect_float_tensor(op, "residual", residual)
     if residual.shape != x.shape:
         raise OpInputError(op, "residual", f"x's shape {list(x.shape)}", f"shape {list(residual.shape)}")
@@ -102,6 +103,13 @@ def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
     expect_disjoint(op, "residual", residual, "x", x)
     expect_disjoint(op, "weight", weight, "x", x)
     expect_disjoint(op, "weight", weight, "residual", residual)
+
+
+def check_fused_add_rms_norm(x, residual, weight, eps=1e-6):
+    """fused_add_rms_norm's check: x and residual alike and disjoint, weight disjoint from both."""
+    op = FUSED_ADD_RMS_NORM
+    num_tokens, hidden = check_x_weight_eps(op, x, weight, eps)
+    check_residual(op, x, residual, weight)
     x_rows, residual_rows = rows_view_ok(x), rows_view_ok(residual)
     tags = _FUSED_TAGS[
         (

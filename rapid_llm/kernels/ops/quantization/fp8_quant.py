@@ -108,6 +108,17 @@ def quantize_groups(x_rows: torch.Tensor, group_size: int, scale: torch.Tensor, 
     return q
 
 
+@triton.jit
+def quantize_group_tile(x, scale_floor, fp8_max):
+    """(q fp32 clamped, scale [groups]) of a [groups, width] fp32 tile, one scale per row of the tile:
+    scale = max(absmax, floor) / fp8_max and q = clamp(x * (1 / scale)), IEEE division and reciprocal
+    once per group (also the fused epilogues' quantizer, fused_fp8.py)."""
+    scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(x), axis=1), scale_floor), fp8_max)
+    inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+    q = tl.clamp(x * inverse[:, None], -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+    return q, scale
+
+
 @cached
 @triton.jit
 def _quantize_groups_kernel(
@@ -138,10 +149,7 @@ def _quantize_groups_kernel(
     if SINGLE_PASS:
         mask = group_mask[:, None] & (columns < group_size)
         x = tl.load(x_groups + columns, mask=mask, other=0.0).to(tl.float32)
-        absmax = tl.max(tl.abs(x), axis=1)
-        scale = tl.math.div_rn(tl.maximum(absmax, scale_floor), fp8_max)
-        inverse = tl.math.div_rn(tl.full([BLOCK_GROUPS], 1.0, tl.float32), scale)
-        q = tl.clamp(x * inverse[:, None], -fp8_max, fp8_max, propagate_nan=tl.PropagateNan.ALL)
+        q, scale = quantize_group_tile(x, scale_floor, fp8_max)
         tl.store(q_groups + columns, q.to(q_ptr.dtype.element_ty), mask=mask)
     else:
         running = tl.zeros((BLOCK_GROUPS, BLOCK), dtype=tl.float32)
