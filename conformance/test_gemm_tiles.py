@@ -349,3 +349,48 @@ def test_shipped_store_files_are_well_formed(path):
             assert high <= SPLIT_K_MAX_TOKENS and knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
         if tier_limit is not None:
             assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry
+
+
+#: gemm.w4a16_mm's kernels: (kernel function name in mm/w4a16.py, constexprs its launch sets, knobs the launch
+#: consumes, token counts it serves).
+W4A16_KERNELS = {
+    "native/w4a16_mm": ("_mm_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
+    "native/w4a16_mm_gemv": ("_gemv_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K", "BLOCK_M"}, (1,)),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+@pytest.mark.parametrize("sm", [80, 90])
+def test_w4a16_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
+    """Catches a gemm.w4a16_mm table entry naming a knob its kernel does not take (native/mm's GROUP_M: a launch
+    error on the GPU only) or missing one, a tile Triton cannot build (powers of two; tl.dot: >= 16), or a
+    split below 1."""
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    from rapid_llm.kernels.ops.gemm.mm import w4a16
+
+    name, set_by_launch, consumed, tokens = W4A16_KERNELS[kernel]
+    tile_arguments = _constexpr_names(getattr(w4a16, name)) - set_by_launch
+    for m in tokens:
+        knobs = tiles.heuristic(kernel, m, SHAPE["n"], SHAPE["k"], sm, 132)
+        assert set(knobs) == tile_arguments | consumed | LAUNCH_OPTIONS, (m, knobs)
+        for tile in {"BLOCK_M", "BLOCK_N", "BLOCK_K"} & tile_arguments:
+            assert knobs[tile] >= 16 and knobs[tile] & (knobs[tile] - 1) == 0, (m, knobs)
+        assert knobs["SPLIT_K"] >= 1 and knobs["num_warps"] in (1, 2, 4, 8, 16), (m, knobs)
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+def test_w4a16_tuning_candidates_have_the_heuristics_knobs(kernel):
+    """Catches perf/tune_gemm.py timing (and storing) a candidate with knobs the kernel does not take or lacks:
+    a store entry that fails at its first launch on the GPU."""
+    pytest.importorskip("triton", reason="perf/tune_gemm imports the Triton kernels")
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    from perf.tune_gemm import CANDIDATES
+
+    expected = set(tiles.heuristic(kernel, 1, SHAPE["n"], SHAPE["k"], 90, 132))
+    for knobs in CANDIDATES[kernel]:
+        assert set(knobs) == expected, knobs

@@ -24,8 +24,9 @@ import torch
 from perf.gpu_timing import event_timer
 from perf.test_gemm_bench import MM_ANCHOR, MM_SHAPES
 from rapid_llm.kernels.ops.gemm import tiles
-from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled
+from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
+from rapid_llm.kernels.ops.gemm.reference import w4a16_mm as reference_w4a16_mm
 from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
 
 KERNELS = {
@@ -35,7 +36,13 @@ KERNELS = {
     "native/w8a16_mm": tiled,
     "native/mm_gemv": gemv,
     "native/w8a16_mm_gemv": gemv,
+    "native/w4a16_mm": w4a16,
+    "native/w4a16_mm_gemv": w4a16,
 }
+#: gemm.w4a16_mm's kernels, by their launch function: timed on GPTQ-packed weights of group 128 (the store's
+#: key has no packing or group: one entry serves both packings; AWQ reads the same bytes as rows of words).
+INT4_WEIGHTS = {"native/w4a16_mm": w4a16.launch_mm, "native/w4a16_mm_gemv": w4a16.launch_gemv}
+INT4_GROUP = 128
 #: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
 INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm", "native/w8a16_mm_gemv"})
 #: m values tuned per kernel (each one names its token bucket).
@@ -46,6 +53,8 @@ TOKENS = {
     "native/w8a16_mm": (128,),
     "native/mm_gemv": (1,),
     "native/w8a16_mm_gemv": (1,),
+    "native/w4a16_mm": (1, 16, 128, 4096),
+    "native/w4a16_mm_gemv": (1,),
 }
 CANDIDATES = {
     "native/mm": [
@@ -63,6 +72,17 @@ CANDIDATES = {
     ],
 }
 CANDIDATES["native/w8a16_mm"] = CANDIDATES["native/mm"]
+# int4: a quarter of bf16's bytes; decode tiles split K further (SPLIT_K is a runtime argument: no recompile),
+# prefill tiles are native/mm's (BLOCK_K is capped at the group size by the launch)
+CANDIDATES["native/w4a16_mm"] = [
+    {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+    for bn, bk, split, w, s in itertools.product((32, 64, 128), (64, 128), (1, 4, 8, 16, 32), (4, 8), (3, 4))
+] + [{**{name: v for name, v in knobs.items() if name != "GROUP_M"}, "SPLIT_K": 1} for knobs in CANDIDATES["native/mm"]]
+CANDIDATES["native/w4a16_mm_gemv"] = [
+    {"BLOCK_M": 1, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+    for bn, split, w, s in itertools.product((32, 64, 128, 256), (4, 8, 16, 32), (4, 8), (1, 2, 3))
+    if bn <= 64 * w  # the group's unpacked tile (128 x BLOCK_N fp32): <= 64 registers a thread
+]
 for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):
     CANDIDATES[_kernel] = [
         {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": row_bytes // _element_bytes, "num_warps": w, "num_stages": s}
@@ -74,9 +94,27 @@ for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 
 def _fits(kernel: str, knobs: dict, m: int, limit: int) -> bool:
     if tiles.refusal(knobs, "bf16", limit, None):
         return False
-    if kernel == "native/mm":  # a tile far taller than m wastes the tensor cores on clamped rows
+    if kernel in ("native/mm", "native/w4a16_mm"):  # a tile far taller than m wastes the tensor cores
         return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
     return True
+
+
+def _runner(kernel, module, x, w, scale, out):
+    """(run(knobs): one launch of `kernel` into out, the reference's output) over x and the bf16 weight w [N, K]
+    (int8 with its scale for gemm.w8a16_mm's kernels; requantized to GPTQ int4 for gemm.w4a16_mm's)."""
+    if kernel not in INT4_WEIGHTS:
+        expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
+        return (lambda knobs: module.launch(x, w, None, out, knobs, scale=scale)), expected
+    n, k = w.shape
+    groups = w.float().t().reshape(k // INT4_GROUP, INT4_GROUP, n)  # symmetric GPTQ: zero 8, stored 7
+    scales = (groups.abs().amax(1).clamp_min(1e-8) / 7.5).half()
+    q = (groups / scales.float()[:, None]).round().clamp(-8, 7).to(torch.int64).reshape(k, n) + 8
+    qweight = sum(q[i::8] << (4 * i) for i in range(8))
+    qweight = torch.where(qweight >= 2**31, qweight - 2**32, qweight).to(torch.int32)
+    qzeros = torch.full((k // INT4_GROUP, n // 8), 0x77777777, dtype=torch.int32, device=w.device)
+    args = (x, qweight, scales, qzeros, INT4_GROUP, "gptq")
+    launch = INT4_WEIGHTS[kernel]
+    return (lambda knobs: launch(*args, None, out, knobs)), reference_w4a16_mm(*args)
 
 
 def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
@@ -103,14 +141,13 @@ def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
                     scale = w.float().abs().amax(dim=1).clamp_min(1e-8) / 127
                     w = (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+                run, expected = _runner(kernel, module, x, w, scale, out)
                 default = tiles.heuristic(kernel, m, n, k, sm, programs)
                 candidates = [default] + [c for c in CANDIDATES[kernel] if c != default and _fits(kernel, c, m, limit)]
                 timings = []
                 for knobs in candidates:
                     try:
-                        us = event_timer(
-                            lambda: module.launch(x, w, None, out, knobs, scale=scale), flush=flush, iterations=10
-                        ).median_us
+                        us = event_timer(lambda: run(knobs), flush=flush, iterations=10).median_us
                     except Exception as error:  # a tile Triton cannot compile here: not a candidate
                         log.append(
                             {"kernel": kernel, "knobs": knobs, "error": f"{type(error).__name__}: {error}"[:200]}
@@ -118,8 +155,7 @@ def tune(budget_s: float, kernels=tuple(KERNELS)) -> tuple[list, list]:
                         continue
                     timings.append((us, knobs))
                 us, best = min(timings, key=lambda item: item[0])
-                module.launch(x, w, None, out, best, scale=scale)
-                expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
+                run(best)
                 error = (out.float() - expected.float()).abs().max().item()
                 default_us = next(t for t, knobs in timings if knobs is default)
                 entries.append(tiles.store_entry(kernel, "bf16", m, n, k, best, us))

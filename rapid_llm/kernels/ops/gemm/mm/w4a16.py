@@ -1,0 +1,267 @@
+"""gemm.w4a16_mm's native kernels: int4 weights read as GPTQ (v1) or AWQ checkpoints store them (the contract
+in ops/gemm/__init__.py states both packings), unpacked in registers; no repack.
+
+native/w4a16_mm_gemv (M == 1, CUDA cores, every dtype under the CPU interpreter): program (j, s) owns the
+BLOCK_N columns from j * BLOCK_N and the s-th of SPLIT_K runs of whole groups along K. Per group it loads the
+group's packed words once ([g/8, BLOCK_N] words for GPTQ, [g, BLOCK_N/8] for AWQ: rows of coalesced int32
+loads), unpacks the nibbles q with shifts, and forms t[n] = sum_k x[k] * q[k, n] and sx = sum_k x[k] in fp32
+(exact products: x times an integer of 4 bits), then adds scale[n] * (t[n] - zero[n] * sx) to the column's
+fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N] buffer that mm/splitk.py's merge kernel adds in a fixed
+order with the bias, rounding once (deterministic; SPLIT_K = 1 writes out directly).
+
+native/w4a16_mm (every M, tl.dot): program (j, i, s) owns rows i * BLOCK_M.., columns j * BLOCK_N.. and the
+s-th slice of K steps. Each step of BLOCK_K (a divisor of the group size: one group per step) unpacks its
+weight tile to the integers q - zero (-16..15, exact in fp16/bf16), multiplies it with tl.dot in fp32, and adds
+the product times the group's scales to the fp32 accumulator (the scale on the fp32 product: no rounding of a
+dequantized weight). SPLIT_K > 1 (decode token counts) writes fp32 slices merged as above.
+
+Knobs come from ops/gemm/tiles.py (kernel names ROW and GEMV_ROW); M is not specialised.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...fast_launch import cached, cdiv
+from . import prepare
+from .splitk import merge
+
+ROW = "native/w4a16_mm"
+GEMV_ROW = "native/w4a16_mm_gemv"
+
+
+def gemv(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
+    """Unchecked kernel entry of native/w4a16_mm_gemv (the check ran: x:rows; the row's shape: M == 1)."""
+    n = scales.shape[1]
+    out, rows, out_rows, knobs = prepare(GEMV_ROW, x, n)
+    if rows is not None:
+        launch_gemv(rows, qweight, scales, qzeros, group_size, packing, bias, out_rows, knobs)
+    return out
+
+
+def mm(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
+    """Unchecked kernel entry of native/w4a16_mm (the check ran: x:rows)."""
+    n = scales.shape[1]
+    out, rows, out_rows, knobs = prepare(ROW, x, n)
+    if rows is not None:
+        launch_mm(rows, qweight, scales, qzeros, group_size, packing, bias, out_rows, knobs)
+    return out
+
+
+def _slices(total_steps: int, split: int) -> tuple[int, int]:
+    """(slices, steps per slice): at most `split` slices of equal length but the last, none empty."""
+    split = max(1, min(split, total_steps))
+    per = cdiv(total_steps, split)
+    return cdiv(total_steps, per), per
+
+
+def _finish(partial, bias, out, split: int) -> None:
+    """Add the fp32 slices [split, M, N] in order (plus the bias) into out, rounding once (split 1: written)."""
+    if split > 1:
+        merge(partial, bias, out, split)
+
+
+def _common(qweight, scales, qzeros, bias):
+    """The pointer and stride arguments both kernels take after x."""
+    has_bias = bias is not None
+    return (
+        qweight,
+        scales,
+        qzeros,
+        bias if has_bias else scales,
+        *qweight.stride(),
+        *scales.stride(),
+        *qzeros.stride(),
+        bias.stride(0) if has_bias else 0,
+    )
+
+
+def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs: dict) -> None:
+    """Launch over x [1, K] and out [1, N] with explicit knobs (perf/tune_gemm.py times candidates)."""
+    k = x.shape[1]
+    n = out.shape[1]
+    knobs = {name: value for name, value in knobs.items() if name != "BLOCK_M"}
+    split, per = _slices(k // group_size, knobs.pop("SPLIT_K"))
+    partial = out if split == 1 else torch.empty((split, 1, n), dtype=torch.float32, device=x.device)
+    _gemv_kernel[(cdiv(n, knobs["BLOCK_N"]), split)](
+        x,
+        *_common(qweight, scales, qzeros, bias),
+        partial,
+        n,
+        k,
+        per,
+        AWQ=packing == "awq",
+        GROUP=group_size,
+        HAS_BIAS=bias is not None and split == 1,
+        **knobs,
+    )
+    _finish(partial, bias, out, split)
+
+
+def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs: dict) -> None:
+    """Launch over x [M, K] and out [M, N] with explicit knobs; BLOCK_K is capped at the group size."""
+    m, k = x.shape
+    n = out.shape[1]
+    knobs = dict(knobs)
+    knobs["BLOCK_K"] = min(knobs["BLOCK_K"], group_size)  # powers of two: a divisor of the group
+    split, per = _slices(k // knobs["BLOCK_K"], knobs.pop("SPLIT_K"))
+    partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+    grid = (cdiv(n, knobs["BLOCK_N"]), cdiv(m, knobs["BLOCK_M"]), split)
+    _mm_kernel[grid](
+        x,
+        *_common(qweight, scales, qzeros, bias),
+        partial,
+        m,
+        n,
+        k,
+        x.stride(0),
+        per,
+        AWQ=packing == "awq",
+        GROUP=group_size,
+        HAS_BIAS=bias is not None and split == 1,
+        **knobs,
+    )
+    _finish(partial, bias, out, split)
+
+
+@triton.jit
+def _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ: tl.constexpr):
+    """The zeros of `group` at the columns: GPTQ v1 stores zero - 1 at nibble n % 8; AWQ stores the zero at
+    nibble [0, 4, 1, 5, 2, 6, 3, 7][n % 8]. int32, 0..16."""
+    j = safe_columns % 8
+    words = tl.load(qz_ptr + group * stride_z0 + (safe_columns // 8) * stride_z1)
+    if AWQ:
+        return (words >> (4 * (j // 2 + 4 * (j % 2))).to(tl.int32)) & 15
+    else:
+        return ((words >> (4 * j).to(tl.int32)) & 15) + 1
+
+
+@triton.jit
+def _unpacked_tile(
+    qw_ptr,
+    first_k,
+    first_column,
+    safe_columns,
+    stride_q0,
+    stride_q1,
+    N,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    AWQ: tl.constexpr,
+):
+    """q [ROWS, BLOCK_N] int32 (0..15) of the weight rows first_k.. (a multiple of 8) at the BLOCK_N columns
+    from first_column (a multiple of 8), safe_columns their clamped indices (reads past N hit N's last word)."""
+    nibble = tl.arange(0, 8)
+    if AWQ:
+        words = (first_column // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.int64)
+        words = tl.minimum(words, N // 8 - 1)
+        ks = first_k + tl.arange(0, ROWS)
+        q = tl.load(qw_ptr + ks[:, None] * stride_q0 + words[None, :] * stride_q1)  # [ROWS, BLOCK_N / 8]
+        shifts = 4 * (nibble // 2 + 4 * (nibble % 2))  # column 8c + j is nibble [0, 4, 1, 5, 2, 6, 3, 7][j]
+        return tl.reshape((q[:, :, None] >> shifts[None, None, :]) & 15, (ROWS, BLOCK_N))
+    else:
+        packed = first_k // 8 + tl.arange(0, ROWS // 8)
+        q = tl.load(qw_ptr + packed[:, None] * stride_q0 + safe_columns[None, :] * stride_q1)  # [ROWS / 8, BLOCK_N]
+        return tl.reshape((q[:, None, :] >> (4 * nibble)[None, :, None]) & 15, (ROWS, BLOCK_N))
+
+
+@cached
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    qw_ptr,
+    s_ptr,
+    qz_ptr,
+    bias_ptr,
+    stride_q0,
+    stride_q1,
+    stride_s0,
+    stride_s1,
+    stride_z0,
+    stride_z1,
+    stride_bias,
+    out_ptr,
+    N,
+    K,
+    groups_per_split,
+    AWQ: tl.constexpr,
+    GROUP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    first_column = tl.program_id(0) * BLOCK_N
+    columns = first_column + tl.arange(0, BLOCK_N)
+    split = tl.program_id(1)
+    # clamped reads (never stored): a column past N reads its nibble position in N's last word
+    safe_columns = tl.where(columns < N, columns, (N - 8) + columns % 8).to(tl.int64)
+    first = split * groups_per_split
+    count = tl.minimum(groups_per_split, K // GROUP - first)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for index in range(0, count):
+        group = first + index
+        ks = group * GROUP + tl.arange(0, GROUP)
+        xs = tl.load(x_ptr + ks).to(tl.float32)
+        q = _unpacked_tile(
+            qw_ptr, group * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ
+        )
+        t = tl.sum(q.to(tl.float32) * xs[:, None], axis=0)  # exact products, fp32 sums
+        zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32)
+        scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
+        acc += scales * (t - zeros * tl.sum(xs, axis=0))
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)
+    tl.store(out_ptr + split.to(tl.int64) * N + columns, acc.to(out_ptr.dtype.element_ty), mask=columns < N)
+
+
+@cached
+@triton.jit(do_not_specialize=["M"])
+def _mm_kernel(
+    x_ptr,
+    qw_ptr,
+    s_ptr,
+    qz_ptr,
+    bias_ptr,
+    stride_q0,
+    stride_q1,
+    stride_s0,
+    stride_s1,
+    stride_z0,
+    stride_z1,
+    stride_bias,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    steps_per_split,
+    AWQ: tl.constexpr,
+    GROUP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    first_column = tl.program_id(0) * BLOCK_N
+    columns = first_column + tl.arange(0, BLOCK_N)
+    rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    split = tl.program_id(2)
+    safe_rows = tl.where(rows < M, rows, M - 1).to(tl.int64)
+    safe_columns = tl.where(columns < N, columns, (N - 8) + columns % 8).to(tl.int64)
+    first = split * steps_per_split
+    steps = tl.minimum(steps_per_split, K // BLOCK_K - first)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for index in range(0, steps):
+        start = (first + index) * BLOCK_K
+        group = start // GROUP
+        a = tl.load(x_ptr + safe_rows[:, None] * stride_xm + (start + tl.arange(0, BLOCK_K))[None, :])
+        q = _unpacked_tile(qw_ptr, start, first_column, safe_columns, stride_q0, stride_q1, N, BLOCK_K, BLOCK_N, AWQ)
+        zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ)
+        b = (q - zeros[None, :]).to(a.dtype)  # -16..15: exact
+        scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
+        acc += tl.dot(a, b) * scales[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)[None, :]
+    slice_out = out_ptr + split.to(tl.int64) * M * N + rows.to(tl.int64)[:, None] * N + columns[None, :]
+    tl.store(slice_out, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (columns[None, :] < N))
