@@ -4,10 +4,12 @@ in ops/gemm/__init__.py states both packings), unpacked in registers; no repack.
 native/w4a16_mm_gemv (M == 1, CUDA cores, every dtype under the CPU interpreter): program (j, s) owns the
 BLOCK_N columns from j * BLOCK_N and the s-th of SPLIT_K runs of whole groups along K. Per group it loads the
 group's packed words once ([g/8, BLOCK_N] words for GPTQ, [g, BLOCK_N/8] for AWQ: rows of coalesced int32
-loads), unpacks the nibbles q with shifts, and forms t[n] = sum_k x[k] * q[k, n] and sx = sum_k x[k] in fp32
-(exact products: x times an integer of 4 bits), then adds scale[n] * (t[n] - zero[n] * sx) to the column's
-fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N] buffer that mm/splitk.py's merge kernel adds in a fixed
-order with the bias, rounding once (deterministic; SPLIT_K = 1 writes out directly).
+loads), the next group's words before this one's are summed (one group always in flight), spreads the nibbles
+into a 3-d tile with shifts (the sums run over its axes: no reshape of the big tile) and forms
+t[n] = sum_k x[k] * q[k, n] and sx = sum_k x[k] in fp32 (exact products: x times an integer of 4 bits), then
+adds scale[n] * (t[n] - zero[n] * sx) to the column's fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N]
+buffer that mm/splitk.py's merge kernel adds in a fixed order with the bias, rounding once (deterministic;
+SPLIT_K = 1 writes out directly).
 
 native/w4a16_mm (every M, tl.dot): program (j, i, s) owns rows i * BLOCK_M.., columns j * BLOCK_N.. and the
 s-th slice of K steps. Each step of BLOCK_K (a divisor of the group size: one group per step) unpacks its
@@ -127,19 +129,18 @@ def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs:
 
 
 @triton.jit
-def _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ: tl.constexpr):
-    """The zeros of `group` at the columns: GPTQ v1 stores zero - 1 at nibble n % 8; AWQ stores the zero at
-    nibble [0, 4, 1, 5, 2, 6, 3, 7][n % 8]. int32, 0..16."""
-    j = safe_columns % 8
-    words = tl.load(qz_ptr + group * stride_z0 + (safe_columns // 8) * stride_z1)
+def _nibble_shifts(AWQ: tl.constexpr):
+    """[8] int32: the shift of entry j of a word's 8 values (GPTQ: 4j; AWQ: column 8c + j is nibble
+    [0, 4, 1, 5, 2, 6, 3, 7][j], the inverse of AutoAWQ's packing order [0, 2, 4, 6, 1, 3, 5, 7])."""
+    j = tl.arange(0, 8)
     if AWQ:
-        return (words >> (4 * (j // 2 + 4 * (j % 2))).to(tl.int32)) & 15
+        return 4 * (j // 2 + 4 * (j % 2))
     else:
-        return ((words >> (4 * j).to(tl.int32)) & 15) + 1
+        return 4 * j
 
 
 @triton.jit
-def _unpacked_tile(
+def _packed_tile(
     qw_ptr,
     first_k,
     first_column,
@@ -151,20 +152,38 @@ def _unpacked_tile(
     BLOCK_N: tl.constexpr,
     AWQ: tl.constexpr,
 ):
-    """q [ROWS, BLOCK_N] int32 (0..15) of the weight rows first_k.. (a multiple of 8) at the BLOCK_N columns
-    from first_column (a multiple of 8), safe_columns their clamped indices (reads past N hit N's last word)."""
-    nibble = tl.arange(0, 8)
+    """The int32 words holding weight rows first_k.. first_k + ROWS - 1 (first_k a multiple of 8) at the BLOCK_N
+    columns from first_column (a multiple of 8; safe_columns their clamped indices, so reads past N hit N's last
+    word): GPTQ [ROWS / 8, BLOCK_N] (row r holds k = first_k + 8r + i), AWQ [ROWS, BLOCK_N / 8]."""
     if AWQ:
-        words = (first_column // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.int64)
-        words = tl.minimum(words, N // 8 - 1)
+        words = tl.minimum((first_column // 8 + tl.arange(0, BLOCK_N // 8)).to(tl.int64), N // 8 - 1)
         ks = first_k + tl.arange(0, ROWS)
-        q = tl.load(qw_ptr + ks[:, None] * stride_q0 + words[None, :] * stride_q1)  # [ROWS, BLOCK_N / 8]
-        shifts = 4 * (nibble // 2 + 4 * (nibble % 2))  # column 8c + j is nibble [0, 4, 1, 5, 2, 6, 3, 7][j]
-        return tl.reshape((q[:, :, None] >> shifts[None, None, :]) & 15, (ROWS, BLOCK_N))
+        return tl.load(qw_ptr + ks[:, None] * stride_q0 + words[None, :] * stride_q1)
     else:
         packed = first_k // 8 + tl.arange(0, ROWS // 8)
-        q = tl.load(qw_ptr + packed[:, None] * stride_q0 + safe_columns[None, :] * stride_q1)  # [ROWS / 8, BLOCK_N]
-        return tl.reshape((q[:, None, :] >> (4 * nibble)[None, :, None]) & 15, (ROWS, BLOCK_N))
+        return tl.load(qw_ptr + packed[:, None] * stride_q0 + safe_columns[None, :] * stride_q1)
+
+
+@triton.jit
+def _spread(q, AWQ: tl.constexpr):
+    """_packed_tile's words as 3-d values 0..15: GPTQ [ROWS / 8, 8, BLOCK_N] (k = 8r + i), AWQ
+    [ROWS, BLOCK_N / 8, 8] (column 8c + j)."""
+    shifts = _nibble_shifts(AWQ)
+    if AWQ:
+        return (q[:, :, None] >> shifts[None, None, :]) & 15
+    else:
+        return (q[:, None, :] >> shifts[None, :, None]) & 15
+
+
+@triton.jit
+def _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ: tl.constexpr):
+    """The zeros of `group` at the columns, int32 1..16 (GPTQ v1 stores zero - 1) or 0..15 (AWQ)."""
+    j = (safe_columns % 8).to(tl.int32)
+    words = tl.load(qz_ptr + group * stride_z0 + (safe_columns // 8) * stride_z1)
+    if AWQ:
+        return (words >> (4 * (j // 2 + 4 * (j % 2)))) & 15
+    else:
+        return ((words >> (4 * j)) & 15) + 1
 
 
 @cached
@@ -197,19 +216,29 @@ def _gemv_kernel(
     # clamped reads (never stored): a column past N reads its nibble position in N's last word
     safe_columns = tl.where(columns < N, columns, (N - 8) + columns % 8).to(tl.int64)
     first = split * groups_per_split
-    count = tl.minimum(groups_per_split, K // GROUP - first)
+    last = tl.minimum(first + groups_per_split, K // GROUP) - 1
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for index in range(0, count):
-        group = first + index
-        ks = group * GROUP + tl.arange(0, GROUP)
-        xs = tl.load(x_ptr + ks).to(tl.float32)
-        q = _unpacked_tile(
-            qw_ptr, group * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ
+    # one group ahead: the next group's words are in flight while this one's are summed
+    q = _packed_tile(qw_ptr, first * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ)
+    for group in range(first, last + 1):
+        following = tl.minimum(group + 1, last)
+        q_next = _packed_tile(
+            qw_ptr, following * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ
         )
-        t = tl.sum(q.to(tl.float32) * xs[:, None], axis=0)  # exact products, fp32 sums
+        values = _spread(q, AWQ).to(tl.float32)
+        if AWQ:  # values [GROUP, BLOCK_N / 8, 8]
+            xs = tl.load(x_ptr + group * GROUP + tl.arange(0, GROUP)).to(tl.float32)
+            t = tl.reshape(tl.sum(values * xs[:, None, None], axis=0), (BLOCK_N,))
+            x_sum = tl.sum(xs, axis=0)
+        else:  # values [GROUP / 8, 8, BLOCK_N]; xs [GROUP / 8, 8] in the same k order
+            ks = group * GROUP + 8 * tl.arange(0, GROUP // 8)[:, None] + tl.arange(0, 8)[None, :]
+            xs = tl.load(x_ptr + ks).to(tl.float32)
+            t = tl.sum(tl.sum(values * xs[:, :, None], axis=1), axis=0)
+            x_sum = tl.sum(tl.sum(xs, axis=1), axis=0)
         zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32)
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
-        acc += scales * (t - zeros * tl.sum(xs, axis=0))
+        acc += scales * (t - zeros * x_sum)  # t: exact products x * q, fp32 sums
+        q = q_next
     if HAS_BIAS:
         acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)
     tl.store(out_ptr + split.to(tl.int64) * N + columns, acc.to(out_ptr.dtype.element_ty), mask=columns < N)
@@ -256,7 +285,8 @@ def _mm_kernel(
         start = (first + index) * BLOCK_K
         group = start // GROUP
         a = tl.load(x_ptr + safe_rows[:, None] * stride_xm + (start + tl.arange(0, BLOCK_K))[None, :])
-        q = _unpacked_tile(qw_ptr, start, first_column, safe_columns, stride_q0, stride_q1, N, BLOCK_K, BLOCK_N, AWQ)
+        words = _packed_tile(qw_ptr, start, first_column, safe_columns, stride_q0, stride_q1, N, BLOCK_K, BLOCK_N, AWQ)
+        q = tl.reshape(_spread(words, AWQ), (BLOCK_K, BLOCK_N))
         zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ)
         b = (q - zeros[None, :]).to(a.dtype)  # -16..15: exact
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
