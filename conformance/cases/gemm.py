@@ -806,9 +806,7 @@ TOLERANCES = {
     # the stored scales, so quantization is no error; q - zero is an integer in -16..15 and its product with
     # an fp16/bf16 x is exact in fp32 (and the reference's fp32 W = (q - zero) * scale is exact: 5 bits times
     # an fp16/bf16 scale, 11 bits; fp32 scales round once, 2**-24). The rows sum exact products per group in
-    # fp32 and scale the group's sum (native/w4a16_mm_gemv forms scale * (sum x q - zero * sum x): the two
-    # sums are ~15x the group's output, so its order error is ~15 * 2**-24 * sqrt(g) of a group's O(1/sqrt(K))
-    # share; ~1e-5 at K = 14336, within 2**-14).
+    # fp32 and scale the group's sum: the same sums as gemm.mm's, so the same order error.
     # What it still catches: a nibble read from the wrong position (AWQ's order taken as GPTQ's: columns
     # permuted within each 8, O(1)), a v1 zero without its +1 (every weight off by one step: O(1)), a scale
     # or zero of the wrong group or column, junk words (3) or scales (3.0) from a wider buffer, a dropped group.

@@ -5,11 +5,11 @@ native/w4a16_mm_gemv (M == 1, CUDA cores, every dtype under the CPU interpreter)
 BLOCK_N columns from j * BLOCK_N and the s-th of SPLIT_K runs of whole groups along K. Per group it loads the
 group's packed words once ([g/8, BLOCK_N] words for GPTQ, [g, BLOCK_N/8] for AWQ: rows of coalesced int32
 loads), the next group's words before this one's are summed (one group always in flight), spreads the nibbles
-into a 3-d tile with shifts (the sums run over its axes: no reshape of the big tile) and forms
-t[n] = sum_k x[k] * q[k, n] and sx = sum_k x[k] in fp32 (exact products: x times an integer of 4 bits), then
-adds scale[n] * (t[n] - zero[n] * sx) to the column's fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N]
-buffer that mm/splitk.py's merge kernel adds in a fixed order with the bias, rounding once (deterministic;
-SPLIT_K = 1 writes out directly).
+into a 3-d tile with shifts (the sums run over its axes: no reshape of the big tile), forms q - zero in fp32
+without a conversion instruction (the nibble ORed into the bits of 2**23, minus 2**23 + zero: exact) and
+t[n] = sum_k x[k] * (q[k, n] - zero[n]) in fp32 (exact products), then adds scale[n] * t[n] to the column's
+fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N] buffer that mm/splitk.py's merge kernel adds in a fixed
+order with the bias, rounding once (deterministic; SPLIT_K = 1 writes out directly).
 
 native/w4a16_mm (every M, tl.dot): program (j, i, s) owns rows i * BLOCK_M.., columns j * BLOCK_N.. and the
 s-th slice of K steps. Each step of BLOCK_K (a divisor of the group size: one group per step) unpacks its
@@ -31,6 +31,9 @@ from . import prepare
 from .splitk import merge
 
 ROW = "native/w4a16_mm"
+#: 2**23 and its fp32 bits: a nibble q ORed into the bits is the float 2**23 + q (no int -> float conversion).
+_MAGIC = tl.constexpr(8388608.0)
+_MAGIC_BITS = tl.constexpr(0x4B000000)
 GEMV_ROW = "native/w4a16_mm_gemv"
 
 
@@ -225,19 +228,21 @@ def _gemv_kernel(
         q_next = _packed_tile(
             qw_ptr, following * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ
         )
-        values = _spread(q, AWQ).to(tl.float32)
+        # q - zero as fp32 without an int -> float conversion (quarter rate on the CUDA cores): the nibble
+        # ORed into the mantissa of 2**23 is the float 2**23 + q, and 2**23 + zero is exact too
+        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
+        values = (_spread(q, AWQ) | _MAGIC_BITS).to(tl.float32, bitcast=True)
         if AWQ:  # values [GROUP, BLOCK_N / 8, 8]
+            weights = values - tl.reshape(offsets, (BLOCK_N // 8, 8))[None, :, :]
             xs = tl.load(x_ptr + group * GROUP + tl.arange(0, GROUP)).to(tl.float32)
-            t = tl.reshape(tl.sum(values * xs[:, None, None], axis=0), (BLOCK_N,))
-            x_sum = tl.sum(xs, axis=0)
+            t = tl.reshape(tl.sum(weights * xs[:, None, None], axis=0), (BLOCK_N,))
         else:  # values [GROUP / 8, 8, BLOCK_N]; xs [GROUP / 8, 8] in the same k order
+            weights = values - offsets[None, None, :]
             ks = group * GROUP + 8 * tl.arange(0, GROUP // 8)[:, None] + tl.arange(0, 8)[None, :]
             xs = tl.load(x_ptr + ks).to(tl.float32)
-            t = tl.sum(tl.sum(values * xs[:, :, None], axis=1), axis=0)
-            x_sum = tl.sum(tl.sum(xs, axis=1), axis=0)
-        zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32)
+            t = tl.sum(tl.sum(weights * xs[:, :, None], axis=1), axis=0)
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
-        acc += scales * (t - zeros * x_sum)  # t: exact products x * q, fp32 sums
+        acc += scales * t  # t: exact products x * (q - zero), fp32 sums
         q = q_next
     if HAS_BIAS:
         acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)
@@ -286,9 +291,9 @@ def _mm_kernel(
         group = start // GROUP
         a = tl.load(x_ptr + safe_rows[:, None] * stride_xm + (start + tl.arange(0, BLOCK_K))[None, :])
         words = _packed_tile(qw_ptr, start, first_column, safe_columns, stride_q0, stride_q1, N, BLOCK_K, BLOCK_N, AWQ)
-        q = tl.reshape(_spread(words, AWQ), (BLOCK_K, BLOCK_N))
-        zeros = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ)
-        b = (q - zeros[None, :]).to(a.dtype)  # -16..15: exact
+        values = tl.reshape(_spread(words, AWQ) | _MAGIC_BITS, (BLOCK_K, BLOCK_N)).to(tl.float32, bitcast=True)
+        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
+        b = (values - offsets[None, :]).to(a.dtype)  # q - zero, -16..15: exact (as _gemv_kernel forms it)
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
         acc += tl.dot(a, b) * scales[None, :]
     if HAS_BIAS:
