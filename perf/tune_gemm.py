@@ -80,7 +80,7 @@ CANDIDATES["native/w4a16_mm"] = [
 ] + [{**{name: v for name, v in knobs.items() if name != "GROUP_M"}, "SPLIT_K": 1} for knobs in CANDIDATES["native/mm"]]
 CANDIDATES["native/w4a16_mm_gemv"] = [
     {"BLOCK_M": 1, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": w, "num_stages": s}
-    for bn, split, w, s in itertools.product((32, 64, 128, 256), (4, 8, 16, 32), (4, 8), (1, 2, 3))
+    for bn, split, w, s in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8, 16, 32), (4, 8), (1, 2, 3))
     if bn <= 64 * w  # the group's unpacked tile (128 x BLOCK_N fp32): <= 64 registers a thread
 ]
 for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):

@@ -34,6 +34,9 @@ ROW = "native/w4a16_mm"
 #: 2**23 and its fp32 bits: a nibble q ORed into the bits is the float 2**23 + q (no int -> float conversion).
 _MAGIC = tl.constexpr(8388608.0)
 _MAGIC_BITS = tl.constexpr(0x4B000000)
+#: AWQ's rows of words are BLOCK_N / 8 words: below 64 columns a row reads less than one 32-byte sector (the
+#: tuning store's entries are keyed without the packing, and tuned on GPTQ, whose rows are BLOCK_N words).
+AWQ_MIN_BLOCK_N = 64
 GEMV_ROW = "native/w4a16_mm_gemv"
 
 
@@ -84,10 +87,13 @@ def _common(qweight, scales, qzeros, bias):
 
 
 def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs: dict) -> None:
-    """Launch over x [1, K] and out [1, N] with explicit knobs (perf/tune_gemm.py times candidates)."""
+    """Launch over x [1, K] and out [1, N] with explicit knobs (perf/tune_gemm.py times candidates); BLOCK_N is
+    raised to AWQ_MIN_BLOCK_N for AWQ."""
     k = x.shape[1]
     n = out.shape[1]
     knobs = {name: value for name, value in knobs.items() if name != "BLOCK_M"}
+    if packing == "awq":
+        knobs["BLOCK_N"] = max(knobs["BLOCK_N"], AWQ_MIN_BLOCK_N)
     split, per = _slices(k // group_size, knobs.pop("SPLIT_K"))
     partial = out if split == 1 else torch.empty((split, 1, n), dtype=torch.float32, device=x.device)
     _gemv_kernel[(cdiv(n, knobs["BLOCK_N"]), split)](
@@ -106,11 +112,14 @@ def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knob
 
 
 def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs: dict) -> None:
-    """Launch over x [M, K] and out [M, N] with explicit knobs; BLOCK_K is capped at the group size."""
+    """Launch over x [M, K] and out [M, N] with explicit knobs; BLOCK_K is capped at the group size (and
+    BLOCK_N raised to AWQ_MIN_BLOCK_N for AWQ)."""
     m, k = x.shape
     n = out.shape[1]
     knobs = dict(knobs)
     knobs["BLOCK_K"] = min(knobs["BLOCK_K"], group_size)  # powers of two: a divisor of the group
+    if packing == "awq":
+        knobs["BLOCK_N"] = max(knobs["BLOCK_N"], AWQ_MIN_BLOCK_N)
     split, per = _slices(k // knobs["BLOCK_K"], knobs.pop("SPLIT_K"))
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (cdiv(n, knobs["BLOCK_N"]), cdiv(m, knobs["BLOCK_M"]), split)
