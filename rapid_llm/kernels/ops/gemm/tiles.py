@@ -151,7 +151,9 @@ def _w4a16(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     bytes per weight element: more programs in flight to keep the loads coming)."""
     if m > 16:  # no GROUP_M: its grid is (N tiles, M tiles), not persistent
         knobs = {name: value for name, value in _tiled(m, n, k, hopper).items() if name != "GROUP_M"}
-        return {**knobs, "SPLIT_K": 1}
+        # at most 128 columns: each K step's product is a second fp32 tile beside the accumulator (the group
+        # scale multiplies it before it is added), 2 x 128 x 256 / 256 threads would spill
+        return {**knobs, "BLOCK_N": min(knobs["BLOCK_N"], 128), "SPLIT_K": 1}
     return _split_k(m, n, k, hopper, 2 * programs)
 
 
