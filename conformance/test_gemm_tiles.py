@@ -34,6 +34,9 @@ LAUNCH_CONSTEXPRS = {
 
 def _launched(kernel: str):
     """(the Triton kernel the row launches, its launch-set constexprs); skips in a cell without Triton."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
     pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
     import importlib
 
@@ -365,10 +368,10 @@ def test_w4a16_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
     """Catches a gemm.w4a16_mm table entry naming a knob its kernel does not take (native/mm's GROUP_M: a launch
     error on the GPU only) or missing one, a tile Triton cannot build (powers of two; tl.dot: >= 16), or a
     split below 1."""
-    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
     from rapid_llm.kernels.dispatcher import probe_environment
 
     probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
     from rapid_llm.kernels.ops.gemm.mm import w4a16
 
     name, set_by_launch, consumed, tokens = W4A16_KERNELS[kernel]
@@ -385,12 +388,45 @@ def test_w4a16_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
 def test_w4a16_tuning_candidates_have_the_heuristics_knobs(kernel):
     """Catches perf/tune_gemm.py timing (and storing) a candidate with knobs the kernel does not take or lacks:
     a store entry that fails at its first launch on the GPU."""
-    pytest.importorskip("triton", reason="perf/tune_gemm imports the Triton kernels")
     from rapid_llm.kernels.dispatcher import probe_environment
 
     probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    pytest.importorskip("triton", reason="perf/tune_gemm imports the Triton kernels")
     from perf.tune_gemm import CANDIDATES
 
     expected = set(tiles.heuristic(kernel, 1, SHAPE["n"], SHAPE["k"], 90, 132))
     for knobs in CANDIDATES[kernel]:
         assert set(knobs) == expected, knobs
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+@pytest.mark.parametrize("packing", ["gptq", "awq"])
+def test_w4a16_tuning_candidates_compute_the_product(kernel, packing):
+    """Catches a tile perf/tune_gemm.py may store that computes a wrong product under some packing (16 columns
+    of AWQ words, a BLOCK_K above the group, a split longer than the groups, SPLIT_K 1's direct write): every
+    fifth candidate launched on an fp16 GPTQ / AWQ layer of group 64 (Triton's interpreter), against the torch
+    reference. N = 72 and K = 320 are multiples of no tile."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    if not probe_environment().device.triton_interpreter:
+        pytest.skip(
+            "runs the kernels under Triton's CPU interpreter (RAPID_LLM_TRITON_INTERPRET=1; on the GPU, "
+            "perf/tune_gemm.py checks the tile it stores)"
+        )
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    from conformance.cases.gemm import _int4_weights
+    from perf.tune_gemm import CANDIDATES
+    from rapid_llm.kernels.ops.gemm.mm import w4a16
+    from rapid_llm.kernels.ops.gemm.reference import w4a16_mm
+
+    generator = torch.Generator().manual_seed(0)
+    qweight, scales, qzeros = _int4_weights(72, 320, 64, packing, generator, torch.float16)
+    m = 1 if kernel == "native/w4a16_mm_gemv" else 5
+    x = torch.randn((m, 320), generator=generator).half()
+    expected = w4a16_mm(x, qweight, scales, qzeros, 64, packing).float()
+    launch = w4a16.launch_gemv if kernel == "native/w4a16_mm_gemv" else w4a16.launch_mm
+    for knobs in CANDIDATES[kernel][::5]:
+        out = torch.full((m, 72), float("nan"), dtype=torch.float16)
+        launch(x, qweight, scales, qzeros, 64, packing, None, out, knobs)
+        difference = (out.float() - expected).abs().max().item()
+        assert difference <= 2**-10 * (1 + expected.abs().max().item()), (knobs, difference)
