@@ -916,3 +916,191 @@ def test_planned_native_w8a16_mm_splitk_refuses_more_than_16_tokens(env):
     with pytest.raises(OpInputError) as info:
         planned(torch.randn(17, 16, device=device).half(), _int8((8, 16), device), torch.ones(8, device=device))
     _expect(info, "num_tokens", ["<=16", "17"])
+
+
+def _w4a16_plan(row, env=None):
+    """The PlannedOp forcing `row` for gemm.w4a16_mm in fp16 at 1 token (every row serves it)."""
+    return planner_forcing("gemm.w4a16_mm", row, env).plan(
+        "gemm.w4a16_mm", dtype="fp16", shape={"num_tokens": 1}, layout=TABLE.contracts["gemm.w4a16_mm"].tags
+    )
+
+
+def _w4a16_rows():
+    """A PlannedOp of every gemm.w4a16_mm row that runs here, and the public op."""
+    rows = []
+    for row in TABLE.rows("gemm.w4a16_mm"):
+        try:
+            rows.append(pytest.param(row.name, _w4a16_plan(row.name), id=row.name))
+        except NoEligibleKernel:
+            continue
+    return rows + [pytest.param("public", kernels.w4a16_mm, id="public")]
+
+
+def _int32(shape, device):
+    return torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, device=device)
+
+
+@pytest.mark.parametrize("name, fn", _w4a16_rows())
+class TestW4a16MmBadInput:
+    """A GPTQ layer of K = 128, N = 16, group 64: qweight [16, 16], scales [2, 16], qzeros [2, 2]."""
+
+    def _args(self, env, packing="gptq"):
+        device = _device(env)
+        qweight = _int32((16, 16) if packing == "gptq" else (128, 2), device)
+        return [
+            torch.randn(1, 128, device=device).half(),
+            qweight,
+            torch.rand(2, 16, device=device).half() / 100,
+            _int32((2, 2), device),
+            64,
+            packing,
+            torch.randn(16, device=device).half(),
+        ]
+
+    def _rejects(self, fn, args, argument, words):
+        with pytest.raises(OpInputError) as info:
+            fn(*args)
+        _expect(info, argument, words)
+        assert info.value.op == "gemm.w4a16_mm", info.value
+
+    def _with(self, env, index, value, packing="gptq"):
+        args = self._args(env, packing)
+        args[index] = value
+        return args
+
+    def test_fp32_x_is_rejected(self, name, fn, env):
+        """Catches fp32 activations read with fp16 loads."""
+        args = self._args(env)
+        args[0], args[6] = args[0].float(), args[6].float()
+        self._rejects(fn, args, "x", ["float16 or bfloat16", "torch.float32"])
+
+    @pytest.mark.parametrize("packing", ["GPTQ", "marlin", "gptq_v2", None])
+    def test_unknown_packing_is_rejected(self, name, fn, env, packing):
+        """Catches a packing this op does not read (Marlin's tiles, GPTQ v2 zeros) taken for GPTQ v1 or AWQ."""
+        self._rejects(fn, self._with(env, 5, packing), "packing", ['"gptq" or "awq"', repr(packing)])
+
+    @pytest.mark.parametrize("group", [32, 100, 256, -1, 64.0, True])
+    def test_unsupported_group_size_is_rejected(self, name, fn, env, group):
+        """Catches a group size the kernels do not serve (32, channel-wise -1) or a float / bool group."""
+        self._rejects(fn, self._with(env, 4, group), "group_size", ["64 or 128", repr(group)])
+
+    def test_k_not_a_multiple_of_the_group_is_rejected(self, name, fn, env):
+        """Catches K = 96 with group 64: the last group half read past the weight."""
+        device = _device(env)
+        args = self._args(env)
+        args[0] = torch.randn(1, 96, device=device).half()
+        self._rejects(fn, args, "x", ["multiple of group_size 64", "[1, 96]"])
+
+    def test_k_not_a_multiple_of_8_is_rejected(self, name, fn, env):
+        """Catches K = 100: GPTQ's words along K would hold half a word of another row."""
+        args = self._args(env)
+        args[0] = torch.randn(1, 100, device=_device(env)).half()
+        self._rejects(fn, args, "x", ["multiple of group_size", "[1, 100]"])
+
+    def test_zero_k_is_rejected(self, name, fn, env):
+        """Catches K = 0 passing silently (an output of zeros or of the bias alone)."""
+        args = self._args(env)
+        args[0] = torch.randn(1, 0, device=_device(env)).half()
+        self._rejects(fn, args, "x", ["K >= 1", "[1, 0]"])
+
+    @pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.int8, torch.float16])
+    def test_qweight_not_int32_is_rejected(self, name, fn, env, dtype):
+        """Catches int64 words (two words read as one), unpacked uint8 / int8 weights, an unquantized weight."""
+        args = self._args(env)
+        args[1] = args[1].to(dtype)
+        self._rejects(fn, args, "qweight", ["torch.int32", str(dtype)])
+
+    def test_awq_qweight_with_gptq_packing_is_rejected(self, name, fn, env):
+        """Catches an AWQ qweight [K, N/8] passed with packing="gptq" (the packing decides the layout)."""
+        self._rejects(fn, self._with(env, 1, _int32((128, 2), _device(env))), "qweight", ["[K/8 = 16, N]", "[128, 2]"])
+
+    def test_gptq_qweight_with_awq_packing_is_rejected(self, name, fn, env):
+        """Catches a GPTQ qweight [K/8, N] passed with packing="awq"."""
+        args = self._with(env, 1, _int32((16, 16), _device(env)), "awq")
+        self._rejects(fn, args, "qweight", ["[K = 128, N/8]", "[16, 16]"])
+
+    def test_one_dimensional_qweight_is_rejected(self, name, fn, env):
+        self._rejects(fn, self._with(env, 1, _int32((16,), _device(env))), "qweight", ["2-d", "[16]"])
+
+    def test_n_not_a_multiple_of_8_is_rejected(self, name, fn, env):
+        """Catches N = 12 in GPTQ: qzeros pack 8 columns a word, so the last word would cover 4 absent ones."""
+        device = _device(env)
+        args = self._args(env)
+        args[1], args[2], args[6] = _int32((16, 12), device), args[2][:, :12], None
+        self._rejects(fn, args, "qweight", ["N % 8 == 0", "N = 12"])
+
+    @pytest.mark.parametrize("shape", [(3, 2), (1, 2), (2, 3), (2, 16), (2,)])
+    def test_qzeros_of_wrong_shape_are_rejected(self, name, fn, env, shape):
+        """Catches zeros with a group too many or too few, a word too many, unpacked zeros [K/g, N], 1-d zeros."""
+        self._rejects(fn, self._with(env, 3, _int32(shape, _device(env))), "qzeros", ["[2, 2]", str(list(shape))])
+
+    def test_qzeros_not_int32_are_rejected(self, name, fn, env):
+        """Catches float zeros (AutoGPTQ's unpacked zeros) read as packed words."""
+        self._rejects(fn, self._with(env, 3, torch.ones(2, 2, device=_device(env))), "qzeros", ["torch.int32"])
+
+    @pytest.mark.parametrize("shape", [(3, 16), (1, 16), (2, 15), (2, 17), (16,)])
+    def test_scales_of_wrong_shape_are_rejected(self, name, fn, env, shape):
+        """Catches scales off by one group or column, and per-channel scales [N] taken for per-group ones."""
+        args = self._with(env, 2, torch.ones(shape, device=_device(env)).half())
+        self._rejects(fn, args, "scales", ["[2, 16]", str(list(shape))])
+
+    @pytest.mark.parametrize("dtype", [torch.float64, torch.int32])
+    def test_scales_of_another_dtype_are_rejected(self, name, fn, env, dtype):
+        """Catches float64 scales read as pairs of fp32, and integer scales."""
+        args = self._args(env)
+        args[2] = args[2].to(dtype)
+        self._rejects(fn, args, "scales", ["float16, bfloat16 or float32", str(dtype)])
+
+    def test_bias_of_wrong_length_is_rejected(self, name, fn, env):
+        """Catches a bias of N + 1 elements (another layer's) added without error."""
+        self._rejects(fn, self._with(env, 6, torch.randn(17, device=_device(env)).half()), "bias", ["[16]", "[17]"])
+
+    def test_bias_of_another_dtype_is_rejected(self, name, fn, env):
+        """Catches an fp32 bias read with fp16 loads."""
+        self._rejects(fn, self._with(env, 6, torch.randn(16, device=_device(env))), "bias", ["torch.float16"])
+
+    @pytest.mark.parametrize("argument", ["qweight", "scales", "qzeros", "bias"])
+    def test_argument_on_another_device_is_rejected(self, name, fn, env, argument):
+        if env.device.kind != "cuda":
+            pytest.skip(f"needs a CUDA device to put {argument} on another device than x")
+        args = self._args(env)
+        index = {"qweight": 1, "scales": 2, "qzeros": 3, "bias": 6}[argument]
+        args[index] = args[index].cpu()
+        self._rejects(fn, args, argument, ["device"])
+
+
+def _native_w4a16(row, env):
+    """The PlannedOp of a native gemm.w4a16_mm row, or skip with the row's explain() reason."""
+    try:
+        return _w4a16_plan(row, env)
+    except NoEligibleKernel as error:
+        pytest.skip(skip_reason(row, error))
+
+
+@pytest.mark.parametrize("row", ["native/w4a16_mm", "native/w4a16_mm_gemv"])
+def test_planned_native_w4a16_mm_refuses_x_without_unit_k_stride(row, env):
+    """Catches a native int4 GEMM reading a transposed x as rows (its kernels assume unit stride along K)."""
+    planned = _native_w4a16(row, env)
+    device = _device(env)
+    x = torch.randn(128, 2, device=device).half().t()[:1]  # [1, 128] with stride 2 along K
+    with pytest.raises(OpInputError) as info:
+        planned(
+            x, _int32((16, 16), device), torch.ones(2, 16, device=device).half(), _int32((2, 2), device), 64, "gptq"
+        )
+    _expect(info, "x", ["x:rows", row])
+
+
+def test_planned_native_w4a16_mm_gemv_refuses_two_tokens(env):
+    """Catches native/w4a16_mm_gemv handed 2 rows: it computes row 0 only, leaving row 1 unwritten."""
+    planned = _native_w4a16("native/w4a16_mm_gemv", env)
+    device = _device(env)
+    with pytest.raises(OpInputError) as info:
+        planned(
+            torch.randn(2, 128, device=device).half(),
+            _int32((16, 16), device),
+            torch.ones(2, 16, device=device).half(),
+            _int32((2, 2), device),
+            64,
+            "gptq",
+        )
+    _expect(info, "num_tokens", ["<=1", "2"])

@@ -24,7 +24,15 @@ from rapid_llm.kernels.ops.gemm import FP8_SPLIT_K_MAX_TOKENS, SPLIT_K_MAX_TOKEN
 
 KERNELS = ("native/mm", "native/mm_splitk")
 #: Every kernel the store may hold entries for (gemm.w8a16_mm's rows run the same kernels over int8 weights).
-STORE_KERNELS = (*KERNELS, "native/mm_gemv", "native/w8a16_mm", "native/w8a16_mm_splitk", "native/w8a16_mm_gemv")
+STORE_KERNELS = (
+    *KERNELS,
+    "native/mm_gemv",
+    "native/w8a16_mm",
+    "native/w8a16_mm_splitk",
+    "native/w8a16_mm_gemv",
+    "native/w4a16_mm",
+    "native/w4a16_mm_gemv",
+)
 #: The constexpr arguments each row's launch() sets itself (not knobs), beside the kernel it launches.
 LAUNCH_CONSTEXPRS = {
     "native/mm": ("tiled", "_mm_kernel", {"HAS_BIAS", "HAS_SCALE", "EVEN_K", "NUM_PROGRAMS"}),
@@ -34,6 +42,9 @@ LAUNCH_CONSTEXPRS = {
 
 def _launched(kernel: str):
     """(the Triton kernel the row launches, its launch-set constexprs); skips in a cell without Triton."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
     pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
     import importlib
 
@@ -430,3 +441,81 @@ def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
         if kernel in tiles.ONE_SCALE_PER_STEP:
             assert candidate["BLOCK_K"] == 128, candidate
     assert any(tune_gemm._fits(kernel, c, 64, TIER_LIMITS[90], "fp8_e4m3") for c in tune_gemm.CANDIDATES[kernel])
+
+
+#: gemm.w4a16_mm's kernels: (kernel function name in mm/w4a16.py, constexprs its launch sets, knobs the launch
+#: consumes, token counts it serves).
+W4A16_KERNELS = {
+    "native/w4a16_mm": ("_mm_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
+    "native/w4a16_mm_gemv": ("_gemv_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K", "BLOCK_M"}, (1,)),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+@pytest.mark.parametrize("sm", [80, 90])
+def test_w4a16_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
+    """Catches a gemm.w4a16_mm table entry naming a knob its kernel does not take (native/mm's GROUP_M: a launch
+    error on the GPU only) or missing one, a tile Triton cannot build (powers of two; tl.dot: >= 16), or a
+    split below 1."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    from rapid_llm.kernels.ops.gemm.mm import w4a16
+
+    name, set_by_launch, consumed, tokens = W4A16_KERNELS[kernel]
+    tile_arguments = _constexpr_names(getattr(w4a16, name)) - set_by_launch
+    for m in tokens:
+        knobs = tiles.heuristic(kernel, m, SHAPE["n"], SHAPE["k"], sm, 132)
+        assert set(knobs) == tile_arguments | consumed | LAUNCH_OPTIONS, (m, knobs)
+        for tile in {"BLOCK_M", "BLOCK_N", "BLOCK_K"} & tile_arguments:
+            assert knobs[tile] >= 16 and knobs[tile] & (knobs[tile] - 1) == 0, (m, knobs)
+        assert knobs["SPLIT_K"] >= 1 and knobs["num_warps"] in (1, 2, 4, 8, 16), (m, knobs)
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+def test_w4a16_tuning_candidates_have_the_heuristics_knobs(kernel):
+    """Catches perf/tune_gemm.py timing (and storing) a candidate with knobs the kernel does not take or lacks:
+    a store entry that fails at its first launch on the GPU."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
+    pytest.importorskip("triton", reason="perf/tune_gemm imports the Triton kernels")
+    from perf.tune_gemm import CANDIDATES
+
+    expected = set(tiles.heuristic(kernel, 1, SHAPE["n"], SHAPE["k"], 90, 132))
+    for knobs in CANDIDATES[kernel]:
+        assert set(knobs) == expected, knobs
+
+
+@pytest.mark.parametrize("kernel", sorted(W4A16_KERNELS))
+@pytest.mark.parametrize("packing", ["gptq", "awq"])
+def test_w4a16_tuning_candidates_compute_the_product(kernel, packing):
+    """Catches a tile perf/tune_gemm.py may store that computes a wrong product under some packing (16 columns
+    of AWQ words, a BLOCK_K above the group, a split longer than the groups, SPLIT_K 1's direct write): every
+    fifth candidate launched on an fp16 GPTQ / AWQ layer of group 64 (Triton's interpreter), against the torch
+    reference. N = 72 and K = 320 are multiples of no tile."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    if not probe_environment().device.triton_interpreter:
+        pytest.skip(
+            "runs the kernels under Triton's CPU interpreter (RAPID_LLM_TRITON_INTERPRET=1; on the GPU, "
+            "perf/tune_gemm.py checks the tile it stores)"
+        )
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    from conformance.cases.gemm import _int4_weights
+    from perf.tune_gemm import CANDIDATES
+    from rapid_llm.kernels.ops.gemm.mm import w4a16
+    from rapid_llm.kernels.ops.gemm.reference import w4a16_mm
+
+    generator = torch.Generator().manual_seed(0)
+    qweight, scales, qzeros = _int4_weights(72, 320, 64, packing, generator, torch.float16)
+    m = 1 if kernel == "native/w4a16_mm_gemv" else 5
+    x = torch.randn((m, 320), generator=generator).half()
+    expected = w4a16_mm(x, qweight, scales, qzeros, 64, packing).float()
+    launch = w4a16.launch_gemv if kernel == "native/w4a16_mm_gemv" else w4a16.launch_mm
+    for knobs in CANDIDATES[kernel][::5]:
+        out = torch.full((m, 72), float("nan"), dtype=torch.float16)
+        launch(x, qweight, scales, qzeros, 64, packing, None, out, knobs)
+        difference = (out.float() - expected).abs().max().item()
+        assert difference <= 2**-10 * (1 + expected.abs().max().item()), (knobs, difference)

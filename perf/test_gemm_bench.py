@@ -75,6 +75,13 @@ FP8_MM_CASES = (
     (1, 8192, 8192, "anchor 8192^2"),
     (16, 8192, 8192, "anchor 8192^2"),
 )
+#: gemm.w4a16_mm (int4, group 128, both checkpoint packings): the 8192^2 anchor at decode and prefill
+#: beside bf16 (test_mm has the same shapes), and Llama-3-8B's down projection at decode.
+W4A16_MM = "gemm.w4a16_mm"
+W4A16_CASES = (
+    *((m, 8192, 8192, packing, "anchor 8192^2") for m in (1, 16, 4096) for packing in ("gptq", "awq")),
+    *((m, 4096, 14336, "gptq", "llama-3-8b down_proj") for m in (1, 16)),
+)
 BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
 MASKED = "gemm.fp8_grouped_mm_masked"
@@ -201,7 +208,7 @@ def _scale_bytes(*tensors):
 def _mm_params():
     cases = [(m, n, k, where) for n, k, where in MM_SHAPES for m in MM_TOKENS]
     cases.append((*MM_ANCHOR, "anchor 8192^3"))
-    cases += [(m, 8192, 8192, "anchor 8192^2") for m in (1, 16)]  # bf16 beside gemm.w8a16_mm
+    cases += [(m, 8192, 8192, "anchor 8192^2") for m in (1, 16, 4096)]  # bf16 beside w8a16_mm and w4a16_mm
     return [
         pytest.param(arm, m, n, k, where, id=f"{arm}-m={m}-n={n}-k={k}-bf16")
         for arm in table_arms(MM)
@@ -211,10 +218,24 @@ def _mm_params():
 
 
 def _check_and_time_mm(
-    benchmark, gpu_session, op, arm, args, layout, *, m, n, k, where, bytes_moved, bytes_formula, dtype="bf16"
+    benchmark,
+    gpu_session,
+    op,
+    arm,
+    args,
+    layout,
+    *,
+    m,
+    n,
+    k,
+    where,
+    bytes_moved,
+    bytes_formula,
+    dtype="bf16",
+    variant="",
 ):
-    """gemm.mm / gemm.w8a16_mm / gemm.fp8_mm: the forced row checked against the reference row, then timed
-    (planned.impl)."""
+    """gemm.mm / gemm.w8a16_mm / gemm.w4a16_mm / gemm.fp8_mm: the forced row checked against the reference row,
+    then timed (planned.impl); variant (e.g. "-gptq-g128") extends the case's name."""
     import torch
 
     shape = {"num_tokens": m, "n": n, "k": k}
@@ -222,7 +243,7 @@ def _check_and_time_mm(
     reference_name, reference = reference_row(op)
     want, got = reference(*args), planned(*args)
     torch.cuda.synchronize()
-    case = f"m={m}-n={n}-k={k}"
+    case = f"m={m}-n={n}-k={k}{variant}"
     check = check_against_reference(op, dtype, got, want, arm=arm, reference=reference_name, case=case, args=args)
     del want, got
     flops = 2 * m * n * k
@@ -303,6 +324,47 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
         where=where,
         bytes_moved=2 * m * k + n * k + 4 * n + 2 * m * n,
         bytes_formula="x read (bf16), w_q read (int8), fp32 scales read, out written (bf16)",
+    )
+
+
+@pytest.mark.parametrize(
+    "arm,m,n,k,packing,where",
+    [
+        pytest.param(arm, m, n, k, packing, where, id=f"{arm}-m={m}-n={n}-k={k}-{packing}-g128-bf16")
+        for arm in table_arms(W4A16_MM)
+        if not arm.startswith("torch/")
+        for m, n, k, packing, where in W4A16_CASES
+    ],
+)
+def test_w4a16_mm(benchmark, gpu_session, arm, m, n, k, packing, where):
+    """gemm.w4a16_mm: int4 weights of a GPTQ (v1) or AWQ checkpoint, group 128, fp16 scales (as the
+    checkpoints store them) with bf16 x; bytes = x + qweight (K N / 2) + qzeros (one int32 per 8 columns per
+    group) + scales + out. Random words are valid int4 weights of either packing."""
+    import torch
+
+    group = 128
+    generator = _generator(m + n + k)
+    x = torch.randn((m, k), device="cuda", generator=generator).bfloat16()
+    words = (k // 8, n) if packing == "gptq" else (k, n // 8)
+    qweight = torch.randint(-(2**31), 2**31 - 1, words, device="cuda", generator=generator, dtype=torch.int32)
+    qzeros = torch.randint(-(2**31), 2**31 - 1, (k // group, n // 8), device="cuda", generator=generator).int()
+    # |W| ~ 16 * scale: scales ~ 1 / (8 sqrt(K)) keep outputs O(1)
+    scales = (torch.rand((k // group, n), device="cuda", generator=generator) / (8 * math.sqrt(k))).half()
+    _check_and_time_mm(
+        benchmark,
+        gpu_session,
+        W4A16_MM,
+        arm,
+        (x, qweight, scales, qzeros, group, packing),
+        frozenset({"x:rows"}),  # what gemm.w4a16_mm's check reports for these arguments
+        m=m,
+        n=n,
+        k=k,
+        where=where,
+        bytes_moved=2 * m * k + n * k // 2 + (k // group) * (n // 8) * 4 + (k // group) * n * 2 + 2 * m * n,
+        bytes_formula="x read (bf16), qweight read (4 bits a weight), qzeros read (an int32 per 8 columns per "
+        "group), fp16 scales read, out written (bf16)",
+        variant=f"-{packing}-g{group}",
     )
 
 

@@ -29,8 +29,9 @@ from rapid_llm.kernels.ops.gemm import SCALE_BLOCK, reference, tiles
 from rapid_llm.kernels.ops.gemm.fp8 import block_scales, channel_scales
 from rapid_llm.kernels.ops.gemm.fp8 import splitk as fp8_splitk
 from rapid_llm.kernels.ops.gemm.fp8 import tiled as fp8_tiled
-from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled
+from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
+from rapid_llm.kernels.ops.gemm.reference import w4a16_mm as reference_w4a16_mm
 from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
 
 KERNELS = {
@@ -40,6 +41,8 @@ KERNELS = {
     "native/w8a16_mm": tiled,
     "native/mm_gemv": gemv,
     "native/w8a16_mm_gemv": gemv,
+    "native/w4a16_mm": w4a16,
+    "native/w4a16_mm_gemv": w4a16,
 }
 #: The fp8 GEMMs' kernels (ops/gemm/fp8/), tuned on fp8 inputs at their own shapes (FP8_SHAPES).
 FP8_KERNELS = {
@@ -57,6 +60,10 @@ FP8_SHAPES = {
     "native/fp8_mm": ((8192, 8192), (7168, 7168)),
     "native/fp8_mm_splitk": ((8192, 8192), (7168, 7168)),
 }
+#: gemm.w4a16_mm's kernels, by their launch function: timed on GPTQ-packed weights of group 128 (the store's
+#: key has no packing or group: one entry serves both packings; AWQ reads the same bytes as rows of words).
+INT4_WEIGHTS = {"native/w4a16_mm": w4a16.launch_mm, "native/w4a16_mm_gemv": w4a16.launch_gemv}
+INT4_GROUP = 128
 #: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
 INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm", "native/w8a16_mm_gemv"})
 #: m values tuned per kernel (each one names its token bucket).
@@ -72,6 +79,8 @@ TOKENS = {
     "native/fp8_block_mm_splitk": (1, 16, 64),
     "native/fp8_mm": (128, 4096, 8192),
     "native/fp8_mm_splitk": (1, 16, 64),
+    "native/w4a16_mm": (1, 16, 128, 4096),
+    "native/w4a16_mm_gemv": (1,),
 }
 CANDIDATES = {
     "native/mm": [
@@ -114,6 +123,17 @@ CANDIDATES["native/fp8_block_mm_splitk"] = [
 CANDIDATES["native/fp8_mm_splitk"] = CANDIDATES["native/fp8_block_mm_splitk"] + [
     {**knobs, "BLOCK_K": 256} for knobs in CANDIDATES["native/fp8_block_mm_splitk"] if knobs["num_stages"] == 4
 ]
+# int4: a quarter of bf16's bytes; decode tiles split K further (SPLIT_K is a runtime argument: no recompile),
+# prefill tiles are native/mm's (BLOCK_K is capped at the group size by the launch)
+CANDIDATES["native/w4a16_mm"] = [
+    {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+    for bn, bk, split, w, s in itertools.product((32, 64, 128), (64, 128), (1, 4, 8, 16, 32), (4, 8), (3, 4))
+] + [{**{name: v for name, v in knobs.items() if name != "GROUP_M"}, "SPLIT_K": 1} for knobs in CANDIDATES["native/mm"]]
+CANDIDATES["native/w4a16_mm_gemv"] = [
+    {"BLOCK_M": 1, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+    for bn, split, w, s in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8, 16, 32), (4, 8), (1, 2, 3))
+    if bn <= 64 * w  # the group's unpacked tile (128 x BLOCK_N fp32): <= 64 registers a thread
+]
 for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):
     CANDIDATES[_kernel] = [
         {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": row_bytes // _element_bytes, "num_warps": w, "num_stages": s}
@@ -126,7 +146,7 @@ def _fits(kernel: str, knobs: dict, m: int, limit: int, dtype: str = "bf16") -> 
     block_k_multiple = SCALE_BLOCK if kernel in FP8_KERNELS else None
     if tiles.refusal(knobs, dtype, limit, block_k_multiple, kernel):
         return False
-    if kernel in ("native/mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):
+    if kernel in ("native/mm", "native/w4a16_mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):
         # a tile far taller than m wastes the tensor cores on clamped rows
         return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
     return True
@@ -183,6 +203,24 @@ def _fp8_inputs(kernel, m, n, k):
     return a, b, channel_scales(a_scale, b_scale), (a, a_scale, b, b_scale)
 
 
+def _runner(kernel, module, x, w, scale, out):
+    """(run(knobs): one launch of `kernel` into out, the reference's output) over x and the bf16 weight w [N, K]
+    (int8 with its scale for gemm.w8a16_mm's kernels; requantized to GPTQ int4 for gemm.w4a16_mm's)."""
+    if kernel not in INT4_WEIGHTS:
+        expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
+        return (lambda knobs: module.launch(x, w, None, out, knobs, scale=scale)), expected
+    n, k = w.shape
+    groups = w.float().t().reshape(k // INT4_GROUP, INT4_GROUP, n)  # symmetric GPTQ: zero 8, stored 7
+    scales = (groups.abs().amax(1).clamp_min(1e-8) / 7.5).half()
+    q = (groups / scales.float()[:, None]).round().clamp(-8, 7).to(torch.int64).reshape(k, n) + 8
+    qweight = sum(q[i::8] << (4 * i) for i in range(8))
+    qweight = torch.where(qweight >= 2**31, qweight - 2**32, qweight).to(torch.int32)
+    qzeros = torch.full((k // INT4_GROUP, n // 8), 0x77777777, dtype=torch.int32, device=w.device)
+    args = (x, qweight, scales, qzeros, INT4_GROUP, "gptq")
+    launch = INT4_WEIGHTS[kernel]
+    return (lambda knobs: launch(*args, None, out, knobs)), reference_w4a16_mm(*args)
+
+
 def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]:
     device = torch.device("cuda")
     limit = tiles.shared_memory_limit(device)
@@ -208,7 +246,7 @@ def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]
                     scale = w.float().abs().amax(dim=1).clamp_min(1e-8) / 127
                     w = (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8)
                 out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-                expected = reference_mm(x, w) if scale is None else reference_w8a16_mm(x, w, scale)
+                run, expected = _runner(kernel, module, x, w, scale, out)
                 entries.append(
                     _fastest(
                         kernel,
@@ -216,7 +254,7 @@ def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]
                         n,
                         k,
                         "bf16",
-                        lambda knobs: module.launch(x, w, None, out, knobs, scale=scale),
+                        run,
                         lambda: (out.float() - expected.float()).abs().max().item(),
                         **context,
                     )

@@ -1,5 +1,5 @@
 """Parity cases of the gemm family: gemm.mm (float GEMM, x @ w.T + bias), gemm.w8a16_mm (int8 weights with
-one scale per output channel) and the block-scaled fp8 GEMMs (dense, m-grouped contiguous, m-grouped masked).
+one scale per output channel), gemm.w4a16_mm (GPTQ / AWQ int4 weights) and the block-scaled fp8 GEMMs (dense, m-grouped contiguous, m-grouped masked).
 
 gemm.mm inputs: x ~ N(0, 1), w ~ N(0, 1/K), bias ~ N(0, 1), so outputs are ~N(0, 1) (N(0, 2) with the
 bias) at every K; placed like the fp8 cases' (rows of a wider buffer, column-major storage, every other
@@ -11,6 +11,13 @@ gemm.w8a16_mm inputs: x ~ N(0, 1) and bias ~ N(0, 1) as gemm.mm's; the weight w 
 the CPU the compressed-tensors W8A16 channel-wise way: scale[n] = absmax(w[n]) / 127, w_q = round(w / scale)
 clamped to [-127, 127] (int8), the scale stored in fp32 or x's dtype, as [N] or [N, 1]; so outputs are
 ~N(0, 1) again. Placed as gemm.mm's (the int8 junk is 3, a scale's junk 3.0: ~1000x a real scale).
+
+gemm.w4a16_mm inputs: x ~ N(0, 1), bias ~ N(0, 1); w ~ N(0, 1/K) [K, N] quantized here (not with the
+library's code) the GPTQ / AWQ min-max way per group of g along K and column: scale = (max - min) / 15 stored
+in its dtype first, zero = round(-min / scale), q = clamp(round(w / scale) + zero, 0, 15); packed by this
+module's own packers, written from the checkpoint formats (GPTQ v1: 8 values along K, value i at bits 4i, zeros
+along N stored minus 1; AWQ: 8 columns a word in AutoAWQ's order [0, 2, 4, 6, 1, 3, 5, 7]). The oracle unpacks
+them with its own unpacker (not the reference row's) and multiplies in float64.
 
 fp8 inputs are seeded random data quantized the DeepSeek-V3 way: activations
 x ~ N(0, 1) in 1x128 groups, weights w ~ N(0, 1/K) in 128x128 blocks, each
@@ -43,6 +50,7 @@ from rapid_llm.kernels.ops.gemm import (
     FP8_GROUPED_MM_MASKED,
     FP8_MM,
     MM,
+    W4A16_MM,
     W8A16_MM,
 )
 from rapid_llm.kernels.ops.gemm.checks import (
@@ -51,6 +59,7 @@ from rapid_llm.kernels.ops.gemm.checks import (
     check_fp8_grouped_mm_contiguous,
     check_fp8_grouped_mm_masked,
     check_mm,
+    check_w4a16_mm,
     check_w8a16_mm,
 )
 
@@ -277,6 +286,131 @@ W8A16_MM_CASES = (
     _w8a16("decode_m1_n4096_k14336", _w8a16_case((1,), 4096, 14336), gpu_only=True),
     _w8a16("decode_m16_n4096_k14336_bias", _w8a16_case((16,), 4096, 14336, bias=True), gpu_only=True),
     _w8a16("prefill_m4096_n4096_k4096", _w8a16_case((4096,), 4096, 4096), gpu_only=True),
+)
+
+# ---------------------------------------------------------------------------
+# gemm.w4a16_mm
+# ---------------------------------------------------------------------------
+
+#: AutoAWQ's packing order: nibble i of a word holds column order[i] of its 8 columns.
+_AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _as_int32(words):
+    """int64 words of 32 bits -> int32 with the same bits (two's complement: the top nibble's sign)."""
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def _pack_along_k(q):
+    """GPTQ's qweight: q [K, N] (0..15) -> int32 [K/8, N], q[8r + i, n] at bits 4i of word [r, n]."""
+    words = torch.zeros((q.shape[0] // 8, q.shape[1]), dtype=torch.int64)
+    for i in range(8):
+        words |= q[i::8].long() << (4 * i)
+    return _as_int32(words)
+
+
+def _pack_along_n(q, order):
+    """q [R, N] (0..15) -> int32 [R, N/8], column 8c + order[i] at bits 4i of word [r, c] (AWQ's order, or
+    0..7 for GPTQ's zeros)."""
+    words = torch.zeros((q.shape[0], q.shape[1] // 8), dtype=torch.int64)
+    for i, column in enumerate(order):
+        words |= q[:, column::8].long() << (4 * i)
+    return _as_int32(words)
+
+
+def _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric=False):
+    """(qweight, scales, qzeros) of w ~ N(0, 1/K) [K, N] quantized per group of `group` along K (CPU)."""
+    w = (torch.randn((k, n), generator=generator) / math.sqrt(k)).view(k // group, group, n)
+    low, high = w.amin(1), w.amax(1)
+    if symmetric:  # GPTQ sym: zero 8, scale from the larger magnitude
+        scale = (torch.maximum(-low, high) / 7.5).to(scale_dtype)
+        zero = torch.full_like(scale, 8.0, dtype=torch.float32)
+    else:
+        scale = ((high - low) / 15.0).to(scale_dtype)
+        # GPTQ v1 stores zero - 1 in a nibble: zeros 1..16; AWQ stores the zero: 0..15
+        zero = torch.round(-low / scale.float()).clamp(1 if packing == "gptq" else 0, 16 if packing == "gptq" else 15)
+    q = torch.round(w / scale.float().unsqueeze(1)) + zero.unsqueeze(1)
+    q = q.clamp(0, 15).to(torch.int64).view(k, n)
+    zero = zero.to(torch.int64)
+    if packing == "gptq":
+        return _pack_along_k(q), scale, _pack_along_n(zero - 1, range(8))
+    return _pack_along_n(q, _AWQ_ORDER), scale, _pack_along_n(zero, _AWQ_ORDER)
+
+
+def _w4a16_case(
+    lead, n, k, group, packing, *, bias=False, scales="fp16", symmetric=False, x=None, q=None, s=None, z=None, b=None
+):
+    """x [*lead, k] @ W (+ bias [n]) of a `packing` checkpoint with group size `group`; scales stored in fp16
+    (what GPTQ and AWQ checkpoints hold), "fp32" or "x" (x's dtype); each tensor placed as `x`, `q`, `s`, `z`, `b`
+    say."""
+
+    def make(dtype, device, generator):
+        xs = torch.randn((*lead, k), generator=generator).to(dtype)
+        scale_dtype = {"fp16": torch.float16, "fp32": torch.float32, "x": dtype}[scales]
+        qweight, ss, qzeros = _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric)
+        bs = torch.randn((n,), generator=generator).to(dtype) if bias else None
+        args = (
+            _place(xs, device, x),
+            _place(qweight, device, q),
+            _place(ss, device, s),
+            _place(qzeros, device, z),
+            group,
+            packing,
+            None if bs is None else _place(bs, device, b),
+        )
+        _, layout, dims = check_w4a16_mm(*args)
+        return args, dict(dims), layout
+
+    return make
+
+
+def _w4a16(id, make, gpu_only=False):
+    return Case(id, make, gpu_only=gpu_only, dtypes=_W8A16_DTYPES)
+
+
+W4A16_MM_CASES = (
+    # Both packings x both group sizes at token counts across the buckets (1: native/w4a16_mm_gemv; <= 16:
+    # native/w4a16_mm split over K; 128 and 512: one output tile per program). N = 40 and 200 are not
+    # multiples of any BLOCK_N (the last tile reads clamped words); K = 5 groups of 64 (320) or 3 of 128 (384)
+    # is not a multiple of 128 or of the split: split-K slices of unequal length.
+    *(
+        _w4a16(
+            f"{packing}_g{group}_m{m}_n{n}",
+            _w4a16_case((m,), n, 5 * 64 if group == 64 else 3 * 128, group, packing, bias=m == 7),
+        )
+        for packing in ("gptq", "awq")
+        for group in (64, 128)
+        for m, n in ((1, 200), (7, 40), (16, 200), (128, 40))
+    ),
+    _w4a16("gptq_g128_m1_n8_k128", _w4a16_case((1,), 8, 128, 128, "gptq", bias=True)),
+    _w4a16("awq_g64_m1_n40_k64_bias", _w4a16_case((1,), 40, 64, 64, "awq", bias=True)),
+    _w4a16("gptq_g64_m512_n72_k192", _w4a16_case((512,), 72, 192, 64, "gptq")),
+    _w4a16("awq_g128_m512_n72_k256_bias", _w4a16_case((512,), 72, 256, 128, "awq", bias=True)),
+    # GPTQ symmetric (zero 8, stored 7 in every nibble), scales in fp32 and in x's dtype.
+    _w4a16("gptq_sym_g128_m7", _w4a16_case((7,), 96, 256, 128, "gptq", symmetric=True)),
+    _w4a16("gptq_scales_fp32_m1", _w4a16_case((1,), 96, 256, 64, "gptq", scales="fp32", bias=True)),
+    _w4a16("awq_scales_x_dtype_m16", _w4a16_case((16,), 96, 256, 128, "awq", scales="x")),
+    _w4a16("empty_m0", _w4a16_case((0,), 40, 128, 64, "awq", bias=True)),
+    _w4a16("empty_leading_2x0", _w4a16_case((2, 0), 40, 128, 64, "gptq")),
+    _w4a16("leading_3x5_strided_bias", _w4a16_case((3, 5), 40, 128, 64, "gptq", bias=True, b="every_other")),
+    # Strided arguments (the kernels take every stride but x's along K): qweight rows of a wider buffer
+    # (junk words 3 between), qweight stored transposed, qzeros rows from 1 of a taller buffer, scales every
+    # other element, x rows of a wider buffer.
+    _w4a16("gptq_qweight_wide_m1", _w4a16_case((1,), 40, 128, 64, "gptq", q="wide:3", z="rows_from:1")),
+    _w4a16("awq_qweight_wide_m7", _w4a16_case((7,), 40, 128, 64, "awq", q="wide:3", s="every_other")),
+    _w4a16("gptq_qweight_column_major_m16", _w4a16_case((16,), 40, 192, 64, "gptq", q="column_major", bias=True)),
+    _w4a16("awq_qzeros_offset_m1", _w4a16_case((1,), 48, 256, 128, "awq", z="offset", s="wide:5")),
+    _w4a16("x_rows_of_wider_buffer_3x5", _w4a16_case((3, 5), 40, 128, 128, "awq", x="wide:13")),
+    # No x:rows: x with stride 2 along K (only the reference serves it).
+    _w4a16("x_k_stride_2", _w4a16_case((7,), 40, 128, 64, "gptq", x="every_other")),
+    # Real projections (Llama-3-8B: hidden 4096, MLP 14336) at decode and prefill, and the 8192^2 anchor; GPU
+    # only (the interpreter would take hours).
+    _w4a16("gptq_decode_m1_n4096_k14336", _w4a16_case((1,), 4096, 14336, 128, "gptq"), gpu_only=True),
+    _w4a16("awq_decode_m1_n14336_k4096", _w4a16_case((1,), 14336, 4096, 128, "awq"), gpu_only=True),
+    _w4a16("gptq_decode_m16_n8192_k8192_bias", _w4a16_case((16,), 8192, 8192, 128, "gptq", bias=True), gpu_only=True),
+    _w4a16("awq_decode_m16_n4096_k14336_g64", _w4a16_case((16,), 4096, 14336, 64, "awq"), gpu_only=True),
+    _w4a16("gptq_prefill_m4096_n4096_k4096", _w4a16_case((4096,), 4096, 4096, 128, "gptq"), gpu_only=True),
+    _w4a16("awq_prefill_m4096_n4096_k4096_g64", _w4a16_case((4096,), 4096, 4096, 64, "awq"), gpu_only=True),
 )
 
 # ---------------------------------------------------------------------------
@@ -600,6 +734,37 @@ def w8a16_mm_oracle(x, w_q, w_scale, bias=None):
     return out.to(x.dtype)
 
 
+def _unpacked64(words, along, count):
+    """int32 words -> int64 nibbles: along "k" ([K/8, N] -> [K, N], value k at bits 4 (k % 8) of word k // 8),
+    or along "n" with AutoAWQ's order or in order ([R, N/8] -> [R, N]); written apart from the reference row."""
+    wide = words.long()
+    if along == "k":
+        k = torch.arange(count)
+        return (wide[k // 8] >> (4 * (k % 8)).unsqueeze(1)) & 0xF
+    out = torch.empty((words.shape[0], count), dtype=torch.int64)
+    for i, column in enumerate(_AWQ_ORDER if along == "awq" else range(8)):
+        out[:, column::8] = (wide >> (4 * i)) & 0xF
+    return out
+
+
+def w4a16_mm_oracle(x, qweight, scales, qzeros, group_size, packing, bias=None):
+    """float64 x @ W, W = (q - zero) * scale from the packed words (the formats as the contract states them),
+    plus the bias, rounded once."""
+    cpu = (qweight.cpu(), scales.cpu(), qzeros.cpu())
+    qweight, scales, qzeros = cpu
+    k, n = x.shape[-1], scales.shape[1]
+    if packing == "gptq":
+        q, zero = _unpacked64(qweight, "k", k), _unpacked64(qzeros, "n", n) + 1
+    else:
+        q, zero = _unpacked64(qweight, "awq", n), _unpacked64(qzeros, "awq", n)
+    group = torch.arange(k) // group_size
+    w = (q - zero[group]).double() * scales.double()[group]
+    out = x.double() @ w.to(x.device)
+    if bias is not None:
+        out = out + bias.double()
+    return out.to(x.dtype)
+
+
 def _rows64(a, a_scale):
     return a.double() * a_scale.double().repeat_interleave(_BLOCK, dim=-1)
 
@@ -651,6 +816,7 @@ def _masked_specified(a, a_scale, b, b_scale, masked_m, expected_m, out=None):
 CASES = {
     MM: MM_CASES,
     W8A16_MM: W8A16_MM_CASES,
+    W4A16_MM: W4A16_MM_CASES,
     FP8_BLOCK_MM: FP8_BLOCK_MM_CASES,
     FP8_MM: FP8_MM_CASES,
     FP8_GROUPED_MM_CONTIGUOUS: FP8_GROUPED_MM_CONTIGUOUS_CASES,
@@ -659,6 +825,7 @@ CASES = {
 ORACLES = {
     MM: mm_oracle,
     W8A16_MM: w8a16_mm_oracle,
+    W4A16_MM: w4a16_mm_oracle,
     FP8_BLOCK_MM: fp8_block_mm_oracle,
     FP8_MM: fp8_mm_oracle,
     FP8_GROUPED_MM_CONTIGUOUS: fp8_grouped_mm_contiguous_oracle,
@@ -764,4 +931,13 @@ TOLERANCES = {
     # with the wrong stride (O(1); a scale's junk is 3.0, ~1000x a real one), int8 read as uint8 (+256 on
     # negative weights), a dropped or doubled K step, junk from a wider buffer, a missing or misplaced bias.
     **{(W8A16_MM, dtype): (2.0**-14, 2.0**-bits) for dtype, bits in (("fp16", 10), ("bf16", 7))},
+    # gemm.w4a16_mm: again gemm.mm's numerics and tolerance. The oracle dequantizes the stored integers with
+    # the stored scales, so quantization is no error; q - zero is an integer in -16..15 and its product with
+    # an fp16/bf16 x is exact in fp32 (and the reference's fp32 W = (q - zero) * scale is exact: 5 bits times
+    # an fp16/bf16 scale, 11 bits; fp32 scales round once, 2**-24). The rows sum exact products per group in
+    # fp32 and scale the group's sum: the same sums as gemm.mm's, so the same order error.
+    # What it still catches: a nibble read from the wrong position (AWQ's order taken as GPTQ's: columns
+    # permuted within each 8, O(1)), a v1 zero without its +1 (every weight off by one step: O(1)), a scale
+    # or zero of the wrong group or column, junk words (3) or scales (3.0) from a wider buffer, a dropped group.
+    **{(W4A16_MM, dtype): (2.0**-14, 2.0**-bits) for dtype, bits in (("fp16", 10), ("bf16", 7))},
 }

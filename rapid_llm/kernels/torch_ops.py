@@ -342,6 +342,22 @@ def _w8a16_mm_fake(x, w_q, w_scale, bias=None) -> Tensor:
     return _new((*x.shape[:-1], w_q.shape[0]), x)
 
 
+def _w4a16_mm(
+    x: Tensor,
+    qweight: Tensor,
+    scales: Tensor,
+    qzeros: Tensor,
+    group_size: int,
+    packing: str,
+    bias: Tensor | None = None,
+) -> Tensor:
+    return kernels.w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias)
+
+
+def _w4a16_mm_fake(x, qweight, scales, qzeros, group_size, packing, bias=None) -> Tensor:
+    return _new((*x.shape[:-1], scales.shape[1]), x)
+
+
 # bf16 outputs of fp8 operands
 
 
@@ -439,6 +455,7 @@ CUSTOM_OPS = (
     CustomOp("mm", _mm, _mm_fake),
     CustomOp("w8a16_mm", _w8a16_mm, _w8a16_mm_fake),
     CustomOp("fp8_mm", _fp8_mm, _fp8_mm_fake),
+    CustomOp("w4a16_mm", _w4a16_mm, _w4a16_mm_fake),
     CustomOp("fp8_block_mm", _fp8_block_mm, _fp8_block_mm_fake),
     CustomOp("fp8_block_mm_out", _fp8_block_mm_out, _writes_only, ("out",)),
     CustomOp("fp8_grouped_mm_contiguous", _fp8_grouped_mm_contiguous, _fp8_grouped_mm_contiguous_fake),

@@ -2,8 +2,8 @@
 
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 tiles.py (the tile policy: tuning store, then a heuristic per GPU tier),
-mm/ (gemm.mm's native kernels, one module each), fp8/ (the native kernels of
-gemm.fp8_block_mm and gemm.fp8_mm). The cuBLAS adapter lives in
+mm/ (gemm.mm's native kernels, one module each; mm/w4a16.py: gemm.w4a16_mm's), fp8/ (the native kernels
+of gemm.fp8_block_mm and gemm.fp8_mm). The cuBLAS adapter lives in
 rapid_llm/kernels/backends/cublas/, DeepGEMM's in backends/deep_gemm/gemm.py.
 
 gemm.mm: out = x @ w.T (+ bias), w [N, K] as a checkpoint stores a linear
@@ -46,6 +46,7 @@ from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
 MM = "gemm.mm"
 W8A16_MM = "gemm.w8a16_mm"
+W4A16_MM = "gemm.w4a16_mm"
 FP8_BLOCK_MM = "gemm.fp8_block_mm"
 FP8_MM = "gemm.fp8_mm"
 FP8_GROUPED_MM_CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
@@ -130,6 +131,46 @@ bias: None or [N] in x's dtype. out: a new contiguous tensor [..., N] in x's
 dtype. All on x's device. Numerics: x * w_q products (int8 exact in x's
 dtype) accumulated in fp32, times the scale in fp32, plus the bias, rounded
 once to x's dtype.""",
+    ),
+    OpContract(
+        op=W4A16_MM,
+        parameters=("x", "qweight", "scales", "qzeros", "group_size", "packing", "bias"),
+        dtypes=frozenset({"fp16", "bf16"}),
+        dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
+        layouts=("x:rows",),
+        check=f"{_HERE}.checks:check_w4a16_mm",
+        doc="""w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None) -> out [..., N]
+
+out[..., n] = sum_k x[..., k] * W[k, n] + bias[n],
+W[k, n] = (q[k, n] - z[k // g, n]) * scales[k // g, n]   (g = group_size)
+
+Weight-only int4 with one scale and one zero per group of g consecutive k and
+output column n, read as the checkpoint stores it (no repack). q and z are
+4-bit values (0..15) packed eight to an int32 word; nibble i of a word is
+bits 4i..4i+3 ((word >> 4i) & 15, the sign bit of the word being data).
+
+packing="gptq" (AutoGPTQ / GPTQModel "gptq" v1 format, as vLLM's GPTQ and
+exllama paths read it): qweight int32 [K/8, N] packed along K: q[k, n] is
+nibble k % 8 of qweight[k // 8, n]; qzeros int32 [K/g, N/8] packed along N:
+z[j, n] = (nibble n % 8 of qzeros[j, n // 8]) + 1 (v1 stores zero - 1; the
+zero used is the stored value plus one, 1..16). Act-order checkpoints
+(desc_act with a g_idx permutation) and the v2 zero convention are not
+accepted: the op takes no g_idx and reads every k in order.
+
+packing="awq" (AutoAWQ GEMM format, vLLM's "awq"): qweight int32 [K, N/8]
+packed along N in AutoAWQ's interleaved order [0, 2, 4, 6, 1, 3, 5, 7]:
+nibble i of qweight[k, c] holds column 8c + order[i], i.e. column 8c + j is
+nibble [0, 4, 1, 5, 2, 6, 3, 7][j] (vLLM's AWQ_REVERSE_ORDER); qzeros int32
+[K/g, N/8] packed the same way, z = the nibble (no offset).
+
+x: [..., K] float16 or bfloat16, K >= 1, any leading dims (M = their
+product, M >= 0); group_size: 64 or 128, dividing K (so K % 8 == 0);
+N >= 8 with N % 8 == 0; scales: [K/g, N] float16, bfloat16 or float32;
+bias: None or [N] in x's dtype. qweight, qzeros, scales and bias may have
+any strides. out: a new contiguous tensor [..., N] in x's dtype. All on x's
+device. Numerics: as the reference, which dequantizes W to fp32 (exact: an
+integer of at most 5 bits times the stored scale) and multiplies in fp32;
+every row accumulates in fp32 and rounds once to x's dtype.""",
     ),
     OpContract(
         op=FP8_BLOCK_MM,
@@ -406,6 +447,37 @@ ROWS = (
         "w8a16_mm",
         parity=(1.9073486328125e-06, "h200.gemm.parity.gemv"),
         description="native/mm_gemv's one-token kernel over int8 weights (widened in registers), scales per column",
+    ),
+    reference_row(
+        W4A16_MM,
+        f"{_HERE}.reference:w4a16_mm",
+        _MM_DTYPES,
+        description="PyTorch reference: unpack and dequantize the int4 weight to fp32, fp32 matmul, one rounding",
+    ),
+    native_row(
+        "native/w4a16_mm_gemv",
+        W4A16_MM,
+        f"{_HERE}.mm.w4a16:gemv",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DEVICES,
+        shape=(ShapeConstraint("num_tokens", max=1),),
+        layout=("x:rows",),
+        parity=None,  # unverified until an H200 parity run
+        priority=15,
+        description="Triton one-token int4 GEMM on the CUDA cores: packed words unpacked in registers, a "
+        "scale and zero per group, split over K",
+    ),
+    native_row(
+        "native/w4a16_mm",
+        W4A16_MM,
+        f"{_HERE}.mm.w4a16:mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        layout=("x:rows",),
+        parity=None,  # unverified until an H200 parity run
+        priority=10,
+        description="Triton int4 GEMM: each K step's (q - zero) tile built in registers for tl.dot, the "
+        "group scale on the fp32 product; split over K for decode token counts",
     ),
     reference_row(
         FP8_BLOCK_MM,

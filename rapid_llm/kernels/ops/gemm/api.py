@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ...dispatcher.plan import call_op as _call
-from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, FP8_MM, MM, W8A16_MM
+from . import FP8_BLOCK_MM, FP8_GROUPED_MM_CONTIGUOUS, FP8_GROUPED_MM_MASKED, FP8_MM, MM, W4A16_MM, W8A16_MM
 
-__all__ = ["mm", "w8a16_mm", "fp8_mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
+__all__ = ["mm", "w8a16_mm", "w4a16_mm", "fp8_mm", "fp8_block_mm", "fp8_grouped_mm_contiguous", "fp8_grouped_mm_masked"]
 
 
 def mm(x, w, bias=None):
@@ -25,6 +25,12 @@ def fp8_mm(a, a_scale, b, b_scale, out_dtype=None, bias=None):
     import torch
 
     return _call(FP8_MM, (a, a_scale, b, b_scale, torch.bfloat16 if out_dtype is None else out_dtype, bias))
+
+
+def w4a16_mm(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
+    """x @ W (+ bias), W the int4 weight of a GPTQ (v1, no act-order) or AWQ checkpoint as stored, group_size 64
+    or 128, packing "gptq" or "awq". Contract: gemm.w4a16_mm."""
+    return _call(W4A16_MM, (x, qweight, scales, qzeros, group_size, packing, bias))
 
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):

@@ -28,6 +28,7 @@ from . import (
     M_ALIGNMENT,
     MM,
     SCALE_BLOCK,
+    W4A16_MM,
     W8A16_MM,
 )
 
@@ -283,16 +284,21 @@ def check_mm(x, w, bias=None):
 _W8A16_TAGS = tag_table("x:rows", "w:rows")
 
 
-def check_w8a16_mm(x, w_q, w_scale, bias=None):
-    """gemm.w8a16_mm's check: x [..., K] fp16/bf16, w_q [N, K] int8, w_scale [N] or [N, 1] (fp32 or x's
-    dtype), bias None or [N] in x's dtype, one device. Tags: x:rows, w:rows (w_q unit stride along K)."""
-    op = W8A16_MM
+def _half_activations(op, x) -> int:
+    """The weight-only GEMMs' x: float16 or bfloat16 [..., K] with K >= 1; returns K."""
     expect_tensor(op, "x", x)
     if x.dtype not in (torch.float16, torch.bfloat16):
         raise OpInputError(op, "x", "dtype float16 or bfloat16", str(x.dtype))
     if x.dim() == 0 or x.shape[-1] == 0:
         raise OpInputError(op, "x", "a tensor of shape [..., K] with K >= 1", f"shape {list(x.shape)}")
-    k = x.shape[-1]
+    return x.shape[-1]
+
+
+def check_w8a16_mm(x, w_q, w_scale, bias=None):
+    """gemm.w8a16_mm's check: x [..., K] fp16/bf16, w_q [N, K] int8, w_scale [N] or [N, 1] (fp32 or x's
+    dtype), bias None or [N] in x's dtype, one device. Tags: x:rows, w:rows (w_q unit stride along K)."""
+    op = W8A16_MM
+    k = _half_activations(op, x)
     expect_tensor(op, "w_q", w_q)
     if w_q.dtype != torch.int8:
         raise OpInputError(op, "w_q", "dtype int8 (the quantized weight)", str(w_q.dtype))
@@ -354,3 +360,53 @@ def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     dense = [t.numel() == 0 or (t.stride(1) == 1 and (t.shape[0] == 1 or t.stride(0) == k)) for t in (a, b)]
     tags = _FP8_MM_TAGS[(_tma_operand(a), _tma_operand(b), *dense, bias_unit)]
     return a, tags, (("num_tokens", m), ("n", n), ("k", k))
+
+
+_W4A16_TAGS = tag_table("x:rows")
+#: gemm.w4a16_mm's accepted group sizes and packings (the contract's docstring says what each packing means).
+W4A16_GROUP_SIZES = (64, 128)
+W4A16_PACKINGS = ("gptq", "awq")
+
+
+def _expect_int32(op, argument, value, shape, meaning):
+    expect_tensor(op, argument, value)
+    if value.dtype != torch.int32:
+        raise OpInputError(op, argument, f"dtype torch.int32 ({meaning})", str(value.dtype))
+    _expect_shape(op, argument, value, shape, meaning)
+
+
+def check_w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None):
+    """gemm.w4a16_mm's check: x [..., K] fp16/bf16; group_size 64 or 128 dividing K; packing "gptq"
+    (qweight int32 [K/8, N]) or "awq" (qweight int32 [K, N/8]); N % 8 == 0; qzeros int32 [K/g, N/8];
+    scales [K/g, N] fp16/bf16/fp32; bias None or [N] in x's dtype; one device. Tags: x:rows."""
+    op = W4A16_MM
+    k = _half_activations(op, x)
+    if packing not in W4A16_PACKINGS:
+        raise OpInputError(op, "packing", '"gptq" or "awq"', repr(packing))
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in W4A16_GROUP_SIZES:
+        raise OpInputError(op, "group_size", "the int 64 or 128", repr(group_size))
+    if k % group_size:
+        raise OpInputError(op, "x", f"K (the last dim) a multiple of group_size {group_size}", f"shape {list(x.shape)}")
+    expect_tensor(op, "qweight", qweight)
+    if qweight.dim() != 2:
+        raise OpInputError(op, "qweight", "a 2-d int32 tensor", f"shape {list(qweight.shape)}")
+    if packing == "gptq":
+        n = qweight.shape[1]
+        _expect_int32(op, "qweight", qweight, (k // 8, n), f"gptq: [K/8 = {k // 8}, N], 8 values packed along K")
+    else:
+        n = 8 * qweight.shape[1]
+        _expect_int32(op, "qweight", qweight, (k, n // 8), f"awq: [K = {k}, N/8], 8 values packed along N")
+    if n == 0 or n % 8:
+        raise OpInputError(op, "qweight", "N >= 8 with N % 8 == 0 (qzeros pack 8 columns a word)", f"N = {n}")
+    expect_same_device(op, "qweight", qweight, "x", x)
+    groups = k // group_size
+    _expect_int32(op, "qzeros", qzeros, (groups, n // 8), f"[K/g, N/8] = [{groups}, {n // 8}], packed along N")
+    expect_same_device(op, "qzeros", qzeros, "x", x)
+    expect_tensor(op, "scales", scales)
+    if scales.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise OpInputError(op, "scales", "dtype float16, bfloat16 or float32", str(scales.dtype))
+    _expect_shape(op, "scales", scales, (groups, n), "[K/g, N]: one scale per group and column")
+    expect_same_device(op, "scales", scales, "x", x)
+    _check_bias(op, bias, x, n, "the weight")
+    rows = x.numel() // k
+    return x, _W4A16_TAGS[(rows_view_ok(x),)], (("num_tokens", rows), ("n", n), ("k", k))

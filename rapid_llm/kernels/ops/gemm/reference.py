@@ -2,6 +2,8 @@
 
 mm(x, w, bias=None) -> out [..., N]: fp32 operands, fp32 matmul, one rounding to x's dtype.
 w8a16_mm(x, w_q, w_scale, bias=None) -> out [..., N]: fp32 x @ fp32 w_q.T, times the scales in fp32, one rounding.
+w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None) -> out [..., N]: the int4 weight unpacked
+and dequantized to fp32 [K, N], fp32 x @ W, one rounding.
 
 fp8_block_mm(a, a_scale, b, b_scale, out=None) -> out [M, N] bf16
 fp8_mm(a, a_scale, b, b_scale, out_dtype=bf16, bias=None) -> out [M, N]: (a * a_scale) @ (b * b_scale).T
@@ -95,3 +97,38 @@ def fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     if bias is not None:
         out = out + bias.float()
     return out.to(out_dtype)
+
+
+#: AWQ's nibble of column j of a word (the inverse of AutoAWQ's packing order [0, 2, 4, 6, 1, 3, 5, 7]).
+AWQ_NIBBLE_OF_COLUMN = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def _unpack(words: torch.Tensor, nibbles) -> torch.Tensor:
+    """int32 [R, C] -> int32 [R, C, 8]: entry j of word w is nibble nibbles[j] of w (0..15)."""
+    shifts = 4 * torch.tensor(nibbles, dtype=torch.int32, device=words.device)
+    return (words.unsqueeze(-1) >> shifts) & 15
+
+
+def w4a16_weight(qweight, scales, qzeros, group_size: int, packing: str) -> torch.Tensor:
+    """The fp32 weight W [K, N] of gemm.w4a16_mm's packed arguments (the contract's formula)."""
+    along_n = AWQ_NIBBLE_OF_COLUMN if packing == "awq" else tuple(range(8))
+    if packing == "gptq":
+        q = _unpack(qweight.t(), range(8)).reshape(qweight.shape[1], -1).t()  # [K/8, N] -> [N, K/8, 8] -> [K, N]
+        zeros = _unpack(qzeros, along_n).reshape(qzeros.shape[0], -1) + 1  # v1: stored zero - 1
+    else:
+        q = _unpack(qweight, along_n).reshape(qweight.shape[0], -1)
+        zeros = _unpack(qzeros, along_n).reshape(qzeros.shape[0], -1)
+    k = q.shape[0]
+
+    def per_k(t):  # [K/g, N] -> [K, N], each group's row repeated over its g rows of K
+        return t.float().unsqueeze(1).expand(k // group_size, group_size, t.shape[1]).reshape(k, -1)
+
+    return (q.float() - per_k(zeros)) * per_k(scales)
+
+
+def w4a16_mm(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
+    """x [..., K] @ W [K, N] (+ bias) in fp32, W dequantized in fp32; rounded once to x's dtype."""
+    out = torch.matmul(x.float(), w4a16_weight(qweight, scales, qzeros, group_size, packing))
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)

@@ -78,7 +78,10 @@ def _optin(index: int) -> int:
 
 
 def shared_memory_bytes(knobs: dict, dtype: str) -> int:
-    """The pipelined operand tiles' shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements."""
+    """The pipelined operand tiles' shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements (0 for a
+    kernel without a BLOCK_K knob: native/w4a16_mm_gemv steps by whole groups in registers)."""
+    if "BLOCK_K" not in knobs:
+        return 0
     return knobs["num_stages"] * (knobs["BLOCK_M"] + knobs["BLOCK_N"]) * knobs["BLOCK_K"] * _ELEMENT_BYTES[dtype]
 
 
@@ -91,7 +94,7 @@ def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, k
     need = shared_memory_bytes(knobs, dtype)
     if limit and need > limit:
         return f"needs {need} bytes of shared memory, the device allows {limit} per block"
-    if block_k_multiple and knobs["BLOCK_K"] % block_k_multiple:
+    if block_k_multiple and knobs.get("BLOCK_K", block_k_multiple) % block_k_multiple:
         return f"BLOCK_K {knobs['BLOCK_K']} is not a multiple of the scale group {block_k_multiple}"
     if block_k_multiple and kernel in ONE_SCALE_PER_STEP and knobs["BLOCK_K"] != block_k_multiple:
         return f"BLOCK_K {knobs['BLOCK_K']} is not the scale group {block_k_multiple} (one scale per K step)"
@@ -176,7 +179,30 @@ _HEURISTICS = {
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_block_mm_splitk": _fp8_split_k,
     "native/fp8_mm_splitk": _fp8_split_k,
+    "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
+    "native/w4a16_mm_gemv": lambda m, n, k, hopper, programs: _w4a16_gemv(n, k, programs),
 }
+
+
+def _w4a16(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
+    """native/w4a16_mm: gemm.mm's output tiles (BLOCK_K is capped at the group size by the launch); m <= 16:
+    native/mm_splitk's tiles with the grid covering the SMs about four times, not twice (a quarter of bf16's
+    bytes per weight element: more programs in flight to keep the loads coming)."""
+    if m > 16:  # no GROUP_M: its grid is (N tiles, M tiles), not persistent
+        knobs = {name: value for name, value in _tiled(m, n, k, hopper).items() if name != "GROUP_M"}
+        # at most 128 columns: each K step's product is a second fp32 tile beside the accumulator (the group
+        # scale multiplies it before it is added), 2 x 128 x 256 / 256 threads would spill
+        return {**knobs, "BLOCK_N": min(knobs["BLOCK_N"], 128), "SPLIT_K": 1}
+    return _split_k(m, n, k, hopper, 2 * programs)
+
+
+def _w4a16_gemv(n: int, k: int, programs: int) -> dict:
+    """native/w4a16_mm_gemv (M == 1): 64 columns per program (a [16, 64] int32 tile per group of 128 for GPTQ),
+    K split in runs of whole groups (of 128: the launch caps SPLIT_K at the group count) until the grid holds
+    about eight programs per SM."""
+    block_n = 64
+    split = max(1, min(-(-k // 128), -(-8 * programs // -(-n // block_n)), 32))
+    return {"BLOCK_M": 1, "BLOCK_N": block_n, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
 
 
 def heuristic(kernel: str, m: int, n: int, k: int, sm: int, programs: int) -> dict:
@@ -241,8 +267,8 @@ def resolve_tiles(
     kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
 ) -> Tiles:
     """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/mm_gemv,
-    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/fp8_block_mm(_splitk),
-    native/fp8_mm(_splitk)) for an m x n x k product in dtype on
+    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/w4a16_mm, native/w4a16_mm_gemv,
+    native/fp8_block_mm(_splitk), native/fp8_mm(_splitk)) for an m x n x k product in dtype on
     device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast

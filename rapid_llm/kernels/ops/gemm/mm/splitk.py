@@ -74,19 +74,27 @@ def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
         **knobs,
     )
     if split > 1:
-        block = 256
-        _merge_kernel[(cdiv(m * n, block),)](
-            partial,
-            bias if has_bias else partial,
-            out,
-            m * n,
-            n,
-            bias.stride(0) if has_bias else 0,
-            SPLIT_K=split,
-            HAS_BIAS=has_bias,
-            BLOCK=block,
-            num_warps=4,
-        )
+        merge(partial, bias, out, split)
+
+
+def merge(partial, bias, out, split: int) -> None:
+    """Add the fp32 slices partial [split, M, N] in order (plus the bias) into out [M, N], rounding once (also
+    mm/w4a16.py's second pass)."""
+    m, n = out.shape
+    has_bias = bias is not None
+    block = 256
+    _merge_kernel[(cdiv(m * n, block),)](
+        partial,
+        bias if has_bias else partial,
+        out,
+        m * n,
+        n,
+        bias.stride(0) if has_bias else 0,
+        SPLIT_K=split,
+        HAS_BIAS=has_bias,
+        BLOCK=block,
+        num_warps=4,
+    )
 
 
 @cached
