@@ -433,6 +433,7 @@ def host_cost_table() -> str:
 
 
 GEMM_MM_BENCH = "h200.gemm.bench.mm.presets"
+GEMM_W4A16_BENCH = "h200.gemm.bench.w4a16"
 GEMM_MM_ROWS = {
     "gemm.mm": ("cublas/linear", "native/mm_gemv", "native/mm_splitk", "native/mm"),
     "gemm.w8a16_mm": ("native/w8a16_mm_gemv", "native/w8a16_mm_splitk", "native/w8a16_mm"),
@@ -451,12 +452,23 @@ def gemm_mm_table() -> str:
         "same run on x + w + out bytes; TFLOP/s on 2MNK. **selected**: the row dispatch picks for the case on the "
         "H200 (the measured rankings), and its time over the op's fastest row. `Triton vs cuBLAS`: `cublas/linear`'s "
         "time over our fastest Triton row's (> 1: ours is faster); `vs bf16 cuBLAS`: `cublas/linear`'s time on the "
-        "same shape in bf16 over the selected w8a16 row's.",
+        "same shape in bf16 over the selected weight-only row's (our fastest Triton row's where dispatch selects "
+        "the reference: rows awaiting their H200 parity run).",
         "",
         f"- {_run_line(GEMM_MM_BENCH, run)}",
     ]
     for op, rows in GEMM_MM_ROWS.items():
         lines += ["", _gemm_op_table(op, rows, cases)]
+    run, cases = _run_cases(GEMM_W4A16_BENCH)
+    lines += [
+        "",
+        "`gemm.w4a16_mm` (GPTQ v1 / AWQ int4 weights, group 128; the case names the packing), in a run of its own "
+        "with bf16 `cublas/linear` at the same shapes; heuristic tiles (no tuning entries yet):",
+        "",
+        f"- {_run_line(GEMM_W4A16_BENCH, run)}",
+        "",
+        _gemm_op_table("gemm.w4a16_mm", ("native/w4a16_mm_gemv", "native/w4a16_mm"), cases),
+    ]
     return "\n".join(lines)
 
 
@@ -476,7 +488,7 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
         if case["op"] == op:
             by_case.setdefault(case["case"], {})[case["row"]] = case
         if case["row"] == "cublas/linear":
-            cublas[case["case"]] = case["us"]
+            cublas[tuple(case["shape"])] = case["us"]
     versus = op != "gemm.mm"
     header = [f"`{row}`" for row in columns] + ["selected", "vs bf16 cuBLAS" if versus else "Triton vs cuBLAS"]
     lines = [f"`{op}`:", "", "| case | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
@@ -501,7 +513,7 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
         ours = [case["us"] for row, case in rows.items() if row.startswith("native/")]
         # w8a16: the selected row against bf16 cuBLAS on the shape; mm: our fastest Triton row against cuBLAS
         mine = rows[chosen]["us"] if versus and chosen in rows else min(ours, default=None)
-        bf16 = cublas.get(case_id)
+        bf16 = cublas.get(tuple(next(iter(rows.values()))["shape"]))
         cells.append(f"{bf16 / mine:.2f}x" if bf16 and mine else "-")
         lines.append(f"| {case_id} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
