@@ -230,6 +230,10 @@ def _gemv_kernel(
     first = split * groups_per_split
     last = tl.minimum(first + groups_per_split, K // GROUP) - 1
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    # GPTQ: one [GROUP / 8, BLOCK_N] accumulator of scaled sums, reduced over its rows once after the loop
+    # (a per-group reduction across threads would cost a shared-memory round trip every group)
+    rows_acc = tl.zeros((GROUP // 8, BLOCK_N), dtype=tl.float32)
+    rows = tl.arange(0, GROUP // 8)
     # one group ahead: the next group's words are in flight while this one's are summed
     q = _packed_tile(qw_ptr, first * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ)
     for group in range(first, last + 1):
@@ -240,19 +244,23 @@ def _gemv_kernel(
         # q - zero as fp32 without an int -> float conversion (quarter rate on the CUDA cores): the nibble
         # ORed into the mantissa of 2**23 is the float 2**23 + q, and 2**23 + zero is exact too
         offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
-        values = (_spread(q, AWQ) | _MAGIC_BITS).to(tl.float32, bitcast=True)
+        scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
         if AWQ:  # values [GROUP, BLOCK_N / 8, 8]
+            values = (_spread(q, AWQ) | _MAGIC_BITS).to(tl.float32, bitcast=True)
             weights = values - tl.reshape(offsets, (BLOCK_N // 8, 8))[None, :, :]
             xs = tl.load(x_ptr + group * GROUP + tl.arange(0, GROUP)).to(tl.float32)
             t = tl.reshape(tl.sum(weights * xs[:, None, None], axis=0), (BLOCK_N,))
-        else:  # values [GROUP / 8, 8, BLOCK_N]; xs [GROUP / 8, 8] in the same k order
-            weights = values - offsets[None, None, :]
-            ks = group * GROUP + 8 * tl.arange(0, GROUP // 8)[:, None] + tl.arange(0, 8)[None, :]
-            xs = tl.load(x_ptr + ks).to(tl.float32)
-            t = tl.sum(tl.sum(weights * xs[:, :, None], axis=1), axis=0)
-        scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
-        acc += scales * t  # t: exact products x * (q - zero), fp32 sums
+            acc += scales * t  # t: exact products x * (q - zero), fp32 sums
+        else:  # q [GROUP / 8, BLOCK_N]: nibble i of row r is k = group * GROUP + 8r + i
+            sums = tl.zeros((GROUP // 8, BLOCK_N), dtype=tl.float32)
+            for i in tl.static_range(8):
+                values = (((q >> (4 * i)) & 15) | _MAGIC_BITS).to(tl.float32, bitcast=True)
+                xs = tl.load(x_ptr + group * GROUP + 8 * rows + i).to(tl.float32)
+                sums += (values - offsets[None, :]) * xs[:, None]
+            rows_acc += sums * scales[None, :]
         q = q_next
+    if not AWQ:
+        acc += tl.sum(rows_acc, axis=0)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + safe_columns * stride_bias).to(tl.float32)
     tl.store(out_ptr + split.to(tl.int64) * N + columns, acc.to(out_ptr.dtype.element_ty), mask=columns < N)
