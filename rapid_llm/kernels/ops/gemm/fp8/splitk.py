@@ -22,6 +22,7 @@ import triton.language as tl
 
 from ...fast_launch import cached, cdiv
 from . import SCALE_BLOCK, Scales, block_scales, channel_scales, new_out, prepare
+from ..mm.splitk import merge
 from .tiled import accumulate, finish_tile
 
 BLOCK_ROW = "native/fp8_block_mm_splitk"
@@ -81,20 +82,7 @@ def launch(a, b, scales: Scales, bias, out, knobs: dict) -> None:
         **knobs,
     )
     if split > 1:
-        block = 256
-        _merge_kernel[(cdiv(m * n, block),)](
-            partial,
-            bias if has_bias else partial,
-            out,
-            m * n,
-            n,
-            bias.stride(0) if has_bias else 0,
-            *out.stride(),
-            SPLIT_K=split,
-            HAS_BIAS=has_bias,
-            BLOCK=block,
-            num_warps=4,
-        )
+        merge(partial, bias, out, split)
 
 
 @cached
@@ -180,30 +168,3 @@ def _fp8_partial_kernel(
         BLOCK_SCALES,
         HAS_BIAS,
     )
-
-
-@cached
-@triton.jit(do_not_specialize=["total"])
-def _merge_kernel(
-    partial_ptr,
-    bias_ptr,
-    out_ptr,
-    total,
-    N,
-    stride_bias,
-    stride_om,
-    stride_on,
-    SPLIT_K: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = offsets < total
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(SPLIT_K):  # a fixed order: the same sum on every run
-        acc += tl.load(partial_ptr + s * total + offsets, mask=inside, other=0.0)
-    columns = offsets % N
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + columns * stride_bias, mask=inside, other=0.0).to(tl.float32)
-    target = out_ptr + (offsets // N).to(tl.int64) * stride_om + columns.to(tl.int64) * stride_on
-    tl.store(target, acc.to(out_ptr.dtype.element_ty), mask=inside)

@@ -78,8 +78,8 @@ def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
 
 
 def merge(partial, bias, out, split: int) -> None:
-    """Add the fp32 slices partial [split, M, N] in order (plus the bias) into out [M, N], rounding once (also
-    mm/w4a16.py's second pass)."""
+    """Add the fp32 slices partial [split, M, N] (contiguous) in order (plus the bias) into out [M, N] (any
+    strides), rounding once (also the second pass of mm/w4a16.py and fp8/splitk.py)."""
     m, n = out.shape
     has_bias = bias is not None
     block = 256
@@ -90,6 +90,7 @@ def merge(partial, bias, out, split: int) -> None:
         m * n,
         n,
         bias.stride(0) if has_bias else 0,
+        *out.stride(),
         SPLIT_K=split,
         HAS_BIAS=has_bias,
         BLOCK=block,
@@ -159,6 +160,8 @@ def _merge_kernel(
     total,
     N,
     stride_bias,
+    stride_om,
+    stride_on,
     SPLIT_K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -168,6 +171,8 @@ def _merge_kernel(
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in range(SPLIT_K):  # a fixed order: the same sum on every run
         acc += tl.load(partial_ptr + s * total + offsets, mask=inside, other=0.0)
+    columns = offsets % N
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + (offsets % N) * stride_bias, mask=inside, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty), mask=inside)
+        acc += tl.load(bias_ptr + columns * stride_bias, mask=inside, other=0.0).to(tl.float32)
+    target = out_ptr + (offsets // N).to(tl.int64) * stride_om + columns.to(tl.int64) * stride_on
+    tl.store(target, acc.to(out_ptr.dtype.element_ty), mask=inside)
