@@ -376,7 +376,7 @@ ROWS = (
         golden=GoldenRecord(
             verified=True, max_abs_diff=0.03125, baseline="torch/mm", evidence="h200.gemm.parity.cublas_flinear"
         ),
-        # the fastest row at every measured bucket above 16 tokens (h200.gemm.bench.mm): first where unmeasured
+        # the fastest row at every measured bucket above 16 tokens (h200.gemm.bench.mm.presets): first where unmeasured
         priority=20,
         graph_safe=True,
         description="torch.nn.functional.linear: cuBLASLt GEMM, fp32 accumulation, bias in its epilogue",
@@ -401,7 +401,7 @@ ROWS = (
         shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
         layout=("x:rows", "w:rows"),
         parity=(0.015625, "h200.gemm.parity.mm"),
-        # ties or beats cuBLAS at half the measured decode buckets (h200.gemm.bench.mm); measured buckets rank it
+        # ties or beats cuBLAS at half the measured decode buckets (h200.gemm.bench.mm.presets); measured buckets rank it
         priority=15,
         description="Triton decode GEMM (M <= 16): the weight stream split over K, fp32 slices added in order",
     ),

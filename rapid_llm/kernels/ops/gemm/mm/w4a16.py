@@ -241,7 +241,7 @@ def _gemv_kernel(
         q_next = _packed_tile(
             qw_ptr, following * GROUP, first_column, safe_columns, stride_q0, stride_q1, N, GROUP, BLOCK_N, AWQ
         )
-        # q - zero as fp32 without an int -> float conversion (quarter rate on the CUDA cores): the nibble
+        # q - zero as fp32 without an int -> float conversion (a fraction of the add rate): the nibble
         # ORed into the mantissa of 2**23 is the float 2**23 + q, and 2**23 + zero is exact too
         offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
