@@ -14,7 +14,7 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
     gemm-mm-table    h200.gemm.bench.mm.presets (gemm.mm and gemm.w8a16_mm: cuBLAS and our rows per case, the selected row)
-    gemm-fp8-table   h200.gemm.bench.fp8 (the fp8 GEMMs: our rows beside DeepGEMM and torch._scaled_mm)
+    gemm-fp8-table   h200.gemm.bench.fp8.ranked (the fp8 GEMMs: our rows beside DeepGEMM and torch._scaled_mm)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -433,7 +433,7 @@ def host_cost_table() -> str:
 
 
 GEMM_MM_BENCH = "h200.gemm.bench.mm.presets"
-GEMM_W4A16_BENCH = "h200.gemm.bench.w4a16"
+GEMM_W4A16_BENCH = "h200.gemm.bench.w4a16.tuned"
 GEMM_MM_ROWS = {
     "gemm.mm": ("cublas/linear", "native/mm_gemv", "native/mm_splitk", "native/mm"),
     "gemm.w8a16_mm": ("native/w8a16_mm_gemv", "native/w8a16_mm_splitk", "native/w8a16_mm"),
@@ -519,7 +519,7 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
     return "\n".join(lines)
 
 
-GEMM_FP8_BENCH = "h200.gemm.bench.fp8"
+GEMM_FP8_BENCH = "h200.gemm.bench.fp8.ranked"
 #: op -> (our rows, the peer row they are measured against)
 GEMM_FP8_ROWS = {
     "gemm.fp8_block_mm": (("native/fp8_block_mm", "native/fp8_block_mm_splitk"), "deep_gemm/fp8_gemm_nt"),

@@ -129,6 +129,39 @@ def test_fused_static_quantization_kernels_index_like_the_reference(tokens, hidd
     _assert_close_under_interpreter(q, q_ref)
 
 
+@pytest.mark.parametrize("rows", [2, 4])
+def test_fused_norm_kernels_take_several_rows_per_program(rows):
+    """Catches the prefill launch (several rows per program under one weight read) skipping or repeating a
+    row, above all the last program's partial share: 7 tokens in programs of 2 or 4 rows; the fused-add ops
+    must update the residual exactly once."""
+    from rapid_llm.kernels.ops.launch_override import launch_override
+    from rapid_llm.kernels.ops.quantization import fused_fp8, reference
+
+    x, weight, residual, _ = _fused_inputs(7, 384, 11)
+    scale = torch.tensor([0.05])
+    with launch_override("native/rms_norm_per_token_group_fp8", ROWS=rows):
+        q, group_scale = fused_fp8.rms_norm_per_token_group_fp8(x, weight, 1e-6, 128, True)
+    q_ref, scale_ref = reference.rms_norm_per_token_group_fp8(x, weight, 1e-6, 128, True)
+    _assert_same_scales(group_scale, scale_ref)
+    _assert_close_under_interpreter(q, q_ref)
+    residual_ref = residual.clone()
+    with launch_override("native/fused_add_rms_norm_per_token_group_fp8", ROWS=rows):
+        q, group_scale = fused_fp8.fused_add_rms_norm_per_token_group_fp8(x, residual, weight, 1e-6, 128, False)
+    q_ref, scale_ref = reference.fused_add_rms_norm_per_token_group_fp8(x, residual_ref, weight, 1e-6, 128, False)
+    assert torch.equal(residual, residual_ref), "a row's residual was added zero times or twice"
+    _assert_same_scales(group_scale, scale_ref)
+    _assert_close_under_interpreter(q, q_ref)
+    with launch_override("native/rms_norm_static_fp8", ROWS=rows):
+        q = fused_fp8.rms_norm_static_fp8(x, weight, scale, 1e-6)
+    _assert_close_under_interpreter(q, reference.rms_norm_static_fp8(x, weight, scale, 1e-6))
+    residual_ref = residual.clone()
+    with launch_override("native/fused_add_rms_norm_static_fp8", ROWS=rows):
+        q = fused_fp8.fused_add_rms_norm_static_fp8(x, residual, weight, scale, 1e-6)
+    q_ref = reference.fused_add_rms_norm_static_fp8(x, residual_ref, weight, scale, 1e-6)
+    assert torch.equal(residual, residual_ref), "a row's residual was added zero times or twice"
+    _assert_close_under_interpreter(q, q_ref)
+
+
 def _kv_write_inputs(generator):
     """(token data, loc, buffer, scales) of update_kv_buffer_fp8: 9 tokens of 8 heads x 72 into 40 rows."""
     kv = torch.randn(9, 8, 72, generator=generator)

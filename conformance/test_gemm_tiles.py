@@ -200,6 +200,17 @@ def test_refusal_refuses_tiles_over_the_shared_memory_limit():
     assert tiles.refusal(knobs, "fp8_e4m3", need - 1, None) is None  # one byte per element: half of it
 
 
+def test_refusal_lets_the_one_token_kernels_split_k_with_one_row():
+    """Catches the 16-row rule of the split-K tensor-core kernels applied to the one-token kernels, which
+    split K with BLOCK_M 1: their store entries would be refused (the heuristic served instead) and the
+    heuristic's own stages cut to 2 as if shared memory were short."""
+    one_token = tiles.heuristic("native/w4a16_mm_gemv", 1, 8192, 8192, 90, 132)
+    assert one_token["BLOCK_M"] == 1 and "SPLIT_K" in one_token
+    assert tiles.refusal(one_token, "bf16", 227 * 1024, None, "native/w4a16_mm_gemv") is None
+    reason = tiles.refusal({**one_token, "BLOCK_K": 128}, "bf16", 227 * 1024, None, "native/mm_splitk")
+    assert reason is not None and "BLOCK_M 1" in reason
+
+
 def test_refusal_refuses_block_k_not_a_multiple_of_the_scale_group():
     """Catches a K tile that straddles two scale groups (a block-scaled GEMM would apply one scale to
     both): BLOCK_K 64 under a 128 group is refused, 256 is not, and no group means no such rule."""
@@ -365,7 +376,7 @@ def test_shipped_store_files_are_well_formed(path):
         if kernel.startswith("native/fp8_block"):
             assert knobs["BLOCK_K"] == 128, entry  # one activation and one weight scale per K step
         if tier_limit is not None:
-            assert tiles.refusal(knobs, entry["dtype"], tier_limit, None) is None, entry
+            assert tiles.refusal(knobs, entry["dtype"], tier_limit, None, kernel) is None, entry
 
 
 # ---------------------------------------------------------------------------
@@ -447,7 +458,7 @@ def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
 #: consumes, token counts it serves).
 W4A16_KERNELS = {
     "native/w4a16_mm": ("_mm_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
-    "native/w4a16_mm_gemv": ("_gemv_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K", "BLOCK_M"}, (1,)),
+    "native/w4a16_mm_gemv": ("_gemv_kernel", {"AWQ", "GROUP", "HAS_BIAS", "ASM"}, {"SPLIT_K", "BLOCK_M"}, (1,)),
 }
 
 

@@ -1,5 +1,7 @@
 """Fill the GEMM tuning store on the GPU: `python -m perf.tune_gemm --out FILE.json [--budget-s 240] [--kernels A,B]`.
 
+`--tokens 1,16` tunes only those m values (the decode buckets first, when one call cannot cover every bucket).
+
 For every (kernel, m bucket, n, k) of the presets' projections (perf/test_gemm_bench.py MM_SHAPES, the
 8192^3 anchor; the fp8 kernels of ops/gemm/fp8/ at FP8_SHAPES on quantized inputs) it times each candidate tile of the kernel (CANDIDATES, filtered by the device's shared
 memory and, for native/mm_splitk, its m <= 16 range) at the bucket's upper m with CUDA events, the L2
@@ -146,6 +148,8 @@ def _fits(kernel: str, knobs: dict, m: int, limit: int, dtype: str = "bf16") -> 
     block_k_multiple = SCALE_BLOCK if kernel in FP8_KERNELS else None
     if tiles.refusal(knobs, dtype, limit, block_k_multiple, kernel):
         return False
+    if kernel == "native/w4a16_mm" and knobs.get("SPLIT_K", 1) > 1 and m > 16:
+        return False  # split over K for decode token counts only: [SPLIT_K, m, N] fp32 slices
     if kernel in ("native/mm", "native/w4a16_mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):
         # a tile far taller than m wastes the tensor cores on clamped rows
         return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
@@ -221,7 +225,8 @@ def _runner(kernel, module, x, w, scale, out):
     return (lambda knobs: launch(*args, None, out, knobs)), reference_w4a16_mm(*args)
 
 
-def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]:
+def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS), tokens=None) -> tuple[list, list]:
+    """Store entries and the log for `kernels` at their TOKENS m values (only those in `tokens` if given)."""
     device = torch.device("cuda")
     limit = tiles.shared_memory_limit(device)
     props = torch.cuda.get_device_properties(device)
@@ -234,7 +239,7 @@ def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]
     for kernel in (kernel for kernel in kernels if kernel in KERNELS):
         module = KERNELS[kernel]
         for n, k in shapes:
-            for m in TOKENS[kernel]:
+            for m in (m for m in TOKENS[kernel] if tokens is None or m in tokens):
                 if time.perf_counter() - started > budget_s:
                     log.append({"kernel": kernel, "n": n, "k": k, "m": m, "skipped": "budget spent"})
                     continue
@@ -262,7 +267,7 @@ def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS)) -> tuple[list, list]
     for kernel in (kernel for kernel in kernels if kernel in FP8_KERNELS):
         module = FP8_KERNELS[kernel]
         for n, k in FP8_SHAPES[kernel]:
-            for m in TOKENS[kernel]:
+            for m in (m for m in TOKENS[kernel] if tokens is None or m in tokens):
                 if time.perf_counter() - started > budget_s:
                     log.append({"kernel": kernel, "n": n, "k": k, "m": m, "skipped": "budget spent"})
                     continue
@@ -291,14 +296,16 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--kernels", default=",".join((*KERNELS, *FP8_KERNELS)), help="comma-separated kernel names (default: all)"
     )
+    parser.add_argument("--tokens", help="comma-separated m values to tune (default: each kernel's TOKENS)")
     args = parser.parse_args(argv)
+    tokens = None if args.tokens is None else {int(m) for m in args.tokens.split(",")}
     kernels = tuple(args.kernels.split(","))
     unknown = set(kernels) - set(KERNELS) - set(FP8_KERNELS)
     if unknown:
         parser.error(f"unknown kernels {sorted(unknown)}; known: {sorted((*KERNELS, *FP8_KERNELS))}")
     import triton
 
-    entries, log = tune(args.budget_s, kernels)
+    entries, log = tune(args.budget_s, kernels, tokens)
     document = {
         "device": torch.cuda.get_device_name(),
         "triton": triton.__version__,

@@ -462,9 +462,9 @@ ROWS = (
         capability=TRITON_DEVICES,
         shape=(ShapeConstraint("num_tokens", max=1),),
         layout=("x:rows",),
-        parity=None,  # unverified until an H200 parity run
-        # below native/w4a16_mm where no measured ranking decides: its untuned tiles were the slower row on
-        # GPTQ weights (h200.gemm.bench.w4a16)
+        parity=(0.001953125, "h200.gemm.parity.w4a16_gemv"),
+        # below native/w4a16_mm where no measured ranking decides (the one-token bucket ranks it first:
+        # h200.gemm.bench.w4a16.tuned)
         priority=5,
         description="Triton one-token int4 GEMM on the CUDA cores: packed words unpacked in registers, a "
         "scale and zero per group, split over K",
@@ -476,7 +476,7 @@ ROWS = (
         dtypes=_MM_DTYPES,
         capability=TRITON_DOT_DEVICES,
         layout=("x:rows",),
-        parity=None,  # unverified until an H200 parity run
+        parity=(0.015625, "h200.gemm.parity.w4a16"),
         priority=10,
         description="Triton int4 GEMM: each K step's (q - zero) tile built in registers for tl.dot, the "
         "group scale on the fp32 product; split over K for decode token counts",
@@ -505,7 +505,7 @@ ROWS = (
         "native/fp8_block_mm",
         FP8_BLOCK_MM,
         "tiled:fp8_block_mm",
-        parity=None,  # unverified until a clean H200 parity run
+        parity=(0.03125, "h200.gemm.parity.fp8"),
         description="Triton persistent tiled fp8 GEMM, grouped tile order, each 128-wide K step's fp32 product "
         "scaled by its a and b block scales",
     ),
@@ -513,7 +513,7 @@ ROWS = (
         "native/fp8_block_mm_splitk",
         FP8_BLOCK_MM,
         "splitk:fp8_block_mm",
-        parity=None,  # unverified until a clean H200 parity run
+        parity=(0.015625, "h200.gemm.parity.fp8"),
         shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
         description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
     ),
@@ -534,7 +534,9 @@ ROWS = (
         # cuBLASLt's fp8 GEMM (and torch's row-wise CUTLASS kernel): K and N multiples of 16
         shape=(ShapeConstraint("n", multiple_of=16), ShapeConstraint("k", multiple_of=16)),
         layout=("a:tma", "b:tma", "a:dense", "b:dense", "bias:unit"),
-        golden=GoldenRecord.unverified(),  # until an H200 parity run
+        golden=GoldenRecord(
+            verified=True, max_abs_diff=0.03125, baseline="torch/fp8_mm", evidence="h200.gemm.parity.fp8"
+        ),
         priority=10,
         graph_safe=True,
         description="torch._scaled_mm: cuBLASLt fp8 GEMM (per-tensor scales) or the row-wise scaled kernel "
@@ -544,14 +546,14 @@ ROWS = (
         "native/fp8_mm",
         FP8_MM,
         "tiled:fp8_mm",
-        parity=None,  # unverified until a clean H200 parity run
+        parity=(0.03125, "h200.gemm.parity.fp8"),
         description="ops/gemm/fp8's tiled kernel with per-token/per-channel scales (and the bias) on the fp32 tile",
     ),
     _fp8_native_row(
         "native/fp8_mm_splitk",
         FP8_MM,
         "splitk:fp8_mm",
-        parity=None,  # unverified until a clean H200 parity run
+        parity=(0.03125, "h200.gemm.parity.fp8"),
         shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
         description="ops/gemm/fp8's split-K decode kernel with per-token/per-channel scales per slice",
     ),

@@ -98,7 +98,8 @@ def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, k
         return f"BLOCK_K {knobs['BLOCK_K']} is not a multiple of the scale group {block_k_multiple}"
     if block_k_multiple and kernel in ONE_SCALE_PER_STEP and knobs["BLOCK_K"] != block_k_multiple:
         return f"BLOCK_K {knobs['BLOCK_K']} is not the scale group {block_k_multiple} (one scale per K step)"
-    if "SPLIT_K" in knobs and knobs["BLOCK_M"] < 16:  # native/mm_splitk's one row tile covers every m <= 16
+    # native/mm_splitk's one row tile covers every m <= 16 (the one-token kernels split K with BLOCK_M 1)
+    if "SPLIT_K" in knobs and knobs["BLOCK_M"] < 16 and not kernel.endswith("_gemv"):
         return f"BLOCK_M {knobs['BLOCK_M']} of the split-K kernel is below its 16 rows"
     return None
 
@@ -295,7 +296,7 @@ def _resolved(kernel, bucket, n, k, dtype, index, block_k_multiple) -> Tiles:
             return Tiles(entry["knobs"], f"store {entry['file']} (triton {entry['triton']}, {entry['date']})")
         refused = f"; store entry refused: {reason}"
     knobs = heuristic(kernel, bucket[1], n, k, sm, programs)
-    while refusal(knobs, dtype, limit, None) and knobs["num_stages"] > 2:
+    while refusal(knobs, dtype, limit, None, kernel) and knobs["num_stages"] > 2:
         knobs["num_stages"] -= 1  # a pre-Hopper part: fewer stages in flight before smaller tiles
     tier = "sm90+" if sm >= 90 else "sm80-89"
     return Tiles(knobs, f"heuristic {tier}, m bucket {bucket[0]}-{bucket[1]}{refused}")

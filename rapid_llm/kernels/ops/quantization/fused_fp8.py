@@ -17,11 +17,12 @@ reciprocal of the one fp32 scale read on the device. Only x (and residual)
 are read and q (residual, scales) written: the intermediate never reaches
 memory. The fp32 -> e4m3 cast needs sm89+ (the rows' capability).
 
-Norm kernel: one program per token row, the row held as a [BLOCK_GROUPS,
-BLOCK] tile of groups (column = group * group_size + c). Rows whose tile
-fits MAX_TILE elements are read once (SINGLE_PASS); wider rows loop over
-chunks of groups twice (sum of squares, then normalise and quantize; the
-fused-add rows re-read the residual they stored). The static ops see the row
+Norm kernel: a row held as a [BLOCK_GROUPS, BLOCK] tile of groups (column =
+group * group_size + c). Rows whose tile fits MAX_TILE elements are read once
+(SINGLE_PASS), ROWS of them per program one after the other under one read of
+the weight; wider rows, one per program, loop over chunks of groups twice (sum
+of squares, then normalise and quantize; the fused-add rows re-read the
+residual they stored). The static ops see the row
 as groups of any divisor of H (one group when it fits), since their scale is
 per tensor. Silu kernel: fp8_quant's tile of BLOCK_GROUPS groups per
 program in token-major order, with its launch_config.
@@ -33,6 +34,8 @@ covers row-major and the column-major TMA-aligned layout (fp8.group_scale_storag
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -49,22 +52,40 @@ MAX_TILE = 16384
 CHUNK = 4096
 
 
-def launch_config(groups: int, group_size: int) -> dict:
-    """The norm kernel's tile and warps from the row's groups (no search).
+#: Prefill token counts from which a single-pass program of the residual-free ops normalises
+#: ROWS_PER_PROGRAM rows, one after the other with the next row's loads in flight, under one read of the
+#: weight (from L2: as many bytes as the row's x, per row, with one row per program).
+MANY_TOKENS = 4096
+ROWS_PER_PROGRAM = 8
 
-    One row per program: a [next_pow2(groups), next_pow2(group_size)] tile when it holds at most
-    MAX_TILE elements (hidden 4096 and 7168 in groups of 128: 4096 and 8192 elements), else chunks of
-    about CHUNK elements. Warps as native/rms_norm: one per 512 elements of the tile, 1 to 16.
+
+def launch_config(
+    groups: int, group_size: int, token_bucket: int = 1, add_residual: bool = False, static: bool = False
+) -> dict:
+    """The norm kernel's tile, rows per program and warps from the row's groups, the token count's
+    power-of-two bucket (capped at MANY_TOKENS) and the op (no search).
+
+    A [next_pow2(groups), next_pow2(group_size)] tile per row when it holds at most MAX_TILE elements
+    (hidden 4096 and 7168 in groups of 128: 4096 and 8192 elements), else chunks of about CHUNK elements
+    (one row per program). Warps as native/rms_norm: one per 512 elements of the tile, 1 to 16. Rows per
+    program, as measured on the H200 (h200.quantization.sweep.fused_norm_rows): ROWS_PER_PROGRAM from
+    MANY_TOKENS tokens for the static op and for the group op's 16-warp tiles, whose rows carry few bytes
+    for their fixed work (static 7168: 86% of copy against 73% with one row); one row for the fused-add
+    ops (the residual's bytes already hide it, and a second row's tiles in flight cost them up to 18
+    points) and for the group op's smaller tiles (one row: 81%, eight: 50-76%).
     """
     block = triton.next_power_of_2(group_size)
     all_groups = triton.next_power_of_2(groups)
     single = all_groups * block <= MAX_TILE
     block_groups = all_groups if single else max(1, CHUNK // block)
+    warps = max(1, min(16, block_groups * block // 512))
+    many = single and token_bucket >= MANY_TOKENS and not add_residual and (static or warps == 16)
     return {
         "BLOCK_GROUPS": block_groups,
         "BLOCK": block,
         "SINGLE_PASS": single,
-        "num_warps": max(1, min(16, block_groups * block // 512)),
+        "ROWS": ROWS_PER_PROGRAM if many else 1,
+        "num_warps": warps,
     }
 
 
@@ -109,12 +130,14 @@ def _norm_quant(x, residual, weight, eps, group_size, scale, static, row):
     if tokens == 0:
         return q
     groups = hidden // group_size
-    policy = _POLICIES.get(row) or _POLICIES.setdefault(row, LaunchPolicy(row, launch_config))
-    config = policy.get((groups, group_size))
+    policy = _POLICIES.get(row) or _POLICIES.setdefault(
+        row, LaunchPolicy(row, functools.partial(launch_config, add_residual=residual is not None, static=static))
+    )
+    config = policy.get((groups, group_size, min(triton.next_power_of_2(tokens), MANY_TOKENS)))
     # The static ops write no scales: their strides are unused (0).
     scale_strides = (0, 0) if static else (scale.stride(0), scale.stride(1))
     add = residual is not None
-    _norm_quant_kernel[(tokens,)](
+    _norm_quant_kernel[(cdiv(tokens, config["ROWS"]),)](
         x,
         residual if add else x,
         weight,
@@ -124,6 +147,7 @@ def _norm_quant(x, residual, weight, eps, group_size, scale, static, row):
         residual.stride(0) if add else 0,
         weight.stride(0),
         *scale_strides,
+        tokens,
         hidden,
         group_size,
         groups,
@@ -135,6 +159,15 @@ def _norm_quant(x, residual, weight, eps, group_size, scale, static, row):
         **config,
     )
     return q
+
+
+@triton.jit
+def _row_inputs(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL: tl.constexpr):
+    """A row's x and residual tiles as stored (x again for residual without ADD_RESIDUAL; zeros where masked)."""
+    x = tl.load(x_ptr + x_row + columns, mask=mask, other=0.0)
+    if ADD_RESIDUAL:
+        return x, tl.load(residual_ptr + residual_row + columns, mask=mask, other=0.0)
+    return x, x
 
 
 @triton.jit
@@ -176,6 +209,7 @@ def _norm_quant_kernel(
     weight_stride,
     scale_token_stride,
     scale_group_stride,
+    tokens,
     hidden,
     group_size,
     groups,
@@ -187,13 +221,8 @@ def _norm_quant_kernel(
     BLOCK_GROUPS: tl.constexpr,
     BLOCK: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
-    # int64 offsets: T * H passes 2**31 elements for long prefill chunks.
-    token = tl.program_id(0).to(tl.int64)
-    x_row = token * x_token_stride
-    residual_row = token * residual_token_stride
-    q_row = token * hidden
-    scale_row = token * scale_token_stride
     tile_groups = tl.arange(0, BLOCK_GROUPS)[:, None]
     within = tl.arange(0, BLOCK)[None, :]
     if STATIC:
@@ -204,15 +233,39 @@ def _norm_quant_kernel(
     if SINGLE_PASS:
         mask = (tile_groups < groups) & (within < group_size)
         columns = tile_groups * group_size + within
-        values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL)
-        inverse_rms = tl.rsqrt(tl.sum(tl.sum(values * values, axis=1), axis=0) / hidden + eps)
+        # read once for the program's rows
         weight = tl.load(weight_ptr + columns * weight_stride, mask=mask, other=0.0).to(tl.float32)
-        y = (values * inverse_rms * weight).to(x_ptr.dtype.element_ty).to(tl.float32)
-        _quantize_tile(
-            y, q_ptr, scale_ptr, q_row, scale_row, tl.arange(0, BLOCK_GROUPS), groups, columns, mask,
-            scale_group_stride, static_inverse, scale_floor, fp8_max, STATIC,
-        )  # fmt: skip
-    else:
+        first = tl.program_id(0).to(tl.int64) * ROWS  # int64 offsets: T * H passes 2**31 elements
+        count = tl.minimum(ROWS, tokens - first)
+        # one row ahead: the next row's x (and residual) are in flight while this one is normalised
+        x_next, residual_next = _row_inputs(
+            x_ptr, residual_ptr, first * x_token_stride, first * residual_token_stride, columns, mask, ADD_RESIDUAL
+        )
+        for r in range(0, count):
+            token = first + r
+            x_now, residual_now = x_next, residual_next
+            ahead = mask & (tile_groups * 0 + r + 1 < count)
+            x_next, residual_next = _row_inputs(
+                x_ptr, residual_ptr, (token + 1) * x_token_stride, (token + 1) * residual_token_stride, columns,
+                ahead, ADD_RESIDUAL,
+            )  # fmt: skip
+            values = x_now.to(tl.float32)
+            if ADD_RESIDUAL:  # residual + x as stored, written back
+                stored = (values + residual_now.to(tl.float32)).to(residual_ptr.dtype.element_ty)
+                tl.store(residual_ptr + token * residual_token_stride + columns, stored, mask=mask)
+                values = stored.to(tl.float32)
+            inverse_rms = tl.rsqrt(tl.sum(tl.sum(values * values, axis=1), axis=0) / hidden + eps)
+            y = (values * inverse_rms * weight).to(x_ptr.dtype.element_ty).to(tl.float32)
+            _quantize_tile(
+                y, q_ptr, scale_ptr, token * hidden, token * scale_token_stride, tl.arange(0, BLOCK_GROUPS), groups,
+                columns, mask, scale_group_stride, static_inverse, scale_floor, fp8_max, STATIC,
+            )  # fmt: skip
+    else:  # one row per program (ROWS == 1)
+        token = tl.program_id(0).to(tl.int64)
+        x_row = token * x_token_stride
+        residual_row = token * residual_token_stride
+        q_row = token * hidden
+        scale_row = token * scale_token_stride
         sum_squares = tl.zeros((BLOCK_GROUPS, BLOCK), dtype=tl.float32)
         for start in range(0, groups, BLOCK_GROUPS):
             mask = (start + tile_groups < groups) & (within < group_size)

@@ -166,11 +166,12 @@ def _merge_kernel(
     HAS_BIAS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    # 64-bit offsets: split x M x N passes 2**31 at prefill sizes
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < total
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in range(SPLIT_K):  # a fixed order: the same sum on every run
-        acc += tl.load(partial_ptr + s * total + offsets, mask=inside, other=0.0)
+        acc += tl.load(partial_ptr + s * total.to(tl.int64) + offsets, mask=inside, other=0.0)
     columns = offsets % N
     if HAS_BIAS:
         acc += tl.load(bias_ptr + columns * stride_bias, mask=inside, other=0.0).to(tl.float32)

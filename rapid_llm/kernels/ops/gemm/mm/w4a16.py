@@ -4,12 +4,17 @@ in ops/gemm/__init__.py states both packings), unpacked in registers; no repack.
 native/w4a16_mm_gemv (M == 1, CUDA cores, every dtype under the CPU interpreter): program (j, s) owns the
 BLOCK_N columns from j * BLOCK_N and the s-th of SPLIT_K runs of whole groups along K. Per group it loads the
 group's packed words once ([g/8, BLOCK_N] words for GPTQ, [g, BLOCK_N/8] for AWQ: rows of coalesced int32
-loads), the next group's words before this one's are summed (one group always in flight), spreads the nibbles
-into a 3-d tile with shifts (the sums run over its axes: no reshape of the big tile), forms q - zero in fp32
-without a conversion instruction (the nibble ORed into the bits of 2**23, minus 2**23 + zero: exact) and
-t[n] = sum_k x[k] * (q[k, n] - zero[n]) in fp32 (exact products), then adds scale[n] * t[n] to the column's
-fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N] buffer that mm/splitk.py's merge kernel adds in a fixed
-order with the bias, rounding once (deterministic; SPLIT_K = 1 writes out directly).
+loads), the next group's words before this one's are summed (one group always in flight), and forms q - zero
+in fp32 without an int -> float conversion: a nibble ORed into the bits of 2**23 is the float 2**23 + q.
+GPTQ (a word's 8 nibbles are 8 k of one column): nibble i is masked in place within its half word (one lop3;
+the upper half shifted down once), giving 2**23 + 16**j q (j = i mod 4, inside the mantissa), minus 2**23 is
+16**j q exactly, and x carries the 16**-j; t = sum_i q_i x_i - zero * sum_i x_i per word (exact products),
+scaled once per word into a [g/8, BLOCK_N] fp32 accumulator summed over its rows after the K loop (no
+reduction across threads inside it). AWQ (a word's nibbles are 8 columns of one k): the words spread into
+[g, BLOCK_N/8, 8] with shifts, q - zero against 2**23 + zero, t summed over the group's k (across threads,
+every group) and scale[n] * t[n] added to the column's fp32 sum. The slices go to an fp32 [SPLIT_K, 1, N]
+buffer that mm/splitk.py's merge kernel adds in a fixed order with the bias, rounding once (deterministic;
+SPLIT_K = 1 writes out directly).
 
 native/w4a16_mm (every M, tl.dot): program (j, i, s) owns rows i * BLOCK_M.., columns j * BLOCK_N.. and the
 s-th slice of K steps. Each step of BLOCK_K (a divisor of the group size: one group per step) unpacks its
@@ -106,6 +111,7 @@ def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knob
         AWQ=packing == "awq",
         GROUP=group_size,
         HAS_BIAS=bias is not None and split == 1,
+        ASM=x.is_cuda,
         **knobs,
     )
     _finish(partial, bias, out, split)
@@ -138,6 +144,24 @@ def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs:
         **knobs,
     )
     _finish(partial, bias, out, split)
+
+
+@triton.jit
+def _and_or(word, MASK: tl.constexpr, ASM: tl.constexpr):
+    """(word & MASK) | 2**23's bits as fp32: one lop3 on CUDA (ASM); the compiler splits it in two, both
+    operands being immediates. For MASK = 15 << 4j the float is 2**23 + nibble * 16**j, exact for j < 5."""
+    if ASM:
+        bits = tl.inline_asm_elementwise(
+            asm=f"lop3.b32 $0, $1, {MASK}, 0x4B000000, 0xEA;",
+            constraints="=r,r",
+            args=[word],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        bits = (word & MASK) | _MAGIC_BITS
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -221,6 +245,7 @@ def _gemv_kernel(
     GROUP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     first_column = tl.program_id(0) * BLOCK_N
     columns = first_column + tl.arange(0, BLOCK_N)
@@ -252,12 +277,22 @@ def _gemv_kernel(
             t = tl.reshape(tl.sum(weights * xs[:, None, None], axis=0), (BLOCK_N,))
             acc += scales * t  # t: exact products x * (q - zero), fp32 sums
         else:  # q [GROUP / 8, BLOCK_N]: nibble i of row r is k = group * GROUP + 8r + i
+            # sum_i q_i x_i - zero * sum_i x_i per word (q_i x_i exact): the zero costs one multiply per word,
+            # not a subtraction per nibble
             sums = tl.zeros((GROUP // 8, BLOCK_N), dtype=tl.float32)
+            x_sums = tl.zeros((GROUP // 8,), dtype=tl.float32)
+            high = q >> 16  # nibbles 4..7 in bits 0..15 (one shift a word)
             for i in tl.static_range(8):
-                values = (((q >> (4 * i)) & 15) | _MAGIC_BITS).to(tl.float32, bitcast=True)
                 xs = tl.load(x_ptr + group * GROUP + 8 * rows + i).to(tl.float32)
-                sums += (values - offsets[None, :]) * xs[:, None]
-            rows_acc += sums * scales[None, :]
+                x_sums += xs
+                # nibble i left in place within its half word, at bits 4j..4j+3 (j = i mod 4: inside the
+                # 23 mantissa bits): 16**j q_i, and x carries 16**-j (powers of two: exact)
+                if i < 4:
+                    values = _and_or(q, 15 << (4 * (i % 4)), ASM) - _MAGIC
+                else:
+                    values = _and_or(high, 15 << (4 * (i % 4)), ASM) - _MAGIC
+                sums += values * (xs * (0.0625 ** (i % 4)))[:, None]
+            rows_acc += (sums - (offsets - _MAGIC)[None, :] * x_sums[:, None]) * scales[None, :]
         q = q_next
     if not AWQ:
         acc += tl.sum(rows_acc, axis=0)
