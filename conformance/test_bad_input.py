@@ -974,10 +974,10 @@ class TestW4a16MmBadInput:
         args[0], args[6] = args[0].float(), args[6].float()
         self._rejects(fn, args, "x", ["float16 or bfloat16", "torch.float32"])
 
-    @pytest.mark.parametrize("packing", ["GPTQ", "marlin", "gptq_v2", None])
+    @pytest.mark.parametrize("packing", ["GPTQ", "marlin", "awq_v2", None])
     def test_unknown_packing_is_rejected(self, name, fn, env, packing):
-        """Catches a packing this op does not read (Marlin's tiles, GPTQ v2 zeros) taken for GPTQ v1 or AWQ."""
-        self._rejects(fn, self._with(env, 5, packing), "packing", ['"gptq" or "awq"', repr(packing)])
+        """Catches a packing this op does not read (Marlin's tiles, a misspelt name) taken for one it reads."""
+        self._rejects(fn, self._with(env, 5, packing), "packing", ['"gptq", "gptq_v2" or "awq"', repr(packing)])
 
     @pytest.mark.parametrize("group", [32, 100, 256, -1, 64.0, True])
     def test_unsupported_group_size_is_rejected(self, name, fn, env, group):

@@ -457,8 +457,13 @@ def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
 #: gemm.w4a16_mm's kernels: (kernel function name in mm/w4a16.py, constexprs its launch sets, knobs the launch
 #: consumes, token counts it serves).
 W4A16_KERNELS = {
-    "native/w4a16_mm": ("_mm_kernel", {"AWQ", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
-    "native/w4a16_mm_gemv": ("_gemv_kernel", {"AWQ", "GROUP", "HAS_BIAS", "ASM"}, {"SPLIT_K", "BLOCK_M"}, (1,)),
+    "native/w4a16_mm": ("_mm_kernel", {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
+    "native/w4a16_mm_gemv": (
+        "_gemv_kernel",
+        {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS", "ASM"},
+        {"SPLIT_K", "BLOCK_M"},
+        (1,),
+    ),
 }
 
 

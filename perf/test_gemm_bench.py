@@ -81,6 +81,8 @@ W4A16_MM = "gemm.w4a16_mm"
 W4A16_CASES = (
     *((m, 8192, 8192, packing, "anchor 8192^2") for m in (1, 16, 4096) for packing in ("gptq", "awq")),
     *((m, 4096, 14336, "gptq", "llama-3-8b down_proj") for m in (1, 16)),
+    # an AWQ checkpoint after ops/gemm/repack.awq_to_gptq_v2: the GPTQ kernels with zeros as stored
+    *((m, 8192, 8192, "gptq_v2", "anchor 8192^2") for m in (1, 16)),
 )
 BLOCK_MM = "gemm.fp8_block_mm"
 CONTIGUOUS = "gemm.fp8_grouped_mm_contiguous"
@@ -337,7 +339,7 @@ def test_w8a16_mm(benchmark, gpu_session, arm, m, n, k, where):
     ],
 )
 def test_w4a16_mm(benchmark, gpu_session, arm, m, n, k, packing, where):
-    """gemm.w4a16_mm: int4 weights of a GPTQ (v1) or AWQ checkpoint, group 128, fp16 scales (as the
+    """gemm.w4a16_mm: int4 weights of a GPTQ (v1, v2) or AWQ checkpoint, group 128, fp16 scales (as the
     checkpoints store them) with bf16 x; bytes = x + qweight (K N / 2) + qzeros (one int32 per 8 columns per
     group) + scales + out. Random words are valid int4 weights of either packing."""
     import torch
@@ -345,7 +347,7 @@ def test_w4a16_mm(benchmark, gpu_session, arm, m, n, k, packing, where):
     group = 128
     generator = _generator(m + n + k)
     x = torch.randn((m, k), device="cuda", generator=generator).bfloat16()
-    words = (k // 8, n) if packing == "gptq" else (k, n // 8)
+    words = (k, n // 8) if packing == "awq" else (k // 8, n)
     qweight = torch.randint(-(2**31), 2**31 - 1, words, device="cuda", generator=generator, dtype=torch.int32)
     qzeros = torch.randint(-(2**31), 2**31 - 1, (k // group, n // 8), device="cuda", generator=generator).int()
     # |W| ~ 16 * scale: scales ~ 1 / (8 sqrt(K)) keep outputs O(1)

@@ -318,9 +318,12 @@ def _pack_along_n(q, order):
     return _as_int32(words)
 
 
-def _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric=False):
-    """(qweight, scales, qzeros) of w ~ N(0, 1/K) [K, N] quantized per group of `group` along K (CPU)."""
+def _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric=False, positive_groups=False):
+    """(qweight, scales, qzeros) of w ~ N(0, 1/K) [K, N] quantized per group of `group` along K (CPU);
+    positive_groups: every other group shifted above zero (its zero is 0, which GPTQ v1 cannot store)."""
     w = (torch.randn((k, n), generator=generator) / math.sqrt(k)).view(k // group, group, n)
+    if positive_groups:
+        w[::2] = w[::2] - w[::2].amin(1, keepdim=True)
     low, high = w.amin(1), w.amax(1)
     if symmetric:  # GPTQ sym: zero 8, scale from the larger magnitude
         scale = (torch.maximum(-low, high) / 7.5).to(scale_dtype)
@@ -334,12 +337,15 @@ def _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric=False)
     zero = zero.to(torch.int64)
     if packing == "gptq":
         return _pack_along_k(q), scale, _pack_along_n(zero - 1, range(8))
+    if packing == "gptq_v2":
+        return _pack_along_k(q), scale, _pack_along_n(zero, range(8))
     return _pack_along_n(q, _AWQ_ORDER), scale, _pack_along_n(zero, _AWQ_ORDER)
 
 
 def _w4a16_case(
-    lead, n, k, group, packing, *, bias=False, scales="fp16", symmetric=False, x=None, q=None, s=None, z=None, b=None
-):
+    lead, n, k, group, packing, *, bias=False, scales="fp16", symmetric=False, positive_groups=False, x=None,
+    q=None, s=None, z=None, b=None,
+):  # fmt: skip
     """x [*lead, k] @ W (+ bias [n]) of a `packing` checkpoint with group size `group`; scales stored in fp16
     (what GPTQ and AWQ checkpoints hold), "fp32" or "x" (x's dtype); each tensor placed as `x`, `q`, `s`, `z`, `b`
     say."""
@@ -347,7 +353,7 @@ def _w4a16_case(
     def make(dtype, device, generator):
         xs = torch.randn((*lead, k), generator=generator).to(dtype)
         scale_dtype = {"fp16": torch.float16, "fp32": torch.float32, "x": dtype}[scales]
-        qweight, ss, qzeros = _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric)
+        qweight, ss, qzeros = _int4_weights(n, k, group, packing, generator, scale_dtype, symmetric, positive_groups)
         bs = torch.randn((n,), generator=generator).to(dtype) if bias else None
         args = (
             _place(xs, device, x),
@@ -383,6 +389,12 @@ W4A16_MM_CASES = (
         for m, n in ((1, 200), (7, 40), (16, 200), (128, 40))
     ),
     _w4a16("gptq_g128_m1_n8_k128", _w4a16_case((1,), 8, 128, 128, "gptq", bias=True)),
+    # gptq_v2 (zeros as stored, 0..15): zeros of 0 in every other group, at each kernel's token counts
+    *(
+        _w4a16(f"gptq_v2_zero_0_g{group}_m{m}", _w4a16_case((m,), 40, 256, group, "gptq_v2", positive_groups=True))
+        for m in (1, 7, 128)
+        for group in (64, 128)
+    ),
     _w4a16("awq_g64_m1_n40_k64_bias", _w4a16_case((1,), 40, 64, 64, "awq", bias=True)),
     _w4a16("gptq_g64_m512_n72_k192", _w4a16_case((512,), 72, 192, 64, "gptq")),
     _w4a16("awq_g128_m512_n72_k256_bias", _w4a16_case((512,), 72, 256, 128, "awq", bias=True)),
@@ -407,6 +419,7 @@ W4A16_MM_CASES = (
     # only (the interpreter would take hours).
     _w4a16("gptq_decode_m1_n4096_k14336", _w4a16_case((1,), 4096, 14336, 128, "gptq"), gpu_only=True),
     _w4a16("awq_decode_m1_n14336_k4096", _w4a16_case((1,), 14336, 4096, 128, "awq"), gpu_only=True),
+    _w4a16("gptq_v2_decode_m1_n8192_k8192", _w4a16_case((1,), 8192, 8192, 128, "gptq_v2"), gpu_only=True),
     _w4a16("gptq_decode_m16_n8192_k8192_bias", _w4a16_case((16,), 8192, 8192, 128, "gptq", bias=True), gpu_only=True),
     _w4a16("awq_decode_m16_n4096_k14336_g64", _w4a16_case((16,), 4096, 14336, 64, "awq"), gpu_only=True),
     _w4a16("gptq_prefill_m4096_n4096_k4096", _w4a16_case((4096,), 4096, 4096, 128, "gptq"), gpu_only=True),
@@ -753,8 +766,8 @@ def w4a16_mm_oracle(x, qweight, scales, qzeros, group_size, packing, bias=None):
     cpu = (qweight.cpu(), scales.cpu(), qzeros.cpu())
     qweight, scales, qzeros = cpu
     k, n = x.shape[-1], scales.shape[1]
-    if packing == "gptq":
-        q, zero = _unpacked64(qweight, "k", k), _unpacked64(qzeros, "n", n) + 1
+    if packing in ("gptq", "gptq_v2"):
+        q, zero = _unpacked64(qweight, "k", k), _unpacked64(qzeros, "n", n) + (packing == "gptq")
     else:
         q, zero = _unpacked64(qweight, "awq", n), _unpacked64(qzeros, "awq", n)
     group = torch.arange(k) // group_size

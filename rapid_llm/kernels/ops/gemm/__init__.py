@@ -154,8 +154,13 @@ exllama paths read it): qweight int32 [K/8, N] packed along K: q[k, n] is
 nibble k % 8 of qweight[k // 8, n]; qzeros int32 [K/g, N/8] packed along N:
 z[j, n] = (nibble n % 8 of qzeros[j, n // 8]) + 1 (v1 stores zero - 1; the
 zero used is the stored value plus one, 1..16). Act-order checkpoints
-(desc_act with a g_idx permutation) and the v2 zero convention are not
-accepted: the op takes no g_idx and reads every k in order.
+(desc_act with a g_idx permutation) are not accepted: the op takes no g_idx
+and reads every k in order.
+
+packing="gptq_v2" (GPTQModel's checkpoint_format "gptq_v2"): the "gptq"
+layout with the zeros stored as they are: z = the nibble, 0..15. It is also
+what awq_to_gptq_v2 makes of an AWQ checkpoint at load time, so that AWQ
+weights take the GPTQ kernels.
 
 packing="awq" (AutoAWQ GEMM format, vLLM's "awq"): qweight int32 [K, N/8]
 packed along N in AutoAWQ's interleaved order [0, 2, 4, 6, 1, 3, 5, 7]:

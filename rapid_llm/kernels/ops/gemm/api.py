@@ -28,8 +28,8 @@ def fp8_mm(a, a_scale, b, b_scale, out_dtype=None, bias=None):
 
 
 def w4a16_mm(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
-    """x @ W (+ bias), W the int4 weight of a GPTQ (v1, no act-order) or AWQ checkpoint as stored, group_size 64
-    or 128, packing "gptq" or "awq". Contract: gemm.w4a16_mm."""
+    """x @ W (+ bias), W the int4 weight of a GPTQ (v1 or v2, no act-order) or AWQ checkpoint as stored,
+    group_size 64 or 128, packing "gptq", "gptq_v2" or "awq". Contract: gemm.w4a16_mm."""
     return _call(W4A16_MM, (x, qweight, scales, qzeros, group_size, packing, bias))
 
 

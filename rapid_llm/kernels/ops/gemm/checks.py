@@ -365,7 +365,7 @@ def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
 _W4A16_TAGS = tag_table("x:rows")
 #: gemm.w4a16_mm's accepted group sizes and packings (the contract's docstring says what each packing means).
 W4A16_GROUP_SIZES = (64, 128)
-W4A16_PACKINGS = ("gptq", "awq")
+W4A16_PACKINGS = ("gptq", "gptq_v2", "awq")
 
 
 def _expect_int32(op, argument, value, shape, meaning):
@@ -376,13 +376,13 @@ def _expect_int32(op, argument, value, shape, meaning):
 
 
 def check_w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None):
-    """gemm.w4a16_mm's check: x [..., K] fp16/bf16; group_size 64 or 128 dividing K; packing "gptq"
-    (qweight int32 [K/8, N]) or "awq" (qweight int32 [K, N/8]); N % 8 == 0; qzeros int32 [K/g, N/8];
+    """gemm.w4a16_mm's check: x [..., K] fp16/bf16; group_size 64 or 128 dividing K; packing "gptq" or
+    "gptq_v2" (qweight int32 [K/8, N]) or "awq" (qweight int32 [K, N/8]); N % 8 == 0; qzeros int32 [K/g, N/8];
     scales [K/g, N] fp16/bf16/fp32; bias None or [N] in x's dtype; one device. Tags: x:rows."""
     op = W4A16_MM
     k = _half_activations(op, x)
     if packing not in W4A16_PACKINGS:
-        raise OpInputError(op, "packing", '"gptq" or "awq"', repr(packing))
+        raise OpInputError(op, "packing", '"gptq", "gptq_v2" or "awq"', repr(packing))
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in W4A16_GROUP_SIZES:
         raise OpInputError(op, "group_size", "the int 64 or 128", repr(group_size))
     if k % group_size:
@@ -390,9 +390,9 @@ def check_w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None):
     expect_tensor(op, "qweight", qweight)
     if qweight.dim() != 2:
         raise OpInputError(op, "qweight", "a 2-d int32 tensor", f"shape {list(qweight.shape)}")
-    if packing == "gptq":
+    if packing != "awq":
         n = qweight.shape[1]
-        _expect_int32(op, "qweight", qweight, (k // 8, n), f"gptq: [K/8 = {k // 8}, N], 8 values packed along K")
+        _expect_int32(op, "qweight", qweight, (k // 8, n), f"{packing}: [K/8 = {k // 8}, N], 8 values packed along K")
     else:
         n = 8 * qweight.shape[1]
         _expect_int32(op, "qweight", qweight, (k, n // 8), f"awq: [K = {k}, N/8], 8 values packed along N")

@@ -112,9 +112,9 @@ def _unpack(words: torch.Tensor, nibbles) -> torch.Tensor:
 def w4a16_weight(qweight, scales, qzeros, group_size: int, packing: str) -> torch.Tensor:
     """The fp32 weight W [K, N] of gemm.w4a16_mm's packed arguments (the contract's formula)."""
     along_n = AWQ_NIBBLE_OF_COLUMN if packing == "awq" else tuple(range(8))
-    if packing == "gptq":
+    if packing in ("gptq", "gptq_v2"):
         q = _unpack(qweight.t(), range(8)).reshape(qweight.shape[1], -1).t()  # [K/8, N] -> [N, K/8, 8] -> [K, N]
-        zeros = _unpack(qzeros, along_n).reshape(qzeros.shape[0], -1) + 1  # v1: stored zero - 1
+        zeros = _unpack(qzeros, along_n).reshape(qzeros.shape[0], -1) + (packing == "gptq")  # v1: stored zero - 1
     else:
         q = _unpack(qweight, along_n).reshape(qweight.shape[0], -1)
         zeros = _unpack(qzeros, along_n).reshape(qzeros.shape[0], -1)

@@ -1,5 +1,6 @@
-"""gemm.w4a16_mm's native kernels: int4 weights read as GPTQ (v1) or AWQ checkpoints store them (the contract
-in ops/gemm/__init__.py states both packings), unpacked in registers; no repack.
+"""gemm.w4a16_mm's native kernels: int4 weights read as GPTQ (v1, v2) or AWQ checkpoints store them (the contract
+in ops/gemm/__init__.py states the packings), unpacked in registers; no repack. "gptq_v2" is the "gptq" layout
+with zeros stored as they are (V1_ZEROS off): every GPTQ path below serves it.
 
 native/w4a16_mm_gemv (M == 1, CUDA cores, every dtype under the CPU interpreter): program (j, s) owns the
 BLOCK_N columns from j * BLOCK_N and the s-th of SPLIT_K runs of whole groups along K. Per group it loads the
@@ -109,6 +110,7 @@ def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knob
         k,
         per,
         AWQ=packing == "awq",
+        V1_ZEROS=packing == "gptq",
         GROUP=group_size,
         HAS_BIAS=bias is not None and split == 1,
         ASM=x.is_cuda,
@@ -139,6 +141,7 @@ def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs:
         x.stride(0),
         per,
         AWQ=packing == "awq",
+        V1_ZEROS=packing == "gptq",
         GROUP=group_size,
         HAS_BIAS=bias is not None and split == 1,
         **knobs,
@@ -212,14 +215,17 @@ def _spread(q, AWQ: tl.constexpr):
 
 
 @triton.jit
-def _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ: tl.constexpr):
-    """The zeros of `group` at the columns, int32 1..16 (GPTQ v1 stores zero - 1) or 0..15 (AWQ)."""
+def _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ: tl.constexpr, V1_ZEROS: tl.constexpr):
+    """The zeros of `group` at the columns, int32: 1..16 (GPTQ v1 stores zero - 1: V1_ZEROS) or the nibble
+    0..15 (gptq_v2, AWQ)."""
     j = (safe_columns % 8).to(tl.int32)
     words = tl.load(qz_ptr + group * stride_z0 + (safe_columns // 8) * stride_z1)
     if AWQ:
         return (words >> (4 * (j // 2 + 4 * (j % 2)))) & 15
-    else:
+    elif V1_ZEROS:
         return ((words >> (4 * j)) & 15) + 1
+    else:
+        return (words >> (4 * j)) & 15
 
 
 @cached
@@ -242,6 +248,7 @@ def _gemv_kernel(
     K,
     groups_per_split,
     AWQ: tl.constexpr,
+    V1_ZEROS: tl.constexpr,
     GROUP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -268,7 +275,7 @@ def _gemv_kernel(
         )
         # q - zero as fp32 without an int -> float conversion (a fraction of the add rate): the nibble
         # ORed into the mantissa of 2**23 is the float 2**23 + q, and 2**23 + zero is exact too
-        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
+        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ, V1_ZEROS).to(tl.float32) + _MAGIC
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
         if AWQ:  # values [GROUP, BLOCK_N / 8, 8]
             values = (_spread(q, AWQ) | _MAGIC_BITS).to(tl.float32, bitcast=True)
@@ -323,6 +330,7 @@ def _mm_kernel(
     stride_xm,
     steps_per_split,
     AWQ: tl.constexpr,
+    V1_ZEROS: tl.constexpr,
     GROUP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -344,7 +352,7 @@ def _mm_kernel(
         a = tl.load(x_ptr + safe_rows[:, None] * stride_xm + (start + tl.arange(0, BLOCK_K))[None, :])
         words = _packed_tile(qw_ptr, start, first_column, safe_columns, stride_q0, stride_q1, N, BLOCK_K, BLOCK_N, AWQ)
         values = tl.reshape(_spread(words, AWQ) | _MAGIC_BITS, (BLOCK_K, BLOCK_N)).to(tl.float32, bitcast=True)
-        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ).to(tl.float32) + _MAGIC
+        offsets = _zeros(qz_ptr, group, safe_columns, stride_z0, stride_z1, AWQ, V1_ZEROS).to(tl.float32) + _MAGIC
         b = (values - offsets[None, :]).to(a.dtype)  # q - zero, -16..15: exact (as _gemv_kernel forms it)
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns * stride_s1).to(tl.float32)
         acc += tl.dot(a, b) * scales[None, :]
