@@ -40,7 +40,7 @@ one DeepGEMM implements on Hopper):
 
 from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
-from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
+from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, LibraryRequirement, ShapeConstraint
 from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES, TRITON_FP8_DEVICES
 from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
 
@@ -513,6 +513,21 @@ ROWS = (
         parity=(0.03125, "h200.gemm.parity.fp8"),
         description="Triton persistent tiled fp8 GEMM, grouped tile order, each 128-wide K step's fp32 product "
         "scaled by its a and b block scales",
+    ),
+    native_row(
+        "native/fp8_block_mm_gluon",
+        FP8_BLOCK_MM,
+        f"{_HERE}.fp8.gluon:fp8_block_mm_gluon",
+        dtypes=FP8_DTYPES,
+        # wgmma is sm90a; Gluon's API as of the triton it was written against
+        capability=(CapabilityRequirement("cuda", min_sm=90, max_sm=90),),
+        libraries=(LibraryRequirement("triton", min_version="3.6", below_version="3.7"),),
+        shape=(ShapeConstraint("num_tokens", min=129),),
+        layout=("a:tma", "b:tma"),
+        parity=None,  # unverified until an H200 parity run
+        priority=5,
+        description="Gluon persistent fp8 GEMM (sm90): TMA ring, each K step's warpgroup product scaled while "
+        "the next one runs",
     ),
     _fp8_native_row(
         "native/fp8_block_mm_splitk",

@@ -86,7 +86,7 @@ def shared_memory_bytes(knobs: dict, dtype: str) -> int:
 
 
 #: Kernels that apply one scale of a row and of a column per K step: BLOCK_K must equal the scale group.
-ONE_SCALE_PER_STEP = frozenset({"native/fp8_block_mm", "native/fp8_block_mm_splitk"})
+ONE_SCALE_PER_STEP = frozenset({"native/fp8_block_mm", "native/fp8_block_mm_gluon", "native/fp8_block_mm_splitk"})
 
 
 def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, kernel: str = "") -> str | None:
@@ -152,6 +152,12 @@ def _fp8_tiled(m: int, n: int, k: int, hopper: bool) -> dict:
     return {**knobs, "BLOCK_K": 128, "GROUP_M": 8}
 
 
+def _fp8_gluon() -> dict:
+    """native/fp8_block_mm_gluon (prefill m, sm90): 128 x 128 tiles over two warpgroups, 4 ring slots of
+    (a, b) pairs (128 KiB of fp8); 255 registers a thread hold the accumulator and two products."""
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+
+
 def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     """native/fp8_block_mm_splitk and native/fp8_mm_splitk (m <= 64): 64 weight rows x 128 of K per step
     (8 KiB of fp8), K split so the grid covers the SMs about twice; a row tile covering the bucket's m."""
@@ -178,6 +184,7 @@ _HEURISTICS = {
     "native/w8a16_mm_splitk": _split_k,
     "native/fp8_block_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
+    "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(),
     "native/fp8_block_mm_splitk": _fp8_split_k,
     "native/fp8_mm_splitk": _fp8_split_k,
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
