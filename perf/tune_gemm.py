@@ -15,6 +15,7 @@ rapid_llm/kernels/ops/gemm/tuning/<model>.json to ship it, or into $RAPID_LLM_TU
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import json
 import math
@@ -53,12 +54,15 @@ FP8_KERNELS = {
     "native/fp8_mm": fp8_tiled,
     "native/fp8_mm_splitk": fp8_splitk,
 }
+#: The Gluon kernel (triton 3.6.x only: Gluon's API): its module is imported when it is tuned.
+FP8_KERNELS["native/fp8_block_mm_gluon"] = "rapid_llm.kernels.ops.gemm.fp8.gluon"
 #: Block-scaled kernels: DeepSeek-V3's dense projections (perf/test_gemm_bench.py) and 7168 x 7168;
 #: channel-scaled: the 8192^2 anchor and 7168 x 7168.
 _BLOCK_SHAPES = (*((n, k) for n, k, _ in DENSE_SHAPES), (7168, 7168))
 FP8_SHAPES = {
     "native/fp8_block_mm": _BLOCK_SHAPES,
     "native/fp8_block_mm_splitk": _BLOCK_SHAPES,
+    "native/fp8_block_mm_gluon": _BLOCK_SHAPES,
     "native/fp8_mm": ((8192, 8192), (7168, 7168)),
     "native/fp8_mm_splitk": ((8192, 8192), (7168, 7168)),
 }
@@ -78,6 +82,7 @@ TOKENS = {
     "native/w8a16_mm_gemv": (1,),
     # split-K: the decode buckets at 1, 16 and 64 tokens (64 names the 17-128 bucket: the range it is made for)
     "native/fp8_block_mm": (128, 4096),
+    "native/fp8_block_mm_gluon": (4096,),
     "native/fp8_block_mm_splitk": (1, 16, 64),
     "native/fp8_mm": (128, 4096, 8192),
     "native/fp8_mm_splitk": (1, 16, 64),
@@ -114,6 +119,12 @@ CANDIDATES["native/fp8_block_mm"] = [
         (128, 256, 8, 3),
         (64, 256, 8, 4),
     )
+]
+# the Gluon kernel's tiles: BLOCK_N is the 128-row weight block; one warpgroup per 64 rows; ring slots
+CANDIDATES["native/fp8_block_mm_gluon"] = [
+    {"BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": g, "num_warps": bm // 16, "num_stages": s}
+    for bm, g, s in itertools.product((64, 128), (8, 16), (3, 4, 5))
+    if s * (bm + 128) * 128 <= 200 * 1024
 ]
 CANDIDATES["native/fp8_mm"] = CANDIDATES["native/fp8_block_mm"] + [
     {**knobs, "BLOCK_K": 256, "num_stages": 3} for knobs in CANDIDATES["native/fp8_block_mm"] if knobs["BLOCK_N"] <= 128
@@ -266,6 +277,8 @@ def tune(budget_s: float, kernels=(*KERNELS, *FP8_KERNELS), tokens=None) -> tupl
                 )
     for kernel in (kernel for kernel in kernels if kernel in FP8_KERNELS):
         module = FP8_KERNELS[kernel]
+        if isinstance(module, str):
+            module = importlib.import_module(module)
         for n, k in FP8_SHAPES[kernel]:
             for m in (m for m in TOKENS[kernel] if tokens is None or m in tokens):
                 if time.perf_counter() - started > budget_s:

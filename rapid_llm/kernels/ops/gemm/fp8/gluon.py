@@ -52,13 +52,15 @@ def fp8_block_mm_gluon(a, a_scale, b, b_scale, out=None):
     scales = block_scales(a_scale, b_scale)
     out, knobs = prepare(ROW, a, b, scales, out)
     if knobs is not None:
-        launch(a, b, scales, out, knobs)
+        launch(a, b, scales, None, out, knobs)
     return out
 
 
-def launch(a, b, scales, out, knobs: dict) -> None:
+def launch(a, b, scales, bias, out, knobs: dict) -> None:
     """Launch over a [M, K], b [N, K], out [M, N] with explicit knobs (ops/gemm/tiles.py: BLOCK_M, BLOCK_N,
-    BLOCK_K = 128, GROUP_M, num_warps, and num_stages: the ring's slots)."""
+    BLOCK_K = 128, GROUP_M, num_warps, and num_stages: the ring's slots); bias must be None (the block op
+    has none: the argument keeps the fp8 kernels' launch signature for perf/tune_gemm.py)."""
+    assert bias is None, "gemm.fp8_block_mm has no bias"
     m, k = a.shape
     n = b.shape[0]
     knobs = dict(knobs)
