@@ -22,9 +22,8 @@ group * group_size + c). Rows whose tile fits MAX_TILE elements are read once
 (SINGLE_PASS), ROWS of them per program one after the other under one read of
 the weight; wider rows, one per program, loop over chunks of groups twice (sum
 of squares, then normalise and quantize; the fused-add rows re-read the
-residual they stored). The static ops see the row
-as groups of any divisor of H (one group when it fits), since their scale is
-per tensor. Silu kernel: fp8_quant's tile of BLOCK_GROUPS groups per
+residual they stored). The static ops see the row as groups of any divisor
+of H (one group when it fits), since their scale is per tensor. Silu kernel: fp8_quant's tile of BLOCK_GROUPS groups per
 program in token-major order, with its launch_config.
 
 Layout: x [T, H] (silu: [T, 2d]) with any token stride and unit column
@@ -71,8 +70,8 @@ def launch_config(
     program, as measured on the H200 (h200.quantization.sweep.fused_norm_rows): ROWS_PER_PROGRAM from
     MANY_TOKENS tokens for the static op and for the group op's 16-warp tiles, whose rows carry few bytes
     for their fixed work (static 7168: 86% of copy against 73% with one row); one row for the fused-add
-    ops (the residual's bytes already hide it, and a second row's tiles in flight cost them up to 18
-    points) and for the group op's smaller tiles (one row: 81%, eight: 50-76%).
+    ops (the residual's bytes already hide it, and several rows cost them up to 24 points at hidden 7168)
+    and for the group op's smaller tiles (one row: 81%, eight: 50-76%).
     """
     block = triton.next_power_of_2(group_size)
     all_groups = triton.next_power_of_2(groups)
@@ -171,15 +170,15 @@ def _row_inputs(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RES
 
 
 @triton.jit
-def _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL: tl.constexpr):
-    """The fp32 row values the norm is taken of: x, or residual + x as stored (written back to residual)."""
-    x = tl.load(x_ptr + x_row + columns, mask=mask, other=0.0).to(tl.float32)
+def _norm_input(x, residual, residual_ptr, residual_row, columns, mask, ADD_RESIDUAL: tl.constexpr):
+    """The fp32 row values the norm is taken of, from _row_inputs' tiles: x, or residual + x as stored (written
+    back to residual)."""
+    values = x.to(tl.float32)
     if ADD_RESIDUAL:
-        residual = tl.load(residual_ptr + residual_row + columns, mask=mask, other=0.0).to(tl.float32)
-        stored = (x + residual).to(residual_ptr.dtype.element_ty)
+        stored = (values + residual.to(tl.float32)).to(residual_ptr.dtype.element_ty)
         tl.store(residual_ptr + residual_row + columns, stored, mask=mask)
-        x = stored.to(tl.float32)
-    return x
+        values = stored.to(tl.float32)
+    return values
 
 
 @triton.jit
@@ -244,16 +243,14 @@ def _norm_quant_kernel(
         for r in range(0, count):
             token = first + r
             x_now, residual_now = x_next, residual_next
-            ahead = mask & (tile_groups * 0 + r + 1 < count)
+            ahead = mask & (tile_groups * 0 + r + 1 < count)  # a tile-shaped term: the interpreter takes no scalar
             x_next, residual_next = _row_inputs(
                 x_ptr, residual_ptr, (token + 1) * x_token_stride, (token + 1) * residual_token_stride, columns,
                 ahead, ADD_RESIDUAL,
             )  # fmt: skip
-            values = x_now.to(tl.float32)
-            if ADD_RESIDUAL:  # residual + x as stored, written back
-                stored = (values + residual_now.to(tl.float32)).to(residual_ptr.dtype.element_ty)
-                tl.store(residual_ptr + token * residual_token_stride + columns, stored, mask=mask)
-                values = stored.to(tl.float32)
+            values = _norm_input(
+                x_now, residual_now, residual_ptr, token * residual_token_stride, columns, mask, ADD_RESIDUAL
+            )
             inverse_rms = tl.rsqrt(tl.sum(tl.sum(values * values, axis=1), axis=0) / hidden + eps)
             y = (values * inverse_rms * weight).to(x_ptr.dtype.element_ty).to(tl.float32)
             _quantize_tile(
@@ -270,7 +267,8 @@ def _norm_quant_kernel(
         for start in range(0, groups, BLOCK_GROUPS):
             mask = (start + tile_groups < groups) & (within < group_size)
             columns = (start + tile_groups) * group_size + within
-            values = _residual_or_x(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL)
+            x, residual = _row_inputs(x_ptr, residual_ptr, x_row, residual_row, columns, mask, ADD_RESIDUAL)
+            values = _norm_input(x, residual, residual_ptr, residual_row, columns, mask, ADD_RESIDUAL)
             sum_squares += values * values
         inverse_rms = tl.rsqrt(tl.sum(tl.sum(sum_squares, axis=1), axis=0) / hidden + eps)
         # The second pass reads back the residual this program stored in the first.
