@@ -67,3 +67,56 @@ def test_fp8_kernel_logic_matches_the_oracle_in_the_interpreter(op, row, case_id
         if op == FP8_BLOCK_MM and args[4] is not None:
             assert got is fresh[4], f"{row} did not return the out= it was given"
         assert_within_tolerance(op, "fp8_e4m3", 0, got, want, args=args, describe=f"{row} {knobs}")
+
+
+#: native/fp8_block_mm_gluon's knob sets: both tile heights (one 64-row product per consumer warpgroup and step,
+#: or two), the fewest and most ring slots, a row grouping larger than the row tiles.
+GLUON_KNOBS = {
+    "128_rows_3_slots": {"BLOCK_M": 128, "num_stages": 3, "GROUP_M": 4},
+    "128_rows_6_slots": {"BLOCK_M": 128, "num_stages": 6, "GROUP_M": 16},
+    "256_rows_3_slots": {"BLOCK_M": 256, "num_stages": 3, "GROUP_M": 8},
+    "256_rows_4_slots": {"BLOCK_M": 256, "num_stages": 4, "GROUP_M": 1},
+}
+GLUON = "native/fp8_block_mm_gluon"
+
+
+def _gluon_planned(case_id):
+    """(PlannedOp running native/fp8_block_mm_gluon on the case, the case's arguments), or pytest.skip with the
+    row's explain() reason."""
+    from conformance.rows_here import planner_forcing, skip_reason
+    from rapid_llm.kernels.dispatcher import NoEligibleKernel
+
+    case = next(case for case in CASES[FP8_BLOCK_MM] if case.id == case_id)
+    args, dims, layout = case.make(torch.float32, DEVICE, torch.Generator().manual_seed(0))
+    try:
+        planned = planner_forcing(FP8_BLOCK_MM, GLUON).plan(FP8_BLOCK_MM, dtype="fp8_e4m3", shape=dims, layout=layout)
+    except NoEligibleKernel as error:
+        pytest.skip(skip_reason(GLUON, error))
+    return planned, args
+
+
+_GLUON_CASES = ("prefill_tails_strided", "m_130_tma_scales_padded_to_132", "prefill_m4096_n7168_k7168_tma_scales")
+
+
+@pytest.mark.parametrize("knobs", list(GLUON_KNOBS.values()), ids=list(GLUON_KNOBS))
+@pytest.mark.parametrize("case_id", _GLUON_CASES)
+def test_gluon_knob_sets_match_the_oracle(case_id, knobs):
+    """native/fp8_block_mm_gluon (sm90: a producer warpgroup and two consumer warpgroups, persistent) in each
+    knob set on its cases (GPU only). Catches a ring slot refilled before both consumers released it, a wrong
+    barrier phase across tiles, a step's scales taken from another slot, a 256-row tile's second 64-row half
+    scaled or stored as the first, and rows past M or columns past N written."""
+    planned, args = _gluon_planned(case_id)
+    want = ORACLES[FP8_BLOCK_MM](*args)
+    with launch_override(GLUON, **knobs):
+        got = planned(*args)
+    if args[4] is not None:
+        assert got is args[4], f"{GLUON} did not return the out= it was given"
+    assert_within_tolerance(FP8_BLOCK_MM, "fp8_e4m3", 0, got, want, args=args, describe=f"{GLUON} {knobs}")
+
+
+def test_gluon_refuses_tiles_it_cannot_run():
+    """Catches a tile height without a consumer layout (64 rows) launching anyway (a hang or wrong rows)
+    instead of a ValueError that names the row (GPU only)."""
+    planned, args = _gluon_planned("m_130_tma_scales_padded_to_132")
+    with launch_override(GLUON, BLOCK_M=64), pytest.raises(ValueError, match=GLUON):
+        planned(*args)

@@ -211,3 +211,16 @@ def test_the_writer_merges_rows_that_never_serve_the_same_call():
     assert _bucket_means(disjoint) == {"native/a": 2.0, "lib/a": 9.0, "native/b": 1.0, "aot/b": 0.5}
     overlapping = {"short": {"native/a": 2.0, "lib/a": 9.0}, "long": {"native/a": 4.0, "native/b": 1.0}}
     assert _bucket_means(overlapping) == {"native/a": 3.0}
+
+
+def test_a_rerun_that_left_a_row_out_keeps_the_earlier_bucket():
+    """Catches a later report that timed fewer rows (a rerun of one kernel beside its peers) dropping a row the
+    earlier report ranked at that bucket: its bucket replaces the earlier one only when it timed every row."""
+    from perf.write_rankings import _replaces
+
+    earlier = {"ranking": [["native/splitk", 14.0], ["lib/a", 15.0], ["native/tiled", 32.0]]}
+    assert not _replaces(earlier, {"ranking": [["lib/a", 15.5], ["native/tiled", 31.0]]})
+    assert _replaces(
+        earlier, {"ranking": [["lib/a", 15.5], ["native/new", 20.0], ["native/splitk", 14.2], ["native/tiled", 31.0]]}
+    )
+    assert _replaces(None, {"ranking": [["lib/a", 1.0]]})

@@ -120,10 +120,10 @@ CANDIDATES["native/fp8_block_mm"] = [
         (64, 256, 8, 4),
     )
 ]
-# the Gluon kernel's tiles: BLOCK_N is the 128-row weight block; one warpgroup per 64 rows; ring slots
+# the Gluon kernel's tiles are 128 or 256 rows x 128 x 128 (two consumer warpgroups); grouping and ring slots vary
 CANDIDATES["native/fp8_block_mm_gluon"] = [
-    {"BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": g, "num_warps": bm // 16, "num_stages": s}
-    for bm, g, s in itertools.product((64, 128), (8, 16), (3, 4, 5))
+    {"BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": g, "num_warps": 4, "num_stages": s}
+    for bm, g, s in itertools.product((128, 256), (8, 16), (3, 4, 5, 6))
     if s * (bm + 128) * 128 <= 200 * 1024
 ]
 CANDIDATES["native/fp8_mm"] = CANDIDATES["native/fp8_block_mm"] + [

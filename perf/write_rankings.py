@@ -12,7 +12,8 @@ Records of table rows only (peers and references are not rows that dispatch rank
 mean time over the shapes that timed them, fastest first (_bucket_means: which shapes count together).
 Writes one file per device class (rankings/<class>.json, e.g. cuda_sm90.json) with the device name and
 the evidence ids; dispatch reads it through build_tables(). With several ids, a later report's bucket
-replaces an earlier report's same (op, dtype, bucket): a rerun of some ops updates just their buckets.
+replaces an earlier report's same (op, dtype, bucket) when it timed every row the earlier one ranked (a rerun
+of some ops updates just their buckets; one that left a row out keeps the earlier bucket, said on stdout).
 """
 
 from __future__ import annotations
@@ -88,6 +89,16 @@ def _bucket_means(cases: dict) -> dict:
     return {row: sum(times[row] for times in cases.values()) / len(cases) for row in everywhere}
 
 
+def _rows(entry: dict) -> set:
+    return {row for row, _ in entry["ranking"]}
+
+
+def _replaces(earlier: dict | None, later: dict) -> bool:
+    """Whether a later report's bucket replaces an earlier one's: only when it timed every row the earlier one
+    ranked (rows compared within one run only; a rerun of some rows never drops the rows it did not time)."""
+    return earlier is None or _rows(earlier) <= _rows(later)
+
+
 def main(argv=None) -> int:
     from rapid_llm.kernels.dispatcher.table import build_tables
 
@@ -107,6 +118,12 @@ def main(argv=None) -> int:
         document["evidence"].append(evidence)
         for entry in entries:
             key = (entry["op"], entry["dtype"], json.dumps(entry["bucket"]))
+            if not _replaces(document["entries"].get(key), entry):
+                print(
+                    f"{evidence}: kept {key[0]} {key[2]} of {document['entries'][key]['evidence']} (rows it "
+                    f"timed that {evidence} did not: {sorted(_rows(document['entries'][key]) - _rows(entry))})"
+                )
+                continue
             document["entries"].pop(key, None)  # a later report's bucket goes after the ones it keeps
             document["entries"][key] = entry
     os.makedirs(args.out, exist_ok=True)

@@ -476,6 +476,15 @@ FP8_BLOCK_MM_CASES = (
         dtypes=_DTYPES,
     ),
     Case("a_column_major", _block_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
+    # Prefill-sized tails: 300 rows (partial 128- and 256-row tiles), a half last weight block, strided operands,
+    # row-major scales with a gap.
+    Case(
+        "prefill_tails_strided",
+        _block_mm_case(
+            300, 320, 384, a="wide:128", a_scale="every_other", b="wide:128", b_scale="column_major", out="wide:64"
+        ),
+        dtypes=_DTYPES,
+    ),
     # DeepSeek-V3's projections (hidden 7168; 2112 = the fused q_a and kv_a rows of its MLA) at decode
     # (the native split-K kernel's range: 1, 16, 64 tokens, several K slices) and a 4096-token prefill
     # (many output tiles per program of the persistent kernel); GPU only (the interpreter would take hours).

@@ -153,10 +153,9 @@ def _fp8_tiled(m: int, n: int, k: int, hopper: bool) -> dict:
 
 
 def _fp8_gluon() -> dict:
-    """native/fp8_block_mm_gluon (prefill m, sm90): 128 x 128 tiles over two warpgroups, 4 ring slots of
-    (a, b) pairs (128 KiB of fp8); the accumulator and two products fit a thread's registers (234, no
-    spills, compiled for sm90)."""
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    """native/fp8_block_mm_gluon (prefill m, sm90): 256 x 128 tiles (two consumer warpgroups of 128 rows and a
+    producer; num_warps is each role's), 4 ring slots of 48 KiB fp8 (a, b) steps."""
+    return {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
 
 
 def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
