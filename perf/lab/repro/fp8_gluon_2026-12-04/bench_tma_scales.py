@@ -1,0 +1,57 @@
+"""H200: the TMA-scales lab variant (gluon_tma_scales.py) beside native/fp8_block_mm_gluon (shipped tiles) and
+DeepGEMM, interleaved per shape, each checked against the reference; a table on stdout, JSON to argv[1].
+
+    PYTHONPATH=$PWD:$PWD/.gpu-site python perf/lab/repro/fp8_gluon_2026-12-04/bench_tma_scales.py OUT.json
+"""
+
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gluon_tma_scales as lab  # noqa: E402
+
+from perf.gpu_timing import event_timer  # noqa: E402
+from perf.test_gemm_bench import _activations, _weights  # noqa: E402
+from rapid_llm.kernels.ops.gemm.fp8.gluon import fp8_block_mm_gluon  # noqa: E402
+from rapid_llm.kernels.ops.gemm.reference import fp8_block_mm as reference  # noqa: E402
+
+SHAPES = [(4096, 7168, 16384), (4096, 7168, 7168), (4096, 4096, 7168), (4096, 2112, 7168), (4096, 24576, 1536),
+          (16384, 7168, 7168)]  # fmt: skip
+KNOBS = [dict(BLOCK_M=bm, GROUP_M=g, num_stages=s, PRODUCER_WARPS=w)
+         for (bm, s), g, w in itertools.product(((256, 3), (256, 4), (128, 5), (128, 6)), (8, 16), (1, 4))]  # fmt: skip
+flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+try:
+    import deep_gemm
+except ImportError:
+    deep_gemm = None
+records = []
+for m, n, k in SHAPES:
+    a, a_scale = _activations(m, k, seed=m + k)
+    b, b_scale = _weights(n, k, seed=n + k)
+    out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    want = reference(a, a_scale, b, b_scale).float()
+    arms = {"row": lambda: fp8_block_mm_gluon(a, a_scale, b, b_scale, out)}
+    if deep_gemm is not None:
+        arms["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out)
+    for knobs in KNOBS:
+        arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
+            lambda knobs=knobs: lab.launch(a, a_scale, b, b_scale, out, knobs)
+        )
+    for name, fn in arms.items():
+        out.fill_(float("nan"))
+        try:
+            fn()
+            torch.cuda.synchronize()
+            diff = (out.float() - want).abs().max().item()
+            us = event_timer(fn, flush=flush, iterations=10).median_us
+        except Exception as error:  # a knob set that cannot launch: recorded, not fatal
+            diff, us = None, None
+            name += f" ({type(error).__name__}: {str(error)[:80]})"
+        records.append({"m": m, "n": n, "k": k, "arm": name, "us": us, "max_abs_diff": diff})
+        print(f"{m:6d} {n:6d} {k:6d}  {name:60s} {us if us is None else round(us, 1)!s:>9}  diff {diff}", flush=True)
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records},
+          open(sys.argv[1], "w"), indent=1)  # fmt: skip
