@@ -14,7 +14,8 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
     gemm-mm-table    h200.gemm.bench.mm.presets (gemm.mm and gemm.w8a16_mm: cuBLAS and our rows per case, the selected row)
-    gemm-fp8-table   h200.gemm.bench.fp8.ranked (the fp8 GEMMs: our rows beside DeepGEMM and torch._scaled_mm)
+    gemm-fp8-table   h200.gemm.bench.fp8.ranked, h200.gemm.bench.fp8_block.gluon (the fp8 GEMMs: our rows beside
+                     DeepGEMM and torch._scaled_mm)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -520,33 +521,47 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
 
 
 GEMM_FP8_BENCH = "h200.gemm.bench.fp8.ranked"
-#: op -> (our rows, the peer row they are measured against)
-GEMM_FP8_ROWS = {
-    "gemm.fp8_block_mm": (("native/fp8_block_mm", "native/fp8_block_mm_splitk"), "deep_gemm/fp8_gemm_nt"),
-    "gemm.fp8_mm": (("native/fp8_mm", "native/fp8_mm_splitk"), "cublas/scaled_mm"),
-}
+GEMM_FP8_GLUON_BENCH = "h200.gemm.bench.fp8_block.gluon"
+#: (run, op, our rows, the peer row they are measured against, the least tokens shown)
+GEMM_FP8_TABLES = (
+    (
+        GEMM_FP8_BENCH,
+        "gemm.fp8_block_mm",
+        ("native/fp8_block_mm", "native/fp8_block_mm_splitk"),
+        "deep_gemm/fp8_gemm_nt",
+        0,
+    ),
+    (
+        GEMM_FP8_GLUON_BENCH,
+        "gemm.fp8_block_mm",
+        ("native/fp8_block_mm", "native/fp8_block_mm_gluon"),
+        "deep_gemm/fp8_gemm_nt",
+        129,
+    ),
+    (GEMM_FP8_BENCH, "gemm.fp8_mm", ("native/fp8_mm", "native/fp8_mm_splitk"), "cublas/scaled_mm", 0),
+)
 
 
 def gemm_fp8_table() -> str:
-    """The fp8 GEMMs per case: our Triton rows beside DeepGEMM (block scales) and torch._scaled_mm (per-token x
+    """The fp8 GEMMs per case: our rows beside DeepGEMM (block scales) and torch._scaled_mm (per-token x
     per-channel), TFLOP/s at prefill sizes and % of copy bandwidth at decode sizes, and the peer's time over
-    our fastest row's."""
-    run, cases = _run_cases(GEMM_FP8_BENCH)
+    our fastest row's; one table per run (rows compared within one run only)."""
     lines = [
         "The fp8 GEMMs (e4m3 operands, bf16 out): CUDA-event median with L2 flushed (`python perf/gpu_report.py "
         '--suites perf/test_gemm_bench.py -- -k "test_fp8_mm or (test_fp8_block_mm and not torch)"`, tiles from '
         "the shipped tuning store). Cells: µs, % of the copy bandwidth on a + b + scales + out bytes, and TFLOP/s "
-        "(m > 64). **ours vs peer**: the peer row's time over our fastest row's (> 1: ours is faster).",
-        "",
-        f"- {_run_line(GEMM_FP8_BENCH, run)}",
+        "(m > 64). **ours vs peer**: the peer row's time over our fastest row's (> 1: ours is faster)."
     ]
-    for op, (ours, peer) in GEMM_FP8_ROWS.items():
+    for evidence_id, op, ours, peer, least_tokens in GEMM_FP8_TABLES:
+        run, cases = _run_cases(evidence_id)
         by_case = {}
         for case in cases:
-            if case["op"] == op:
+            if case["op"] == op and case["tokens"] >= least_tokens:
                 by_case.setdefault(case["case"], {})[case["row"]] = case
         columns = (*ours, peer)
-        lines += ["", f"`{op}`:", "", "| case | " + " | ".join(f"`{row}`" for row in columns) + " | ours vs peer |"]
+        scope = f", m >= {least_tokens}" if least_tokens else ""
+        lines += ["", f"`{op}`{scope}, from {_run_line(evidence_id, run)}:", ""]
+        lines.append("| case | " + " | ".join(f"`{row}`" for row in columns) + " | ours vs peer |")
         lines.append("|---|" + "---|" * (len(columns) + 1))
         for case_id, rows in by_case.items():
             cells = [_gemm_cell(rows.get(row), decode_max=64) for row in columns]
