@@ -423,6 +423,15 @@ def test_fp8_split_k_covers_the_sms_at_decode():
         assert -(-n // knobs["BLOCK_N"]) * knobs["SPLIT_K"] >= 132, (n, knobs)
 
 
+def test_fp8_gluon_heuristic_fills_the_sms_at_small_prefill():
+    """Catches 256-row tiles offered where they leave SMs idle (200 tokens x 7168 columns: 56 tiles for 132
+    SMs): the Gluon kernel's heuristic takes 128-row tiles there and 256-row tiles from two per SM."""
+    small = tiles.heuristic("native/fp8_block_mm_gluon", 200, 7168, 7168, 90, 132)
+    large = tiles.heuristic("native/fp8_block_mm_gluon", 4096, 7168, 7168, 90, 132)
+    assert (small["BLOCK_M"], large["BLOCK_M"]) == (128, 256), (small, large)
+    assert -(-4096 // 256) * -(-7168 // 128) >= 2 * 132
+
+
 def test_resolve_refuses_a_block_fp8_entry_of_two_scale_groups_per_step(tmp_path, monkeypatch):
     """Catches a store entry with BLOCK_K 256 served to the block-scaled kernel, which applies one scale per
     K step (its static_assert fails at compile time); the same BLOCK_K serves the per-channel kernel."""

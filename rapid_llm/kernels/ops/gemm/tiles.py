@@ -152,10 +152,13 @@ def _fp8_tiled(m: int, n: int, k: int, hopper: bool) -> dict:
     return {**knobs, "BLOCK_K": 128, "GROUP_M": 8}
 
 
-def _fp8_gluon() -> dict:
-    """native/fp8_block_mm_gluon (prefill m, sm90): 256 x 128 tiles (two consumer warpgroups of 128 rows and a
-    producer; num_warps is each role's), 4 ring slots of 48 KiB fp8 (a, b) steps."""
-    return {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+def _fp8_gluon(m: int, n: int, programs: int) -> dict:
+    """native/fp8_block_mm_gluon (prefill m, sm90): two consumer warpgroups and a producer (num_warps is each
+    role's). 256 x 128 tiles in 4 ring slots of 48 KiB where they give every SM two tiles or more, else
+    128 x 128 tiles (twice the tiles) in 6 slots of 32 KiB."""
+    if -(-m // 256) * -(-n // 128) >= 2 * programs:
+        return {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 6}
 
 
 def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
@@ -184,7 +187,7 @@ _HEURISTICS = {
     "native/w8a16_mm_splitk": _split_k,
     "native/fp8_block_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
-    "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(),
+    "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(m, n, programs),
     "native/fp8_block_mm_splitk": _fp8_split_k,
     "native/fp8_mm_splitk": _fp8_split_k,
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
