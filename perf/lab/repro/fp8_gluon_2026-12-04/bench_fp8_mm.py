@@ -5,7 +5,6 @@ interleaved per shape, each checked against the reference; a table on stdout, JS
 """
 
 import itertools
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gluon_fp8_mm as lab  # noqa: E402
 
-from perf.gpu_timing import event_timer  # noqa: E402
+from lab_bench import time_arms, write  # noqa: E402
 from perf.test_gemm_bench import channel_weights  # noqa: E402
 from rapid_llm.kernels import per_token_fp8  # noqa: E402
 from rapid_llm.kernels.ops.gemm.fp8.tiled import fp8_mm as native_fp8_mm  # noqa: E402
@@ -39,18 +38,5 @@ for m, n, k in SHAPES:
         arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
             lambda knobs=knobs: lab.fp8_mm(a, a_scale, b, b_scale, knobs)
         )
-    for name, fn in arms.items():
-        try:
-            got = fn()
-            torch.cuda.synchronize()
-            diff = (got.float() - want).abs().max().item()
-            us = event_timer(fn, flush=flush, iterations=10).median_us
-        except Exception as error:  # a knob set that cannot launch: recorded, not fatal
-            diff, us = None, None
-            name += f" ({type(error).__name__}: {str(error)[:80]})"
-        tflops = None if us is None else round(2 * m * n * k / us / 1e6, 1)
-        records.append({"m": m, "n": n, "k": k, "arm": name, "us": us, "tflops": tflops, "max_abs_diff": diff})
-        print(f"{m:6d} {n:6d} {k:6d}  {name:55s} {us if us is None else round(us, 1)!s:>9} us {tflops} TFLOP/s  "
-              f"diff {diff}", flush=True)  # fmt: skip
-json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records},
-          open(sys.argv[1], "w"), indent=1)  # fmt: skip
+    time_arms(records, m, n, k, arms, want, flush)
+write(records)

@@ -5,7 +5,6 @@ DeepGEMM, interleaved per shape, each checked against the reference; a table on 
 """
 
 import itertools
-import json
 import os
 import sys
 
@@ -14,7 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gluon_tma_scales as lab  # noqa: E402
 
-from perf.gpu_timing import event_timer  # noqa: E402
+from lab_bench import time_arms, write  # noqa: E402
 from perf.test_gemm_bench import _activations, _weights  # noqa: E402
 from rapid_llm.kernels.ops.gemm.fp8.gluon import fp8_block_mm_gluon  # noqa: E402
 from rapid_llm.kernels.ops.gemm.reference import fp8_block_mm as reference  # noqa: E402
@@ -36,22 +35,10 @@ for m, n, k in SHAPES:
     want = reference(a, a_scale, b, b_scale).float()
     arms = {"row": lambda: fp8_block_mm_gluon(a, a_scale, b, b_scale, out)}
     if deep_gemm is not None:
-        arms["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out)
+        arms["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out) or out
     for knobs in KNOBS:
         arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
-            lambda knobs=knobs: lab.launch(a, a_scale, b, b_scale, out, knobs)
+            lambda knobs=knobs: lab.launch(a, a_scale, b, b_scale, out, knobs) or out
         )
-    for name, fn in arms.items():
-        out.fill_(float("nan"))
-        try:
-            fn()
-            torch.cuda.synchronize()
-            diff = (out.float() - want).abs().max().item()
-            us = event_timer(fn, flush=flush, iterations=10).median_us
-        except Exception as error:  # a knob set that cannot launch: recorded, not fatal
-            diff, us = None, None
-            name += f" ({type(error).__name__}: {str(error)[:80]})"
-        records.append({"m": m, "n": n, "k": k, "arm": name, "us": us, "max_abs_diff": diff})
-        print(f"{m:6d} {n:6d} {k:6d}  {name:60s} {us if us is None else round(us, 1)!s:>9}  diff {diff}", flush=True)
-json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "records": records},
-          open(sys.argv[1], "w"), indent=1)  # fmt: skip
+    time_arms(records, m, n, k, arms, want, flush, before=lambda: out.fill_(float("nan")))
+write(records)

@@ -237,8 +237,7 @@ def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constex
 @gluon.jit
 def _store(out_ptr, acc, first_row, first_column, M, N, stride_om, stride_on):
     """acc [64, 128] fp32 rounded once to out's dtype at out[first_row.., first_column..]; rows past M and
-    columns past N are not stored. The indices are made here: kept across the K loop, a thread's 32 column
-    indices would cost the accumulators their registers."""
+    columns past N are not stored (the indices are made here, after the K loop that needs the registers)."""
     rows = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc.type.layout))
     columns = first_column + gl.arange(0, 128, layout=gl.SliceLayout(0, acc.type.layout))
     out_tile = (
