@@ -69,13 +69,12 @@ def test_fp8_kernel_logic_matches_the_oracle_in_the_interpreter(op, row, case_id
         assert_within_tolerance(op, "fp8_e4m3", 0, got, want, args=args, describe=f"{row} {knobs}")
 
 
-#: native/fp8_block_mm_gluon's knob sets: both tile heights (one 64-row product per consumer warpgroup and step,
-#: or two), the fewest and most ring slots, a row grouping larger than the row tiles.
+#: native/fp8_block_mm_gluon's knob sets (one tile: 128 x 128 x 128): the fewest and most ring slots, one slot
+#: (every step waits for its refill), row groupings of 1 and larger than the row tiles.
 GLUON_KNOBS = {
-    "128_rows_3_slots": {"BLOCK_M": 128, "num_stages": 3, "GROUP_M": 4},
-    "128_rows_6_slots": {"BLOCK_M": 128, "num_stages": 6, "GROUP_M": 16},
-    "256_rows_3_slots": {"BLOCK_M": 256, "num_stages": 3, "GROUP_M": 8},
-    "256_rows_4_slots": {"BLOCK_M": 256, "num_stages": 4, "GROUP_M": 1},
+    "1_slot": {"num_stages": 1, "GROUP_M": 8},
+    "3_slots": {"num_stages": 3, "GROUP_M": 1},
+    "5_slots": {"num_stages": 5, "GROUP_M": 16},
 }
 GLUON = "native/fp8_block_mm_gluon"
 
@@ -103,8 +102,9 @@ _GLUON_CASES = ("prefill_tails_strided", "m_130_tma_scales_padded_to_132", "pref
 def test_gluon_knob_sets_match_the_oracle(case_id, knobs):
     """native/fp8_block_mm_gluon (sm90: a producer warpgroup and two consumer warpgroups, persistent) in each
     knob set on its cases (GPU only). Catches a ring slot refilled before both consumers released it, a wrong
-    barrier phase across tiles, a step's scales taken from another slot, a 256-row tile's second 64-row half
-    scaled or stored as the first, and rows past M or columns past N written."""
+    barrier phase across tiles, a step's row or weight scales taken from another step, the second consumer's
+    rows scaled or stored as the first's, an output buffer overwritten before its store read it, and rows
+    past M or columns past N written."""
     planned, args = _gluon_planned(case_id)
     want = ORACLES[FP8_BLOCK_MM](*args)
     with launch_override(GLUON, **knobs):
@@ -114,9 +114,11 @@ def test_gluon_knob_sets_match_the_oracle(case_id, knobs):
     assert_within_tolerance(FP8_BLOCK_MM, "fp8_e4m3", 0, got, want, args=args, describe=f"{GLUON} {knobs}")
 
 
-def test_gluon_refuses_tiles_it_cannot_run():
-    """Catches a tile height without a consumer layout (64 rows) launching anyway (a hang or wrong rows)
-    instead of a ValueError that names the row (GPU only)."""
+@pytest.mark.parametrize("knobs", [{"BLOCK_M": 64}, {"BLOCK_M": 256}, {"num_stages": 6}], ids=str)
+def test_gluon_refuses_tiles_it_cannot_run(knobs):
+    """Catches a tile without a consumer layout (64 or 256 rows) or a ring past the shared memory beside the
+    output buffers launching anyway (a hang, wrong rows, or a launch failure) instead of a ValueError that
+    names the row (GPU only)."""
     planned, args = _gluon_planned("m_130_tma_scales_padded_to_132")
-    with launch_override(GLUON, BLOCK_M=64), pytest.raises(ValueError, match=GLUON):
+    with launch_override(GLUON, **knobs), pytest.raises(ValueError, match=GLUON):
         planned(*args)

@@ -94,7 +94,7 @@ DENSE_SHAPES = (
     (7168, 16384, "o_proj"),
     (4096, 7168, "shared expert gate_up"),
 )
-DENSE_TOKENS = (1, 64, 4096, 16384)
+DENSE_TOKENS = (1, 64, 256, 1024, 4096, 16384)
 #: Beside DENSE_SHAPES x DENSE_TOKENS: the square 7168 x 7168 (the DeepGEMM anchor at 4096 tokens) and the
 #: decode buckets' 16 tokens, where the native split-K rows stream the weight.
 DENSE_EXTRA = (

@@ -120,11 +120,10 @@ CANDIDATES["native/fp8_block_mm"] = [
         (64, 256, 8, 4),
     )
 ]
-# the Gluon kernel's tiles are 128 or 256 rows x 128 x 128 (two consumer warpgroups); grouping and ring slots vary
+# the Gluon kernel has one tile (128 x 128 x 128, two consumer warpgroups); grouping and ring slots vary
 CANDIDATES["native/fp8_block_mm_gluon"] = [
-    {"BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": g, "num_warps": 4, "num_stages": s}
-    for bm, g, s in itertools.product((128, 256), (8, 16), (3, 4, 5, 6))
-    if s * (bm + 128) * 128 <= 200 * 1024
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": g, "num_warps": 4, "num_stages": s}
+    for g, s in itertools.product((4, 8, 16), (3, 4, 5))
 ]
 CANDIDATES["native/fp8_mm"] = CANDIDATES["native/fp8_block_mm"] + [
     {**knobs, "BLOCK_K": 256, "num_stages": 3} for knobs in CANDIDATES["native/fp8_block_mm"] if knobs["BLOCK_N"] <= 128

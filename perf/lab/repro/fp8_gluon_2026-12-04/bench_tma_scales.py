@@ -4,7 +4,6 @@ DeepGEMM, interleaved per shape, each checked against the reference; a table on 
     PYTHONPATH=$PWD:$PWD/.gpu-site python perf/lab/repro/fp8_gluon_2026-12-04/bench_tma_scales.py OUT.json
 """
 
-import itertools
 import os
 import sys
 
@@ -19,9 +18,11 @@ from rapid_llm.kernels.ops.gemm.fp8.gluon import fp8_block_mm_gluon  # noqa: E40
 from rapid_llm.kernels.ops.gemm.reference import fp8_block_mm as reference  # noqa: E402
 
 SHAPES = [(4096, 7168, 16384), (4096, 7168, 7168), (4096, 4096, 7168), (4096, 2112, 7168), (4096, 24576, 1536),
-          (16384, 7168, 7168)]  # fmt: skip
-KNOBS = [dict(BLOCK_M=bm, GROUP_M=g, num_stages=s, PRODUCER_WARPS=w)
-         for (bm, s), g, w in itertools.product(((256, 3), (256, 4), (128, 5), (128, 6)), (8,), (1, 4))]  # fmt: skip
+          (16384, 7168, 7168), (2048, 7168, 7168), (512, 4096, 7168)]  # fmt: skip
+# PIPELINE False: 128-row tiles in DeepGEMM's order (each step's product waited for, then scaled)
+KNOBS = [dict(BLOCK_M=128, GROUP_M=g, num_stages=s, PRODUCER_WARPS=w, PIPELINE=False)
+         for g, s, w in ((8, 6, 1), (8, 5, 1), (8, 4, 1), (8, 6, 4), (16, 6, 1), (4, 6, 1))]  # fmt: skip
+KNOBS.append(dict(BLOCK_M=256, GROUP_M=8, num_stages=3, PRODUCER_WARPS=1))
 flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 try:
     import deep_gemm

@@ -7,7 +7,9 @@ M_pad % 4 == 0): one [1, 64] TMA box per 64-row part lands the row scales with t
 `ready` barrier (one arrive: the copies' expect). The consumers multiply by b_scale[n // 128, step], a scalar
 loaded a step ahead. With copies only, one producer warp suffices (a 4-warp partition syncs its warps after
 every copy: 9 barriers a step at 256-row tiles); knob PRODUCER_WARPS (default 1). Everything else is the
-row's (imported). Measure beside the row:
+row's (imported: the row's module as of commit c4ba6b8; check that commit out to rerun). Knob PIPELINE
+(default True: the first row's step-ahead product at 128-row tiles; False: each step's product waited for,
+then scaled, which the reworked row ships). Measure beside the row:
 `python perf/lab/repro/fp8_gluon_2026-12-04/bench_tma_scales.py` on the H200.
 """
 
@@ -58,7 +60,8 @@ def launch(a, a_scale, b, b_scale, out, knobs: dict) -> None:
     _kernel[(programs,)](
         a_desc, b_desc, s_desc, b_scale, out, m, n, k, *b_scale.stride(), *out.stride(), 2,
         NUM_PROGRAMS=programs, GROUP_M=knobs["GROUP_M"], STAGES=knobs["num_stages"], BLOCK_M=block_m,
-        PRODUCER_WARPS=knobs.get("PRODUCER_WARPS", 1), num_warps=4, maxnreg=MAX_REGISTERS,
+        PRODUCER_WARPS=knobs.get("PRODUCER_WARPS", 1),
+        PIPELINE=knobs.get("PIPELINE", True), num_warps=4, maxnreg=MAX_REGISTERS,
     )  # fmt: skip
 
 
@@ -92,7 +95,8 @@ def _row_scales(scale_ring, at, layout: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, ROLE: gl.constexpr):
+def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, ROLE: gl.constexpr,
+              PIPELINE: gl.constexpr):
     ring, weights, out, sizes = args
     a_desc, b_desc, s_desc, a_ring, b_ring, scale_ring, ready, empty = ring
     b_scale_ptr, stride_bsn, stride_bsk = weights
@@ -109,7 +113,25 @@ def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constex
         first_row, first_column = _tile_origin(tile, M, N, GROUP_M, BLOCK_M)
         column_scales = b_scale_ptr + (first_column // 128) * stride_bsn
         column_scale = gl.load(column_scales)
-        if SUB == 1:
+        if (SUB == 1) & (not PIPELINE):
+            # DeepGEMM's order: each step's product waited for, then scaled and added; the other warpgroup's
+            # product runs meanwhile (no register copy of an in-flight product, which makes ptxas serialize
+            # every wgmma of the kernel)
+            acc = zero
+            for step in range(k_steps):
+                following = gl.load(column_scales + gl.minimum(step + 1, k_steps - 1) * stride_bsk)
+                at = count + step
+                slot = at % STAGES
+                mbarrier.wait(ready.index(slot), (at // STAGES) & 1)
+                product = warpgroup_mma(a_ring.index(slot * 2 + ROLE), b_ring.index(slot).permute((1, 0)), zero,
+                                        use_acc=False, is_async=True)  # fmt: skip
+                scale = gl.expand_dims(_row_scales(scale_ring, slot * 2 + ROLE, per_row) * column_scale, 1)
+                product = warpgroup_mma_wait(num_outstanding=0, deps=(product,))
+                mbarrier.arrive(empty.index(slot), count=1)
+                acc += product * scale
+                column_scale = following
+            _store(out_ptr, acc, first_row + first, first_column, M, N, stride_om, stride_on)
+        elif SUB == 1:
             slot = count % STAGES
             mbarrier.wait(ready.index(slot), (count // STAGES) & 1)
             previous = warpgroup_mma(a_ring.index(slot * 2 + ROLE), b_ring.index(slot).permute((1, 0)), zero,
@@ -160,19 +182,19 @@ def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constex
 
 
 @gluon.jit
-def _first(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr):
-    _consumer(args, GROUP_M, STAGES, SUB, 0)
+def _first(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, PIPELINE: gl.constexpr):
+    _consumer(args, GROUP_M, STAGES, SUB, 0, PIPELINE)
 
 
 @gluon.jit
-def _second(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr):
-    _consumer(args, GROUP_M, STAGES, SUB, 1)
+def _second(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, PIPELINE: gl.constexpr):
+    _consumer(args, GROUP_M, STAGES, SUB, 1, PIPELINE)
 
 
 @gluon.jit(do_not_specialize=["M"])
 def _kernel(a_desc, b_desc, s_desc, b_scale_ptr, out_ptr, M, N, K, stride_bsn, stride_bsk, stride_om, stride_on,
             halves, NUM_PROGRAMS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-            BLOCK_M: gl.constexpr, PRODUCER_WARPS: gl.constexpr):  # fmt: skip
+            BLOCK_M: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PIPELINE: gl.constexpr):  # fmt: skip
     SUB: gl.constexpr = BLOCK_M // (2 * ROWS)
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES * 2 * SUB, ROWS, 128], a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, 128, 128], b_desc.layout)
@@ -186,7 +208,7 @@ def _kernel(a_desc, b_desc, s_desc, b_scale_ptr, out_ptr, M, N, K, stride_bsn, s
     ring = (a_desc, b_desc, s_desc, a_ring, b_ring, scale_ring, ready, empty)
     args = (ring, (b_scale_ptr, stride_bsn, stride_bsk), (out_ptr, stride_om, stride_on), (M, N, K, halves, NUM_PROGRAMS))
     gl.warp_specialize(
-        [(_first, (args, GROUP_M, STAGES, SUB)), (_second, (args, GROUP_M, STAGES, SUB)),
+        [(_first, (args, GROUP_M, STAGES, SUB, PIPELINE)), (_second, (args, GROUP_M, STAGES, SUB, PIPELINE)),
          (_producer, (args, GROUP_M, STAGES, SUB))],
         [4, PRODUCER_WARPS],
         [CONSUMER_REGS, PRODUCER_REGS],

@@ -1,3 +1,4 @@
+# the first Gluon row (commit c4ba6b8): check that commit out to rerun. usage: python sm90_compile_gluon.py STAGES BLOCK_M
 import sys, torch
 from perf.profiles.sm90_compile import compile_sm90, summary
 from rapid_llm.kernels.ops.gemm.fp8 import gluon as g, block_scales

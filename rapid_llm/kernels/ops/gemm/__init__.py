@@ -523,12 +523,12 @@ ROWS = (
         capability=(CapabilityRequirement("cuda", min_sm=90, max_sm=90),),
         libraries=(LibraryRequirement("triton", min_version="3.6", below_version="3.7"),),
         shape=(ShapeConstraint("num_tokens", min=129),),
-        layout=("a:tma", "b:tma"),
+        layout=("a:tma", "b:tma", "out:tma"),
         parity=(0.03125, "h200.gemm.parity.fp8_gluon"),
         # above native/fp8_block_mm: faster at every prefill shape of h200.gemm.bench.fp8_block.gluon
         priority=6,
-        description="Gluon persistent warp-specialized fp8 GEMM (sm90): a TMA producer warpgroup, two consumer "
-        "warpgroups scaling each K step's products while the other's run",
+        description="Gluon persistent warp-specialized fp8 GEMM (sm90): a TMA producer warp (operands and row "
+        "scales), two consumer warpgroups each scaling its K step's product while the other's runs, TMA stores",
     ),
     _fp8_native_row(
         "native/fp8_block_mm_splitk",

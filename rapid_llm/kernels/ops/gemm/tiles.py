@@ -152,13 +152,11 @@ def _fp8_tiled(m: int, n: int, k: int, hopper: bool) -> dict:
     return {**knobs, "BLOCK_K": 128, "GROUP_M": 8}
 
 
-def _fp8_gluon(m: int, n: int, programs: int) -> dict:
-    """native/fp8_block_mm_gluon (prefill m, sm90): two consumer warpgroups and a producer (num_warps is each
-    role's). 256 x 128 tiles in 4 ring slots of 48 KiB where they give every SM two tiles or more, else
-    128 x 128 tiles (twice the tiles) in 6 slots of 32 KiB."""
-    if -(-m // 256) * -(-n // 128) >= 2 * programs:
-        return {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 4}
-    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 6}
+def _fp8_gluon() -> dict:
+    """native/fp8_block_mm_gluon (prefill m, sm90): its one tile (128 x 128 x 128: two 64-row consumer
+    warpgroups and a producer warp; num_warps is the consumers'), grouped 8 row tiles per column sweep, in 5
+    ring slots of 32.5 KiB (its most, beside the output buffers)."""
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 5}
 
 
 def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
@@ -187,7 +185,7 @@ _HEURISTICS = {
     "native/w8a16_mm_splitk": _split_k,
     "native/fp8_block_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
-    "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(m, n, programs),
+    "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(),
     "native/fp8_block_mm_splitk": _fp8_split_k,
     "native/fp8_mm_splitk": _fp8_split_k,
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
@@ -196,9 +194,13 @@ _HEURISTICS = {
 
 
 def _w4a16(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
-    """native/w4a16_mm: gemm.mm's output tiles (BLOCK_K is capped at the group size by the launch); m <= 16:
+    """native/w4a16_mm: m > 16, Hopper: 128 x 64 x 64 in 4 stages; pre-Hopper: gemm.mm's output tiles (BLOCK_K is
+    capped at the group size by the launch); m <= 16:
     native/mm_splitk's tiles with the grid covering the SMs about four times, not twice (a quarter of bf16's
     bytes per weight element: more programs in flight to keep the loads coming)."""
+    if m > 16 and hopper:
+        # the tile every large-m shape tuned to on the H200 (h200.gemm.tuning.w4a16_large)
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4, "SPLIT_K": 1}
     if m > 16:  # no GROUP_M: its grid is (N tiles, M tiles), not persistent
         knobs = {name: value for name, value in _tiled(m, n, k, hopper).items() if name != "GROUP_M"}
         # at most 128 columns: each K step's product is a second fp32 tile beside the accumulator (the group
