@@ -8,9 +8,12 @@ import torch
 from perf.gpu_timing import event_timer
 
 
-def time_arms(records: list, m: int, n: int, k: int, arms: dict, want: torch.Tensor, flush, before=None) -> None:
+def time_arms(records: list, m: int, n: int, k: int, arms: dict, want: torch.Tensor, flush, before=None,
+              graph: bool = False) -> None:
     """arms: name -> fn() returning its output. `before()` runs ahead of the checked call (e.g. a NaN fill of
-    a shared out=, so an unwritten element shows); a knob set that cannot launch is recorded, not fatal."""
+    a shared out=, so an unwritten element shows); a knob set that cannot launch is recorded, not fatal.
+    graph: time replays of a CUDA graph of the call (decode sizes, where the host's launch path would
+    otherwise outlast the flush and show in the event time)."""
     for name, fn in arms.items():
         if before is not None:
             before()
@@ -18,7 +21,13 @@ def time_arms(records: list, m: int, n: int, k: int, arms: dict, want: torch.Ten
             got = fn()
             torch.cuda.synchronize()
             diff = (got.float() - want).abs().max().item()
-            us = event_timer(fn, flush=flush, iterations=10).median_us
+            timed = fn
+            if graph:
+                captured = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(captured):
+                    fn()
+                timed = captured.replay
+            us = event_timer(timed, flush=flush, iterations=10).median_us
         except Exception as error:
             diff, us = None, None
             name += f" ({type(error).__name__}: {str(error)[:80]})"
