@@ -26,7 +26,7 @@ from rapid_llm.kernels.ops.launch_override import launch_override
 
 DEVICE = torch_device()
 ROWS = {
-    FP8_BLOCK_MM: ("native/fp8_block_mm", "native/fp8_block_mm_splitk"),
+    FP8_BLOCK_MM: ("native/fp8_block_mm", "native/fp8_block_mm_splitk", "native/fp8_block_mm_gemv"),
     FP8_MM: ("native/fp8_mm", "native/fp8_mm_splitk"),
 }
 #: Forced tiles per kernel: (BLOCK_N, and SPLIT_K or GROUP_M); BLOCK_M 16 keeps several row tiles per case.
@@ -35,7 +35,11 @@ TILES = {
     "native/fp8_block_mm_splitk": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 256}],
     "native/fp8_mm": [{"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_N": 128, "BLOCK_K": 256}],
     "native/fp8_mm_splitk": [{"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 64, "SPLIT_K": 2, "BLOCK_K": 256}],
+    # one token: columns per program dividing the 128-row weight block, one and several scale groups a step
+    "native/fp8_block_mm_gemv": [{"BLOCK_N": 4, "BLOCK_K": 256}, {"BLOCK_N": 32, "BLOCK_K": 128}, {"BLOCK_N": 128}],
 }
+#: Rows that serve one token only (shape num_tokens max 1).
+ONE_TOKEN = {"native/fp8_block_mm_gemv"}
 _PARAMS = [
     pytest.param(op, row, case.id, id=f"{row}-{case.id}")
     for op, rows in ROWS.items()
@@ -57,6 +61,8 @@ def test_fp8_kernel_logic_matches_the_oracle_in_the_interpreter(op, row, case_id
     args, _, layout = case.make(torch.float32, DEVICE, torch.Generator().manual_seed(0))
     if not {"a:tma", "b:tma"} <= layout:
         pytest.skip("the case's a or b has no unit-stride rows the kernels read (layout a:tma or b:tma absent)")
+    if row in ONE_TOKEN and args[0].shape[0] != 1:
+        pytest.skip(f"{row} serves one token (shape num_tokens max 1); the case has {args[0].shape[0]}")
     kernel, reason = resolve_target(TABLE.rows_by_name[row].target, None)
     assert kernel is not None, reason
     want = ORACLES[op](*args)
@@ -122,3 +128,18 @@ def test_gluon_refuses_tiles_it_cannot_run(knobs):
     planned, args = _gluon_planned("m_130_tma_scales_padded_to_132")
     with launch_override(GLUON, **knobs), pytest.raises(ValueError, match=GLUON):
         planned(*args)
+
+
+@pytest.mark.parametrize("knobs", [{"BLOCK_N": 48}, {"BLOCK_K": 192}], ids=str)
+def test_gemv_refuses_tiles_across_scale_blocks(knobs):
+    """Catches native/fp8_block_mm_gemv launching with columns that straddle two 128-row weight blocks, or a K
+    step that ends inside a scale group (it reads one weight block scale per program and whole groups per
+    step: a wrong scale, silently) instead of a ValueError that names the row."""
+    pytest.importorskip("triton", reason="the kernel module imports Triton; Triton is absent in this cell")
+    row = "native/fp8_block_mm_gemv"
+    case = next(case for case in CASES[FP8_BLOCK_MM] if case.id == "one_token_tails_strided")
+    args, _, _ = case.make(torch.float32, DEVICE, torch.Generator().manual_seed(0))
+    kernel, reason = resolve_target(TABLE.rows_by_name[row].target, None)
+    assert kernel is not None, reason
+    with launch_override(row, **knobs), pytest.raises(ValueError, match=row):
+        kernel(*args)

@@ -30,6 +30,7 @@ from perf.test_gemm_bench import _activations as block_activations
 from perf.test_gemm_bench import _weights as block_weights
 from rapid_llm.kernels.ops.gemm import SCALE_BLOCK, reference, tiles
 from rapid_llm.kernels.ops.gemm.fp8 import block_scales, channel_scales
+from rapid_llm.kernels.ops.gemm.fp8 import gemv as fp8_gemv
 from rapid_llm.kernels.ops.gemm.fp8 import splitk as fp8_splitk
 from rapid_llm.kernels.ops.gemm.fp8 import tiled as fp8_tiled
 from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16
@@ -53,6 +54,7 @@ FP8_KERNELS = {
     "native/fp8_block_mm_splitk": fp8_splitk,
     "native/fp8_mm": fp8_tiled,
     "native/fp8_mm_splitk": fp8_splitk,
+    "native/fp8_block_mm_gemv": fp8_gemv,
 }
 #: The Gluon kernel (triton 3.6.x only: Gluon's API): its module is imported when it is tuned.
 FP8_KERNELS["native/fp8_block_mm_gluon"] = "rapid_llm.kernels.ops.gemm.fp8.gluon"
@@ -63,6 +65,7 @@ FP8_SHAPES = {
     "native/fp8_block_mm": _BLOCK_SHAPES,
     "native/fp8_block_mm_splitk": _BLOCK_SHAPES,
     "native/fp8_block_mm_gluon": _BLOCK_SHAPES,
+    "native/fp8_block_mm_gemv": _BLOCK_SHAPES,
     "native/fp8_mm": ((8192, 8192), (7168, 7168)),
     "native/fp8_mm_splitk": ((8192, 8192), (7168, 7168)),
 }
@@ -83,6 +86,7 @@ TOKENS = {
     # split-K: the decode buckets at 1, 16 and 64 tokens (64 names the 17-128 bucket: the range it is made for)
     "native/fp8_block_mm": (128, 4096),
     "native/fp8_block_mm_gluon": (4096,),
+    "native/fp8_block_mm_gemv": (1,),
     "native/fp8_block_mm_splitk": (1, 16, 64),
     "native/fp8_mm": (128, 4096, 8192),
     "native/fp8_mm_splitk": (1, 16, 64),
@@ -146,6 +150,12 @@ CANDIDATES["native/w4a16_mm_gemv"] = [
     for bn, split, w, s in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8, 16, 32), (4, 8), (1, 2, 3))
     if bn <= 64 * w  # the group's unpacked tile (128 x BLOCK_N fp32): <= 64 registers a thread
 ]
+# the fp8 one-token kernel: BLOCK_N divides 128 (one weight block per program), BLOCK_K whole scale groups
+CANDIDATES["native/fp8_block_mm_gemv"] = [
+    {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s}
+    for bn, bk, w, s in itertools.product((4, 8, 16, 32), (256, 512, 1024, 2048), (4, 8), (2, 3))
+    if bn * bk <= 8192  # the fp32 accumulator: <= 64 registers a thread at 4 warps
+]
 for _kernel, _element_bytes in (("native/mm_gemv", 2), ("native/w8a16_mm_gemv", 1)):
     CANDIDATES[_kernel] = [
         {"BLOCK_M": 1, "BLOCK_N": bn, "BLOCK_K": row_bytes // _element_bytes, "num_warps": w, "num_stages": s}
@@ -207,7 +217,7 @@ def _fp8_inputs(kernel, m, n, k):
     per_token_fp8 and per-channel weights."""
     from rapid_llm.kernels import per_token_fp8
 
-    if kernel in tiles.ONE_SCALE_PER_STEP:
+    if kernel in tiles.ONE_SCALE_PER_STEP or kernel == "native/fp8_block_mm_gemv":
         a, a_scale = block_activations(m, k, seed=m + k)
         b, b_scale = block_weights(n, k, seed=n + k)
         return a, b, block_scales(a_scale, b_scale), (a, a_scale, b, b_scale)

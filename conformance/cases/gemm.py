@@ -450,6 +450,13 @@ def _block_mm_case(m, n, k, *, a=None, a_scale=None, b=None, b_scale=None, out="
 
 FP8_BLOCK_MM_CASES = (
     Case("one_token", _block_mm_case(1, 256, 256), dtypes=_DTYPES),
+    # One token with every tail and stride the one-token rows handle: a half last weight block (N = 200),
+    # three scale groups (K = 384, not a multiple of a 256-wide step), gapped scales both ways, strided out.
+    Case(
+        "one_token_tails_strided",
+        _block_mm_case(1, 200, 384, a_scale="every_other", b_scale="every_other", out="wide:64"),
+        dtypes=_DTYPES,
+    ),
     # N % 128 == 64: the last row of weight blocks covers a half block.
     Case("tail_rows_n_tail_tma_scales", _block_mm_case(77, 320, 384, a_scale="tma_scales"), dtypes=_DTYPES),
     Case(

@@ -538,6 +538,16 @@ ROWS = (
         shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
         description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
     ),
+    _fp8_native_row(
+        "native/fp8_block_mm_gemv",
+        FP8_BLOCK_MM,
+        "gemv:fp8_block_mm_gemv",
+        # unverified until its H200 parity run
+        parity=None,
+        shape=(ShapeConstraint("num_tokens", max=1),),
+        description="Triton one-token fp8 GEMM on the CUDA cores: e4m3 weight tiles widened in registers, both "
+        "block scales folded into the activation row per K group, fp32 FMAs",
+    ),
     reference_row(
         FP8_MM,
         f"{_HERE}.reference:fp8_mm",

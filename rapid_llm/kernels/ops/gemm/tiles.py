@@ -187,6 +187,8 @@ _HEURISTICS = {
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(),
     "native/fp8_block_mm_splitk": _fp8_split_k,
+    # whole scale groups per K step (1 KiB of e4m3 weight row), BLOCK_N 4-32: divides the 128-row weight block
+    "native/fp8_block_mm_gemv": lambda m, n, k, hopper, programs: _gemv(n, programs, element_bytes=1),
     "native/fp8_mm_splitk": _fp8_split_k,
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
     "native/w4a16_mm_gemv": lambda m, n, k, hopper, programs: _w4a16_gemv(n, k, programs),
