@@ -106,7 +106,7 @@ _GLUON_CASES = ("prefill_tails_strided", "m_130_tma_scales_padded_to_132", "pref
 @pytest.mark.parametrize("knobs", list(GLUON_KNOBS.values()), ids=list(GLUON_KNOBS))
 @pytest.mark.parametrize("case_id", _GLUON_CASES)
 def test_gluon_knob_sets_match_the_oracle(case_id, knobs):
-    """native/fp8_block_mm_gluon (sm90: a producer warpgroup and two consumer warpgroups, persistent) in each
+    """native/fp8_block_mm_gluon (sm90: a producer warp and two consumer warpgroups, persistent) in each
     knob set on its cases (GPU only). Catches a ring slot refilled before both consumers released it, a wrong
     barrier phase across tiles, a step's row or weight scales taken from another step, the second consumer's
     rows scaled or stored as the first's, an output buffer overwritten before its store read it, and rows

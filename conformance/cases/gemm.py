@@ -483,7 +483,7 @@ FP8_BLOCK_MM_CASES = (
         dtypes=_DTYPES,
     ),
     Case("a_column_major", _block_mm_case(4, 128, 256, a="column_major", b="column_major"), dtypes=_DTYPES),
-    # Prefill-sized tails: 300 rows (partial 128- and 256-row tiles), a half last weight block, strided operands,
+    # Prefill-sized tails: 300 rows (a partial last row tile), a half last weight block, strided operands,
     # row-major scales with a gap.
     Case(
         "prefill_tails_strided",
