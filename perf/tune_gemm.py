@@ -217,7 +217,7 @@ def _fp8_inputs(kernel, m, n, k):
     per_token_fp8 and per-channel weights."""
     from rapid_llm.kernels import per_token_fp8
 
-    if kernel in tiles.ONE_SCALE_PER_STEP or kernel == "native/fp8_block_mm_gemv":
+    if kernel.startswith("native/fp8_block_mm"):  # every gemm.fp8_block_mm kernel
         a, a_scale = block_activations(m, k, seed=m + k)
         b, b_scale = block_weights(n, k, seed=n + k)
         return a, b, block_scales(a_scale, b_scale), (a, a_scale, b, b_scale)

@@ -196,10 +196,10 @@ _HEURISTICS = {
 
 
 def _w4a16(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
-    """native/w4a16_mm: m > 16, Hopper: 128 x 64 x 64 in 4 stages; pre-Hopper: gemm.mm's output tiles (BLOCK_K is
-    capped at the group size by the launch); m <= 16:
-    native/mm_splitk's tiles with the grid covering the SMs about four times, not twice (a quarter of bf16's
-    bytes per weight element: more programs in flight to keep the loads coming)."""
+    """native/w4a16_mm. m > 16: on Hopper 128 x 64 x 64 in 4 stages, before Hopper gemm.mm's output tiles
+    (BLOCK_K is capped at the group size by the launch). m <= 16: native/mm_splitk's tiles with the grid
+    covering the SMs about four times, not twice (a quarter of bf16's bytes per weight element: more
+    programs in flight to keep the loads coming)."""
     if m > 16 and hopper:
         # the tile every large-m shape tuned to on the H200 (h200.gemm.tuning.w4a16_large)
         return {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4, "SPLIT_K": 1}

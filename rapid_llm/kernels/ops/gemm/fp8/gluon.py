@@ -44,6 +44,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ...device_facts import multiprocessor_count
 from ...fast_launch import cached, cdiv
+from ...fp8 import group_scale_storage
 from . import SCALE_BLOCK, block_scales, prepare
 
 ROW = "native/fp8_block_mm_gluon"
@@ -85,9 +86,9 @@ def tma_row_scales(a_scale: torch.Tensor) -> torch.Tensor:
     column_stride = a_scale.stride(1)
     if a_scale.stride(0) == 1 and column_stride % 4 == 0 and column_stride >= m and a_scale.data_ptr() % 16 == 0:
         return a_scale
-    storage = torch.empty((groups, -(-m // 4) * 4), dtype=torch.float32, device=a_scale.device)
-    storage[:, :m].copy_(a_scale.t())
-    return storage[:, :m].t()
+    aligned = group_scale_storage(m, groups, column_major=True, device=a_scale.device)
+    aligned.copy_(a_scale)
+    return aligned
 
 
 def launch(a, b, scales, bias, out, knobs: dict) -> None:
