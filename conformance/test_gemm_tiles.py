@@ -363,8 +363,9 @@ def test_shipped_store_files_are_well_formed(path):
     tier_limit = TIER_LIMITS[90] if any(name in path.name for name in ("h100", "h200", "h800", "gh200")) else None
     for entry in document["entries"]:
         kernel, knobs = entry["kernel"], entry["knobs"]
-        # the Gluon kernel's module needs triton 3.6's Gluon: it is not among FP8_KERNELS' imported modules
-        fp8 = kernel in FP8_KERNELS or kernel == "native/fp8_block_mm_gluon"
+        # FP8_KERNELS lists the tensor-core kernels whose BLOCK_K is the scale group; the Gluon kernel (triton
+        # 3.6's Gluon) and the one-token CUDA-core kernel are fp8 store kernels too
+        fp8 = kernel in FP8_KERNELS or kernel in ("native/fp8_block_mm_gluon", "native/fp8_block_mm_gemv")
         assert kernel in STORE_KERNELS or fp8, entry
         assert entry["dtype"] in (("fp8_e4m3",) if fp8 else ("fp16", "bf16")), entry
         low, high = entry["m_bucket"]
@@ -374,7 +375,9 @@ def test_shipped_store_files_are_well_formed(path):
             assert high <= (FP8_SPLIT_K_MAX_TOKENS if fp8 else SPLIT_K_MAX_TOKENS), entry
             # the bf16 split-K kernel has one row tile (it covers the bucket); the fp8 one loops over row tiles
             assert fp8 or knobs["BLOCK_M"] >= SPLIT_K_MAX_TOKENS, entry
-        if kernel.startswith("native/fp8_block"):
+        if kernel == "native/fp8_block_mm_gemv":  # whole scale groups per K step, one weight block per program
+            assert knobs["BLOCK_K"] % 128 == 0 and 128 % knobs["BLOCK_N"] == 0, entry
+        elif kernel.startswith("native/fp8_block"):
             assert knobs["BLOCK_K"] == 128, entry  # one activation and one weight scale per K step
         if tier_limit is not None:
             assert tiles.refusal(knobs, entry["dtype"], tier_limit, None, kernel) is None, entry

@@ -542,8 +542,7 @@ ROWS = (
         "native/fp8_block_mm_gemv",
         FP8_BLOCK_MM,
         "gemv:fp8_block_mm_gemv",
-        # unverified until its H200 parity run
-        parity=None,
+        parity=(0.0009765625, "h200.gemm.parity.fp8_gemv"),
         shape=(ShapeConstraint("num_tokens", max=1),),
         description="Triton one-token fp8 GEMM on the CUDA cores: e4m3 weight tiles widened in registers, both "
         "block scales folded into the activation row per K group, fp32 FMAs",
