@@ -14,8 +14,8 @@ read by id through perf/results/index.json (perf/evidence.py), or from dispatch 
   docs/performance.md
     model-step-table h200.model_step.decode / .prefill / .moe / .compiled (python -m perf.model_step)
     gemm-mm-table    h200.gemm.bench.mm.presets (gemm.mm and gemm.w8a16_mm: cuBLAS and our rows per case, the selected row)
-    gemm-fp8-table   h200.gemm.bench.fp8.ranked, h200.gemm.bench.fp8_block.gluon (the fp8 GEMMs: our rows beside
-                     DeepGEMM and torch._scaled_mm)
+    gemm-fp8-table   h200.gemm.bench.fp8.ranked, h200.gemm.bench.fp8_block.gluon, h200.gemm.bench.fp8_block.m1 (the
+                     fp8 GEMMs: our rows beside DeepGEMM and torch._scaled_mm)
     host-cost-table  h200.host_cost (python -m perf.host_cost: host time per call, ours beside the peers)
     perf-table       h200.core.bench (norm, activation, elementwise, embedding, rotary, kvcache, quantization)
     attention-table  h200.attention.bench (every attention row and engine-driven peer, one run)
@@ -522,6 +522,7 @@ def _gemm_op_table(op: str, columns: tuple, cases: list) -> str:
 
 GEMM_FP8_BENCH = "h200.gemm.bench.fp8.ranked"
 GEMM_FP8_GLUON_BENCH = "h200.gemm.bench.fp8_block.gluon"
+GEMM_FP8_M1_BENCH = "h200.gemm.bench.fp8_block.m1"
 #: (run, op, our rows, the peer row they are measured against, the least tokens shown)
 GEMM_FP8_TABLES = (
     (
@@ -537,6 +538,13 @@ GEMM_FP8_TABLES = (
         ("native/fp8_block_mm", "native/fp8_block_mm_gluon"),
         "deep_gemm/fp8_gemm_nt",
         129,
+    ),
+    (
+        GEMM_FP8_M1_BENCH,
+        "gemm.fp8_block_mm",
+        ("native/fp8_block_mm_splitk", "native/fp8_block_mm_gemv"),
+        "deep_gemm/fp8_gemm_nt",
+        0,
     ),
     (GEMM_FP8_BENCH, "gemm.fp8_mm", ("native/fp8_mm", "native/fp8_mm_splitk"), "cublas/scaled_mm", 0),
 )
