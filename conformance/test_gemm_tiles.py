@@ -551,3 +551,48 @@ def test_w4a16_tuning_candidates_compute_the_product(kernel, packing):
         launch(x, qweight, scales, qzeros, 64, packing, None, out, knobs)
         difference = (out.float() - expected).abs().max().item()
         assert difference <= 2**-10 * (1 + expected.abs().max().item()), (knobs, difference)
+
+
+# ---------------------------------------------------------------------------
+# Serving new token counts never recompiles
+
+
+#: Kernel arguments whose value follows the call's token count: Triton specialises an int argument on
+#: == 1 and on divisibility by 16, so a specialised one compiles a new kernel for some new m while serving.
+#: stride_ask is the block-scaled kernels' a_scale stride along K: the padded M of the column-major layout.
+TOKEN_ARGUMENTS = ("M", "total", "stride_ask")
+
+
+def _launched_gemm_kernels():
+    """(module, name, kernel) of every launched Triton kernel of ops/gemm (names ending in _kernel), the Gluon
+    module left out where this triton cannot import it."""
+    import importlib
+    import pkgutil
+
+    pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    import rapid_llm.kernels.ops.gemm as gemm
+
+    found = []
+    for info in pkgutil.walk_packages(gemm.__path__, gemm.__name__ + "."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # fp8/gluon.py: Gluon's API of triton 3.6 only (its row says so in explain())
+            continue
+        for name, value in vars(module).items():
+            if name.endswith("_kernel") and hasattr(value, "arg_names") and hasattr(value, "do_not_specialize"):
+                found.append((info.name, name, value))
+    return found
+
+
+def test_token_count_arguments_are_not_specialised():
+    """Catches a GEMM kernel that recompiles while serving a new token count: an argument carrying m (M, a
+    flat M * N, or the padded-M stride of column-major activation scales) left to Triton's specialisation."""
+    kernels = _launched_gemm_kernels()
+    assert len(kernels) >= 7, [name for _, name, _ in kernels]  # every mm/ and fp8/ module's kernels were found
+    for module, name, kernel in kernels:
+        names = set(kernel.arg_names)
+        unspecialised = {kernel.arg_names[i] if isinstance(i, int) else i for i in kernel.do_not_specialize}
+        carried = set(TOKEN_ARGUMENTS) & names
+        if "stride_ask" in carried and "M" not in names:
+            carried.discard("stride_ask")  # one-token kernels: a_scale's stride is fixed for m == 1
+        assert carried <= unspecialised, (module, name, sorted(carried - unspecialised))
