@@ -26,13 +26,20 @@ from rapid_llm.kernels.ops.launch_override import launch_override
 
 DEVICE = torch_device()
 ROWS = {
-    FP8_BLOCK_MM: ("native/fp8_block_mm", "native/fp8_block_mm_splitk", "native/fp8_block_mm_gemv"),
+    FP8_BLOCK_MM: (
+        "native/fp8_block_mm",
+        "native/fp8_block_mm_splitk",
+        "native/fp8_block_mm_swap_ab",
+        "native/fp8_block_mm_gemv",
+    ),
     FP8_MM: ("native/fp8_mm", "native/fp8_mm_splitk"),
 }
 #: Forced tiles per kernel: (BLOCK_N, and SPLIT_K or GROUP_M); BLOCK_M 16 keeps several row tiles per case.
 TILES = {
     "native/fp8_block_mm": [{"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_N": 128, "GROUP_M": 8}, {"BLOCK_N": 256}],
     "native/fp8_block_mm_splitk": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 256}],
+    # operands swapped: weight rows per tile dividing the 128-row weight block (one scale a step)
+    "native/fp8_block_mm_swap_ab": [{"BLOCK_N": 64, "SPLIT_K": 1}, {"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 128}],
     "native/fp8_mm": [{"BLOCK_N": 32, "GROUP_M": 2}, {"BLOCK_N": 128, "BLOCK_K": 256}],
     "native/fp8_mm_splitk": [{"BLOCK_N": 32, "SPLIT_K": 3}, {"BLOCK_N": 64, "SPLIT_K": 2, "BLOCK_K": 256}],
     # one token: columns per program dividing the 128-row weight block, one and several scale groups a step

@@ -221,6 +221,18 @@ def test_refusal_refuses_block_k_not_a_multiple_of_the_scale_group():
     assert tiles.refusal(knobs, "fp8_e4m3", 227 * 1024, None) is None
 
 
+@pytest.mark.parametrize("kernel", ["native/fp8_block_mm_gemv", "native/fp8_block_mm_swap_ab"])
+def test_refusal_refuses_a_tile_across_two_weight_blocks(kernel):
+    """Catches a store entry whose BLOCK_N does not divide the 128-row weight block served to a kernel that
+    reads one weight scale per tile and K step (columns of the next block would get this block's scale)."""
+    knobs = {**tiles.heuristic(kernel, 1, 7168, 7168, 90, 132), "BLOCK_N": 48}
+    reason = tiles.refusal(knobs, "fp8_e4m3", 227 * 1024, 128, kernel)
+    assert reason is not None and "BLOCK_N 48" in reason
+    assert tiles.refusal({**knobs, "BLOCK_N": 64}, "fp8_e4m3", 227 * 1024, 128, kernel) is None
+    per_column = {**knobs, "BLOCK_M": 16, "BLOCK_K": 128, "SPLIT_K": 1}  # splitk reads a scale per column
+    assert tiles.refusal(per_column, "fp8_e4m3", 227 * 1024, 128, "native/fp8_block_mm_splitk") is None
+
+
 # ---------------------------------------------------------------------------
 # The store
 
@@ -391,6 +403,7 @@ FP8_KERNELS = {
     "native/fp8_mm": ("tiled", "_fp8_mm_kernel", set()),
     "native/fp8_block_mm_splitk": ("splitk", "_fp8_partial_kernel", {"SPLIT_K"}),
     "native/fp8_mm_splitk": ("splitk", "_fp8_partial_kernel", {"SPLIT_K"}),
+    "native/fp8_block_mm_swap_ab": ("swap_ab", "_fp8_swap_ab_kernel", {"SPLIT_K"}),
 }
 #: Constexprs the fp8 launches set themselves (not knobs).
 FP8_LAUNCH_CONSTEXPRS = {"BLOCK_SCALES", "SCALE_K", "HAS_BIAS", "EVEN_K", "NUM_PROGRAMS"}

@@ -1,8 +1,9 @@
 """Every kernel is a row: a row's target launches exactly one kernel entry (plus its own split merge).
 
 The walk is static (no GPU needed, every cell runs it): from each native or extension row's target it
-follows the calls into this package's modules (functions of the same module, names imported from
-rapid_llm modules, attributes of imported rapid_llm modules) and collects the kernels it can launch:
+follows the calls into this package's modules (functions of the same module, also where one is passed to a
+helper as an argument, names imported from rapid_llm modules, attributes of imported rapid_llm modules) and
+collects the kernels it can launch:
 a @triton.jit / @gluon.jit function launched as `kernel[grid](...)` or through
 `launch_fitting(kernel, grid, ...)`, and a CUDA-extension op taken as `aot.op(name)` / `jit.op(name)`.
 Catches a target that chooses between kernels with an if/elif (two entries reachable: the choice is
@@ -104,6 +105,10 @@ def _launches(module: str, function: str, seen=None) -> set[str]:
 
     for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
         callee = call.func
+        # a function of this module handed to a helper (fp8's block_entry(ROW, launch, ...)) runs there
+        for argument in call.args:
+            if isinstance(argument, ast.Name) and argument.id in functions and not _is_jit(functions[argument.id]):
+                found |= _launches(module, argument.id, seen)
         if isinstance(callee, ast.Subscript) and isinstance(callee.value, ast.Name):  # kernel[grid](...)
             kernel = kernel_named(callee.value.id)
             if kernel:
@@ -185,5 +190,32 @@ def target(x, fast):
     _scope.cache_clear()
     try:
         assert _launches(name, "target") == {f"{name}:_first", f"{name}:_second"}
+    finally:
+        _scope.cache_clear()
+
+
+def test_the_walk_follows_a_function_handed_to_a_helper(monkeypatch):
+    """The walk itself: a target that passes its launch function to an imported helper (the helper calls it)
+    must reach the kernel that function launches."""
+    planted = ast.parse("""
+import triton
+from rapid_llm.kernels.ops.gemm.fp8 import block_entry
+
+@triton.jit
+def _kernel(x):
+    pass
+
+def launch(x):
+    _kernel[(1,)](x)
+
+def target(x):
+    return block_entry("row", launch, x)
+""")
+    name = "rapid_llm.planted_handed_launch"
+    real = _module_ast
+    monkeypatch.setitem(globals(), "_module_ast", lambda module: (planted, False) if module == name else real(module))
+    _scope.cache_clear()
+    try:
+        assert _launches(name, "target") == {f"{name}:_kernel"}
     finally:
         _scope.cache_clear()

@@ -32,6 +32,7 @@ from rapid_llm.kernels.ops.gemm import SCALE_BLOCK, reference, tiles
 from rapid_llm.kernels.ops.gemm.fp8 import block_scales, channel_scales
 from rapid_llm.kernels.ops.gemm.fp8 import gemv as fp8_gemv
 from rapid_llm.kernels.ops.gemm.fp8 import splitk as fp8_splitk
+from rapid_llm.kernels.ops.gemm.fp8 import swap_ab as fp8_swap_ab
 from rapid_llm.kernels.ops.gemm.fp8 import tiled as fp8_tiled
 from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
@@ -55,6 +56,7 @@ FP8_KERNELS = {
     "native/fp8_mm": fp8_tiled,
     "native/fp8_mm_splitk": fp8_splitk,
     "native/fp8_block_mm_gemv": fp8_gemv,
+    "native/fp8_block_mm_swap_ab": fp8_swap_ab,
 }
 #: The Gluon kernel (triton 3.6.x only: Gluon's API): its module is imported when it is tuned.
 FP8_KERNELS["native/fp8_block_mm_gluon"] = "rapid_llm.kernels.ops.gemm.fp8.gluon"
@@ -66,6 +68,7 @@ FP8_SHAPES = {
     "native/fp8_block_mm_splitk": _BLOCK_SHAPES,
     "native/fp8_block_mm_gluon": _BLOCK_SHAPES,
     "native/fp8_block_mm_gemv": _BLOCK_SHAPES,
+    "native/fp8_block_mm_swap_ab": _BLOCK_SHAPES,
     "native/fp8_mm": ((8192, 8192), (7168, 7168)),
     "native/fp8_mm_splitk": ((8192, 8192), (7168, 7168)),
 }
@@ -88,6 +91,7 @@ TOKENS = {
     "native/fp8_block_mm_gluon": (4096,),
     "native/fp8_block_mm_gemv": (1,),
     "native/fp8_block_mm_splitk": (1, 16, 64),
+    "native/fp8_block_mm_swap_ab": (1, 16, 64),
     "native/fp8_mm": (128, 4096, 8192),
     "native/fp8_mm_splitk": (1, 16, 64),
     "native/w4a16_mm": (1, 16, 128, 4096),
@@ -136,6 +140,11 @@ CANDIDATES["native/fp8_block_mm_splitk"] = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": 4, "num_stages": s}
     for bm, bn, split, s in itertools.product((16, 32, 64), (32, 64, 128), (1, 2, 4, 8, 16), (4, 6))
 ]
+# weight rows on the MMA's M side (BLOCK_N divides the 128-row weight block), tokens on its N side
+CANDIDATES["native/fp8_block_mm_swap_ab"] = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split, "num_warps": 4, "num_stages": s}
+    for bm, bn, split, s in itertools.product((16, 32, 64), (64, 128), (1, 2, 4, 8, 16), (4, 6))
+]
 CANDIDATES["native/fp8_mm_splitk"] = CANDIDATES["native/fp8_block_mm_splitk"] + [
     {**knobs, "BLOCK_K": 256} for knobs in CANDIDATES["native/fp8_block_mm_splitk"] if knobs["num_stages"] == 4
 ]
@@ -170,7 +179,13 @@ def _fits(kernel: str, knobs: dict, m: int, limit: int, dtype: str = "bf16") -> 
         return False
     if kernel == "native/w4a16_mm" and knobs.get("SPLIT_K", 1) > 1 and m > 16:
         return False  # split over K for decode token counts only: [SPLIT_K, m, N] fp32 slices
-    if kernel in ("native/mm", "native/w4a16_mm", "native/fp8_mm_splitk", "native/fp8_block_mm_splitk"):
+    if kernel in (
+        "native/mm",
+        "native/w4a16_mm",
+        "native/fp8_mm_splitk",
+        "native/fp8_block_mm_splitk",
+        "native/fp8_block_mm_swap_ab",
+    ):
         # a tile far taller than m wastes the tensor cores on clamped rows
         return knobs["BLOCK_M"] <= max(16, 2 ** math.ceil(math.log2(max(m, 1))))
     return True

@@ -19,7 +19,6 @@ from perf.gpu_timing import event_timer
 from perf.tune_gemm import _runner
 from rapid_llm.kernels import w8a16_mm
 from rapid_llm.kernels.ops.gemm.mm import gemv as mm_gemv
-from rapid_llm.kernels.ops.gemm.mm import w4a16
 
 flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from rapid_llm.kernels.ops.gemm.mm.splitk import slices
 from rapid_llm.kernels.ops.gemm.mm.w4a16 import (
     _MAGIC,
     _MAGIC_BITS,
@@ -21,7 +22,6 @@ from rapid_llm.kernels.ops.gemm.mm.w4a16 import (
     _common,
     _finish,
     _packed_tile,
-    _slices,
     _spread,
     _zeros,
 )
@@ -123,7 +123,7 @@ def launch(x, qweight, scales, qzeros, group_size, packing, out, BLOCK_N, SPLIT_
     n = out.shape[1]
     if packing == "awq":
         BLOCK_N = max(BLOCK_N, AWQ_MIN_BLOCK_N)
-    split, per = _slices(k // group_size, SPLIT_K)
+    split, per = slices(k // group_size, SPLIT_K)
     partial = out if split == 1 else torch.empty((split, 1, n), dtype=torch.float32, device=x.device)
     gemv_variant_kernel[(triton.cdiv(n, BLOCK_N), split)](
         x, *_common(qweight, scales, qzeros, None), partial, n, k, per, AWQ=packing == "awq",

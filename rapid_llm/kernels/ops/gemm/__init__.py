@@ -539,6 +539,16 @@ ROWS = (
         description="Triton decode fp8 GEMM (M <= 128): the weight stream split over K, fp32 slices added in order",
     ),
     _fp8_native_row(
+        "native/fp8_block_mm_swap_ab",
+        FP8_BLOCK_MM,
+        "swap_ab:fp8_block_mm",
+        # unverified until its H200 parity run
+        parity=None,
+        shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
+        description="Triton decode fp8 GEMM (M <= 128) with the operands swapped: weight rows on the MMA's M "
+        "side, tokens on its N side (fp8 wgmma at 16-token tiles); K split, fp32 slices added in order",
+    ),
+    _fp8_native_row(
         "native/fp8_block_mm_gemv",
         FP8_BLOCK_MM,
         "gemv:fp8_block_mm_gemv",

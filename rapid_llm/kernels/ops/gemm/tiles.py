@@ -86,7 +86,11 @@ def shared_memory_bytes(knobs: dict, dtype: str) -> int:
 
 
 #: Kernels that apply one scale of a row and of a column per K step: BLOCK_K must equal the scale group.
-ONE_SCALE_PER_STEP = frozenset({"native/fp8_block_mm", "native/fp8_block_mm_gluon", "native/fp8_block_mm_splitk"})
+ONE_SCALE_PER_STEP = frozenset(
+    {"native/fp8_block_mm", "native/fp8_block_mm_gluon", "native/fp8_block_mm_splitk", "native/fp8_block_mm_swap_ab"}
+)
+#: Kernels that read one weight block scale per tile and K step: BLOCK_N must divide the scale block.
+ONE_WEIGHT_BLOCK_PER_TILE = frozenset({"native/fp8_block_mm_gemv", "native/fp8_block_mm_swap_ab"})
 
 
 def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, kernel: str = "") -> str | None:
@@ -98,6 +102,8 @@ def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, k
         return f"BLOCK_K {knobs['BLOCK_K']} is not a multiple of the scale group {block_k_multiple}"
     if block_k_multiple and kernel in ONE_SCALE_PER_STEP and knobs["BLOCK_K"] != block_k_multiple:
         return f"BLOCK_K {knobs['BLOCK_K']} is not the scale group {block_k_multiple} (one scale per K step)"
+    if block_k_multiple and kernel in ONE_WEIGHT_BLOCK_PER_TILE and block_k_multiple % knobs["BLOCK_N"]:
+        return f"BLOCK_N {knobs['BLOCK_N']} does not divide the weight block {block_k_multiple} (one scale a tile)"
     # native/mm_splitk's one row tile covers every m <= 16 (the one-token kernels split K with BLOCK_M 1)
     if "SPLIT_K" in knobs and knobs["BLOCK_M"] < 16 and not kernel.endswith("_gemv"):
         return f"BLOCK_M {knobs['BLOCK_M']} of the split-K kernel is below its 16 rows"
@@ -175,6 +181,12 @@ def _fp8_split_k(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     }
 
 
+def _fp8_swap_ab(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
+    """native/fp8_block_mm_swap_ab (m <= 128): 64 weight rows (the MMA's M side: one warpgroup) x 128 of K per
+    step, a token tile covering the bucket's m (16, 32 or 64 per program), K split as _fp8_split_k."""
+    return {**_fp8_split_k(m, n, k, hopper, programs), "BLOCK_M": 16 if m <= 16 else 32 if m <= 32 else 64}
+
+
 _HEURISTICS = {
     "native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/mm_splitk": _split_k,
@@ -187,6 +199,7 @@ _HEURISTICS = {
     "native/fp8_mm": lambda m, n, k, hopper, programs: _fp8_tiled(m, n, k, hopper),
     "native/fp8_block_mm_gluon": lambda m, n, k, hopper, programs: _fp8_gluon(),
     "native/fp8_block_mm_splitk": _fp8_split_k,
+    "native/fp8_block_mm_swap_ab": _fp8_swap_ab,
     # whole scale groups per K step (1 KiB of e4m3 weight row), BLOCK_N 4-32: divides the 128-row weight block
     "native/fp8_block_mm_gemv": lambda m, n, k, hopper, programs: _gemv(n, programs, element_bytes=1),
     "native/fp8_mm_splitk": _fp8_split_k,
@@ -283,7 +296,7 @@ def resolve_tiles(
 ) -> Tiles:
     """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/mm_gemv,
     native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/w4a16_mm, native/w4a16_mm_gemv,
-    native/fp8_block_mm(_splitk), native/fp8_mm(_splitk)) for an m x n x k product in dtype on
+    native/fp8_block_mm(_splitk, _swap_ab, _gemv, _gluon), native/fp8_mm(_splitk)) for an m x n x k product in dtype on
     device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast

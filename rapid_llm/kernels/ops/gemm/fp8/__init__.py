@@ -66,3 +66,24 @@ def prepare(row: str, a, b, scales: Scales, out):
 def new_out(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """gemm.fp8_mm's output: a new contiguous [M, N] of out_dtype."""
     return torch.empty((a.shape[0], b.shape[0]), dtype=dtype, device=a.device)
+
+
+def block_entry(row: str, launch, a, a_scale, b, b_scale, out):
+    """gemm.fp8_block_mm's kernel entry for `row` (its check ran): the scales as the kernels read them, out
+    (bf16, allocated when None), the row's tiles and one launch(a, b, scales, None, out, knobs) (none when
+    M == 0)."""
+    scales = block_scales(a_scale, b_scale)
+    out, knobs = prepare(row, a, b, scales, out)
+    if knobs is not None:
+        launch(a, b, scales, None, out, knobs)
+    return out
+
+
+def channel_entry(row: str, launch, a, a_scale, b, b_scale, out_dtype, bias):
+    """gemm.fp8_mm's kernel entry for `row` (its check ran): as block_entry, into a new [M, N] of out_dtype,
+    with the bias."""
+    scales = channel_scales(a_scale, b_scale)
+    out, knobs = prepare(row, a, b, scales, new_out(a, b, out_dtype))
+    if knobs is not None:
+        launch(a, b, scales, bias, out, knobs)
+    return out

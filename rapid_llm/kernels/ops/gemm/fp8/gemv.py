@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ...fast_launch import cached, cdiv
-from . import SCALE_BLOCK, block_scales, prepare
+from . import SCALE_BLOCK, block_entry
 
 ROW = "native/fp8_block_mm_gemv"
 
@@ -29,11 +29,7 @@ ROW = "native/fp8_block_mm_gemv"
 def fp8_block_mm_gemv(a, a_scale, b, b_scale, out=None):
     """Unchecked kernel entry of native/fp8_block_mm_gemv (gemm.fp8_block_mm's check ran; the row's
     conditions hold: M == 1, a:tma, b:tma)."""
-    scales = block_scales(a_scale, b_scale)
-    out, knobs = prepare(ROW, a, b, scales, out)
-    if knobs is not None:
-        launch(a, b, scales, None, out, knobs)
-    return out
+    return block_entry(ROW, launch, a, a_scale, b, b_scale, out)
 
 
 def launch(a, b, scales, bias, out, knobs: dict) -> None:

@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from ...fast_launch import cached, cdiv
-from . import SCALE_BLOCK, Scales, block_scales, channel_scales, new_out, prepare
-from ..mm.splitk import merge
+from ..mm.splitk import merge, slices
+from . import SCALE_BLOCK, Scales, block_entry, channel_entry
 from .tiled import accumulate, finish_tile
 
 BLOCK_ROW = "native/fp8_block_mm_splitk"
@@ -31,20 +31,12 @@ CHANNEL_ROW = "native/fp8_mm_splitk"
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):
     """Unchecked kernel entry of native/fp8_block_mm_splitk (the check ran: a:tma, b:tma)."""
-    scales = block_scales(a_scale, b_scale)
-    out, knobs = prepare(BLOCK_ROW, a, b, scales, out)
-    if knobs is not None:
-        launch(a, b, scales, None, out, knobs)
-    return out
+    return block_entry(BLOCK_ROW, launch, a, a_scale, b, b_scale, out)
 
 
 def fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     """Unchecked kernel entry of native/fp8_mm_splitk (the check ran: a:tma, b:tma)."""
-    scales = channel_scales(a_scale, b_scale)
-    out, knobs = prepare(CHANNEL_ROW, a, b, scales, new_out(a, b, out_dtype))
-    if knobs is not None:
-        launch(a, b, scales, bias, out, knobs)
-    return out
+    return channel_entry(CHANNEL_ROW, launch, a, a_scale, b, b_scale, out_dtype, bias)
 
 
 def launch(a, b, scales: Scales, bias, out, knobs: dict) -> None:
@@ -52,10 +44,7 @@ def launch(a, b, scales: Scales, bias, out, knobs: dict) -> None:
     m, k = a.shape
     n = b.shape[0]
     knobs = dict(knobs)
-    k_steps = cdiv(k, knobs["BLOCK_K"])
-    split = max(1, min(knobs.pop("SPLIT_K"), k_steps))
-    steps_per_split = cdiv(k_steps, split)
-    split = cdiv(k_steps, steps_per_split)  # no empty slice
+    split, steps_per_split = slices(cdiv(k, knobs["BLOCK_K"]), knobs.pop("SPLIT_K"))
     has_bias = bias is not None
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=a.device)
     _fp8_partial_kernel[(cdiv(n, knobs["BLOCK_N"]), split, cdiv(m, knobs["BLOCK_M"]))](

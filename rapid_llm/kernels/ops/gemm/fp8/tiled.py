@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ...device_facts import multiprocessor_count
 from ...fast_launch import cached, cdiv
-from . import SCALE_BLOCK, Scales, block_scales, channel_scales, new_out, prepare
+from . import SCALE_BLOCK, Scales, block_entry, channel_entry
 
 BLOCK_ROW = "native/fp8_block_mm"
 CHANNEL_ROW = "native/fp8_mm"
@@ -32,20 +32,12 @@ CHANNEL_ROW = "native/fp8_mm"
 
 def fp8_block_mm(a, a_scale, b, b_scale, out=None):
     """Unchecked kernel entry of native/fp8_block_mm (gemm.fp8_block_mm's check ran: a:tma and b:tma hold)."""
-    scales = block_scales(a_scale, b_scale)
-    out, knobs = prepare(BLOCK_ROW, a, b, scales, out)
-    if knobs is not None:
-        launch(a, b, scales, None, out, knobs)
-    return out
+    return block_entry(BLOCK_ROW, launch, a, a_scale, b, b_scale, out)
 
 
 def fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     """Unchecked kernel entry of native/fp8_mm (gemm.fp8_mm's check ran: a:tma and b:tma hold)."""
-    scales = channel_scales(a_scale, b_scale)
-    out, knobs = prepare(CHANNEL_ROW, a, b, scales, new_out(a, b, out_dtype))
-    if knobs is not None:
-        launch(a, b, scales, bias, out, knobs)
-    return out
+    return channel_entry(CHANNEL_ROW, launch, a, a_scale, b, b_scale, out_dtype, bias)
 
 
 def launch(a, b, scales: Scales, bias, out, knobs: dict) -> None:

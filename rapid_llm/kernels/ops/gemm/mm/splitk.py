@@ -48,9 +48,7 @@ def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
     m, k = x.shape
     n = w.shape[0]
     knobs = dict(knobs)
-    split = max(1, min(knobs.pop("SPLIT_K"), cdiv(k, knobs["BLOCK_K"])))
-    steps_per_split = cdiv(cdiv(k, knobs["BLOCK_K"]), split)
-    split = cdiv(cdiv(k, knobs["BLOCK_K"]), steps_per_split)  # no empty slice
+    split, steps_per_split = slices(cdiv(k, knobs["BLOCK_K"]), knobs.pop("SPLIT_K"))
     has_bias = bias is not None
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (cdiv(n, knobs["BLOCK_N"]), split)
@@ -75,6 +73,14 @@ def launch(x, w, bias, out, knobs: dict, scale=None) -> None:
     )
     if split > 1:
         merge(partial, bias, out, split)
+
+
+def slices(total_steps: int, split: int) -> tuple[int, int]:
+    """(slices, steps per slice) of total_steps K steps cut into at most `split` slices of equal length but the
+    last, none empty (the split-K kernels' grid dimension and their steps_per_split argument)."""
+    split = max(1, min(split, total_steps))
+    per = cdiv(total_steps, split)
+    return cdiv(total_steps, per), per
 
 
 def merge(partial, bias, out, split: int) -> None:

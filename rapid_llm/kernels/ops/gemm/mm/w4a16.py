@@ -34,7 +34,7 @@ import triton.language as tl
 
 from ...fast_launch import cached, cdiv
 from . import prepare
-from .splitk import merge
+from .splitk import merge, slices
 
 ROW = "native/w4a16_mm"
 #: 2**23 and its fp32 bits: a nibble q ORed into the bits is the float 2**23 + q (no int -> float conversion).
@@ -62,13 +62,6 @@ def mm(x, qweight, scales, qzeros, group_size: int, packing: str, bias=None):
     if rows is not None:
         launch_mm(rows, qweight, scales, qzeros, group_size, packing, bias, out_rows, knobs)
     return out
-
-
-def _slices(total_steps: int, split: int) -> tuple[int, int]:
-    """(slices, steps per slice): at most `split` slices of equal length but the last, none empty."""
-    split = max(1, min(split, total_steps))
-    per = cdiv(total_steps, split)
-    return cdiv(total_steps, per), per
 
 
 def _finish(partial, bias, out, split: int) -> None:
@@ -100,7 +93,7 @@ def launch_gemv(x, qweight, scales, qzeros, group_size, packing, bias, out, knob
     knobs = {name: value for name, value in knobs.items() if name != "BLOCK_M"}
     if packing == "awq":
         knobs["BLOCK_N"] = max(knobs["BLOCK_N"], AWQ_MIN_BLOCK_N)
-    split, per = _slices(k // group_size, knobs.pop("SPLIT_K"))
+    split, per = slices(k // group_size, knobs.pop("SPLIT_K"))
     partial = out if split == 1 else torch.empty((split, 1, n), dtype=torch.float32, device=x.device)
     _gemv_kernel[(cdiv(n, knobs["BLOCK_N"]), split)](
         x,
@@ -128,7 +121,7 @@ def launch_mm(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs:
     knobs["BLOCK_K"] = min(knobs["BLOCK_K"], group_size)  # powers of two: a divisor of the group
     if packing == "awq":
         knobs["BLOCK_N"] = max(knobs["BLOCK_N"], AWQ_MIN_BLOCK_N)
-    split, per = _slices(k // knobs["BLOCK_K"], knobs.pop("SPLIT_K"))
+    split, per = slices(k // knobs["BLOCK_K"], knobs.pop("SPLIT_K"))
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     grid = (cdiv(n, knobs["BLOCK_N"]), cdiv(m, knobs["BLOCK_M"]), split)
     _mm_kernel[grid](
