@@ -1,5 +1,5 @@
 """H200: w4a16_variants.py (AWQ with the k-sum deferred; one or two groups in flight; m = 1) and w4a16_tc.py (the
-tensor-core decode kernel, GPTQ; m = 1 and 16) beside the dispatched gemm.w4a16_mm row (shipped tiles) and fp16
+tensor-core decode kernel; m = 1 and 16) beside the dispatched gemm.w4a16_mm row (shipped tiles) and fp16
 cuBLAS at 8192^2 and 4096 x 14336, GPTQ v1 and AWQ g128; CUDA-graph replays with L2 flushed, every arm checked
 against the reference. Table on stdout, JSON to argv[1]."""
 
@@ -44,14 +44,13 @@ for (n, k), packing, m in itertools.product(((8192, 8192), (4096, 14336)), ("gpt
         "cublas fp16 F.linear": (lambda: torch.nn.functional.linear(x, w), None),
         "gemm.w4a16_mm (dispatch)": (lambda: w4a16_mm(x, qweight, scales, qzeros, 128, packing), want),
     }
-    if packing == "gptq":
-        for bn, split, warps, stages in itertools.product((64, 128), (2, 4, 8, 16), (4, 8), (2, 3)):
-            arms[f"tc BLOCK_N={bn} SPLIT_K={split} warps={warps} stages={stages}"] = (
-                lambda bn=bn, split=split, warps=warps, stages=stages: tc.launch(
-                    x, qweight, scales, qzeros, 128, packing, out, bn, split, warps, stages
-                ),
-                want,
-            )
+    for bn, split, warps, stages in itertools.product((64, 128), (2, 4, 8, 16), (4, 8), (2, 3)):
+        arms[f"tc BLOCK_N={bn} SPLIT_K={split} warps={warps} stages={stages}"] = (
+            lambda bn=bn, split=split, warps=warps, stages=stages: tc.launch(
+                x, qweight, scales, qzeros, 128, packing, out, bn, split, warps, stages
+            ),
+            want,
+        )
     for bn, split, depth, warps in itertools.product((32, 64, 128), (2, 4, 8, 16), (1, 2), (4, 8)):
         if m > 1:
             break

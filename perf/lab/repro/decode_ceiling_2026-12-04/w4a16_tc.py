@@ -1,4 +1,4 @@
-"""Lab: gemm.w4a16_mm (GPTQ packing) at decode token counts on the tensor cores, the weight on the MMA's M side.
+"""Lab: gemm.w4a16_mm (GPTQ and AWQ packings) at decode token counts on the tensor cores, the weight on the MMA's M side.
 
 out[m, n] = sum_g scale[g, n] * (sum_{k in g} x[m, k] (m16 + q[k, n]) - (m16 + z[g, n]) * sum_{k in g} x[m, k])
 
@@ -72,6 +72,7 @@ def w4a16_tc_kernel(
     stride_z0,
     groups,
     groups_per_split,
+    AWQ: tl.constexpr,
     V1_ZEROS: tl.constexpr,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -92,9 +93,14 @@ def w4a16_tc_kernel(
     word_rows = tl.arange(0, GROUP // 8)
     ks = tl.arange(0, GROUP)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    word_columns = tl.minimum(first_column // 8 + tl.arange(0, BLOCK_N // 8), N // 8 - 1).to(tl.int64)
     for group in range(first, last):
-        words = tl.load(qw_ptr + (group * (GROUP // 8) + word_rows)[:, None] * stride_q0 + safe_columns[None, :])
-        # [GROUP/8, BLOCK_N, 2, 2, 2]: element (r, n, a, b, c) is nibble 4a + 2c + b of word (r, n)
+        if AWQ:  # [GROUP, BLOCK_N / 8] words: 8 columns of one k each
+            words = tl.load(qw_ptr + (group * GROUP + ks)[:, None] * stride_q0 + word_columns[None, :])
+        else:  # [GROUP / 8, BLOCK_N] words: 8 k of one column each
+            words = tl.load(qw_ptr + (group * (GROUP // 8) + word_rows)[:, None] * stride_q0 + safe_columns[None, :])
+        # nibbles j and j + 4 of every word, then [.., 2 (a), 2 (b), 2 (c)]: element (a, b, c) is the pair
+        # j = 2c + b, its nibble j + 4a
         low0, high0 = _half_pairs(words, 0, MAGIC16, DTYPE, ASM)
         low1, high1 = _half_pairs(words, 4, MAGIC16, DTYPE, ASM)
         low2, high2 = _half_pairs(words, 8, MAGIC16, DTYPE, ASM)
@@ -102,13 +108,22 @@ def w4a16_tc_kernel(
         nibbles = tl.join(
             tl.join(tl.join(low0, high0), tl.join(low1, high1)), tl.join(tl.join(low2, high2), tl.join(low3, high3))
         )
-        # (n, r, a, c, b) -> [BLOCK_N, GROUP] with column 8r + 4a + 2c + b = k within the group
-        tile = tl.reshape(tl.permute(nibbles, (1, 0, 2, 4, 3)), (BLOCK_N, GROUP))
+        if AWQ:
+            # AutoAWQ's order puts columns 2j and 2j + 1 in nibbles j and j + 4: element (k, w, a, b, c) is column
+            # 8w + 4c + 2b + a; (w, c, b, a, k) -> [BLOCK_N, GROUP]
+            tile = tl.reshape(tl.permute(nibbles, (1, 4, 3, 2, 0)), (BLOCK_N, GROUP))
+        else:
+            # element (r, n, a, b, c) is k = 8r + 4a + 2c + b; (n, r, a, c, b) -> [BLOCK_N, GROUP]
+            tile = tl.reshape(tl.permute(nibbles, (1, 0, 2, 4, 3)), (BLOCK_N, GROUP))
         x_tile = tl.load(x_ptr + safe_tokens[:, None] * stride_xm + (group * GROUP + ks)[None, :])  # [BLOCK_M, GROUP]
         product = tl.dot(tile, tl.trans(x_tile))  # [BLOCK_N, BLOCK_M]: sum_k (m16 + q) x
         x_sums = tl.sum(x_tile.to(tl.float32), axis=1)
         zero_words = tl.load(qz_ptr + group * stride_z0 + safe_columns // 8)
-        zeros = ((zero_words >> (4 * (safe_columns % 8)).to(tl.int32)) & 15).to(tl.float32)
+        j = (safe_columns % 8).to(tl.int32)
+        if AWQ:
+            zeros = ((zero_words >> (4 * (j // 2 + 4 * (j % 2)))) & 15).to(tl.float32)
+        else:
+            zeros = ((zero_words >> (4 * j)) & 15).to(tl.float32)
         if V1_ZEROS:
             zeros += 1.0
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns).to(tl.float32)
@@ -119,14 +134,14 @@ def w4a16_tc_kernel(
 
 def launch(x, qweight, scales, qzeros, group_size, packing, out, BLOCK_N=64, SPLIT_K=8, num_warps=4, num_stages=2):
     """x [M, K] (M <= 16, unit stride along K), contiguous qweight / scales / qzeros -> out [M, N] contiguous."""
-    assert packing in ("gptq", "gptq_v2") and x.stride(1) == 1 and x.shape[0] <= 16
+    assert x.stride(1) == 1 and x.shape[0] <= 16
     m, k = x.shape
     n = out.shape[1]
     split, per = slices(k // group_size, SPLIT_K)
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=x.device)
     w4a16_tc_kernel[(triton.cdiv(n, BLOCK_N), split)](
         x, qweight, scales, qzeros, partial, m, n, x.stride(0), qweight.stride(0), scales.stride(0),
-        qzeros.stride(0), k // group_size, per, V1_ZEROS=packing == "gptq", GROUP=group_size, BLOCK_M=16,
+        qzeros.stride(0), k // group_size, per, AWQ=packing == "awq", V1_ZEROS=packing == "gptq", GROUP=group_size, BLOCK_M=16,
         BLOCK_N=BLOCK_N, ASM=x.is_cuda, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     if split > 1:
