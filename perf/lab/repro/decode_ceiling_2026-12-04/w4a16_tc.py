@@ -1,12 +1,12 @@
 """Lab: gemm.w4a16_mm (GPTQ and AWQ packings) at decode token counts on the tensor cores, the weight on the MMA's M side.
 
-out[m, n] = sum_g scale[g, n] * (sum_{k in g} x[m, k] (m16 + q[k, n]) - (m16 + z[g, n]) * sum_{k in g} x[m, k])
+out[m, n] = sum_g scale[g, n] * sum_{k in g} x[m, k] (q[k, n] - z[g, n])
 
-with m16 the float whose bits OR a nibble into a 16-bit float: 1024 (fp16, bits 0x6400) or 128 (bf16, 0x4300), so
-m16 + q is exact. Per group the nibbles are ORed into those bits (a shift and a lop3 each: no int-to-float
-conversion, no per-weight subtraction), stacked into the [BLOCK_N, g] tile in k order and multiplied by the
-[g, BLOCK_M] token tile in the tensor cores (fp32 accumulation: (m16 + q) x is exact in fp32); the zero and the
-scale are applied to the group's [BLOCK_N, BLOCK_M] product. Program (j, s) owns columns j * BLOCK_N.. and the
+Per group the nibbles are ORed into the bits of a 16-bit float m16 (1024: fp16 bits 0x6400; 128: bf16 0x4300),
+two at a time (nibbles j and j + 4 of a word land in the two halves of one register: one shift and one lop3),
+giving m16 + q exactly with no int-to-float conversion; stacked into the [BLOCK_N, g] tile in k order, less
+m16 + z (q - z: an integer, exact), multiplied by the [g, BLOCK_M] token tile in the tensor cores (exact
+products, fp32 sums) and the group's [BLOCK_N, BLOCK_M] product scaled in fp32. Program (j, s) owns columns j * BLOCK_N.. and the
 s-th slice of groups; SPLIT_K > 1 writes fp32 slices [SPLIT_K, M, N] merged in order (mm/splitk.py).
 
 x: [M, K] fp16/bf16 (unit stride along K), M <= BLOCK_M; qweight int32 [K/8, N]; scales [K/g, N]; qzeros int32
@@ -58,6 +58,18 @@ def _half_pairs(words, SHIFT: tl.constexpr, MAGIC16: tl.constexpr, DTYPE: tl.con
 
 
 @triton.jit
+def _stacked_pairs(words, MAGIC16: tl.constexpr, DTYPE: tl.constexpr, ASM: tl.constexpr):
+    """words [..] -> [.., 2, 2, 2] 16-bit floats m16 + nibble: element (a, b, c) is nibble 2c + b + 4a."""
+    low0, high0 = _half_pairs(words, 0, MAGIC16, DTYPE, ASM)
+    low1, high1 = _half_pairs(words, 4, MAGIC16, DTYPE, ASM)
+    low2, high2 = _half_pairs(words, 8, MAGIC16, DTYPE, ASM)
+    low3, high3 = _half_pairs(words, 12, MAGIC16, DTYPE, ASM)
+    return tl.join(
+        tl.join(tl.join(low0, high0), tl.join(low1, high1)), tl.join(tl.join(low2, high2), tl.join(low3, high3))
+    )
+
+
+@triton.jit
 def w4a16_tc_kernel(
     x_ptr,
     qw_ptr,
@@ -99,35 +111,29 @@ def w4a16_tc_kernel(
             words = tl.load(qw_ptr + (group * GROUP + ks)[:, None] * stride_q0 + word_columns[None, :])
         else:  # [GROUP / 8, BLOCK_N] words: 8 k of one column each
             words = tl.load(qw_ptr + (group * (GROUP // 8) + word_rows)[:, None] * stride_q0 + safe_columns[None, :])
-        # nibbles j and j + 4 of every word, then [.., 2 (a), 2 (b), 2 (c)]: element (a, b, c) is the pair
-        # j = 2c + b, its nibble j + 4a
-        low0, high0 = _half_pairs(words, 0, MAGIC16, DTYPE, ASM)
-        low1, high1 = _half_pairs(words, 4, MAGIC16, DTYPE, ASM)
-        low2, high2 = _half_pairs(words, 8, MAGIC16, DTYPE, ASM)
-        low3, high3 = _half_pairs(words, 12, MAGIC16, DTYPE, ASM)
-        nibbles = tl.join(
-            tl.join(tl.join(low0, high0), tl.join(low1, high1)), tl.join(tl.join(low2, high2), tl.join(low3, high3))
-        )
+        # nibbles j and j + 4 of every word as m16 + q, [.., 2 (a), 2 (b), 2 (c)]: element (a, b, c) is nibble
+        # 2c + b + 4a; less m16 + zero: q - zero, an integer, exact in 16 bits, so every product with x is exact
+        # in the tensor cores' fp32 sums (as the reference's)
+        nibbles = _stacked_pairs(words, MAGIC16, DTYPE, ASM)
         if AWQ:
+            # the zeros' words are packed as the weights' rows: the same pairs give each column's m16 + zero
+            zero_words = tl.load(qz_ptr + group * stride_z0 + word_columns)
+            nibbles = nibbles - _stacked_pairs(zero_words, MAGIC16, DTYPE, ASM)[None, :, :, :, :]
             # AutoAWQ's order puts columns 2j and 2j + 1 in nibbles j and j + 4: element (k, w, a, b, c) is column
             # 8w + 4c + 2b + a; (w, c, b, a, k) -> [BLOCK_N, GROUP]
             tile = tl.reshape(tl.permute(nibbles, (1, 4, 3, 2, 0)), (BLOCK_N, GROUP))
         else:
+            zero_words = tl.load(qz_ptr + group * stride_z0 + safe_columns // 8)
+            zeros = ((zero_words >> (4 * (safe_columns % 8)).to(tl.int32)) & 15).to(tl.float32)
+            if V1_ZEROS:
+                zeros += 1.0
+            nibbles = nibbles - (M16 + zeros).to(DTYPE)[None, :, None, None, None]
             # element (r, n, a, b, c) is k = 8r + 4a + 2c + b; (n, r, a, c, b) -> [BLOCK_N, GROUP]
             tile = tl.reshape(tl.permute(nibbles, (1, 0, 2, 4, 3)), (BLOCK_N, GROUP))
         x_tile = tl.load(x_ptr + safe_tokens[:, None] * stride_xm + (group * GROUP + ks)[None, :])  # [BLOCK_M, GROUP]
-        product = tl.dot(tile, tl.trans(x_tile))  # [BLOCK_N, BLOCK_M]: sum_k (m16 + q) x
-        x_sums = tl.sum(x_tile.to(tl.float32), axis=1)
-        zero_words = tl.load(qz_ptr + group * stride_z0 + safe_columns // 8)
-        j = (safe_columns % 8).to(tl.int32)
-        if AWQ:
-            zeros = ((zero_words >> (4 * (j // 2 + 4 * (j % 2)))) & 15).to(tl.float32)
-        else:
-            zeros = ((zero_words >> (4 * j)) & 15).to(tl.float32)
-        if V1_ZEROS:
-            zeros += 1.0
+        product = tl.dot(tile, tl.trans(x_tile))  # [BLOCK_N, BLOCK_M]: sum_k (q - zero) x
         scales = tl.load(s_ptr + group * stride_s0 + safe_columns).to(tl.float32)
-        acc += (product - (M16 + zeros)[:, None] * x_sums[None, :]) * scales[:, None]
+        acc += product * scales[:, None]
     target = out_ptr + split.to(tl.int64) * M * N + tokens.to(tl.int64)[None, :] * N + columns[:, None]
     tl.store(target, acc.to(out_ptr.dtype.element_ty), mask=(columns[:, None] < N) & (tokens[None, :] < M))
 
