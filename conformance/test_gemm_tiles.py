@@ -32,6 +32,7 @@ STORE_KERNELS = (
     "native/w8a16_mm_gemv",
     "native/w4a16_mm",
     "native/w4a16_mm_gemv",
+    "native/w4a16_mm_swap_ab",
 )
 #: The constexpr arguments each row's launch() sets itself (not knobs), beside the kernel it launches.
 LAUNCH_CONSTEXPRS = {
@@ -483,15 +484,32 @@ def test_fp8_tuning_candidates_have_the_heuristics_knobs(kernel):
     assert any(tune_gemm._fits(kernel, c, 64, TIER_LIMITS[90], "fp8_e4m3") for c in tune_gemm.CANDIDATES[kernel])
 
 
-#: gemm.w4a16_mm's kernels: (kernel function name in mm/w4a16.py, constexprs its launch sets, knobs the launch
-#: consumes, token counts it serves).
+#: gemm.w4a16_mm's kernels: (module in ops/gemm/mm/, its kernel function, its launch function, constexprs the
+#: launch sets, knobs the launch consumes, token counts it serves).
 W4A16_KERNELS = {
-    "native/w4a16_mm": ("_mm_kernel", {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS"}, {"SPLIT_K"}, TOKENS["native/mm"]),
+    "native/w4a16_mm": (
+        "w4a16",
+        "_mm_kernel",
+        "launch_mm",
+        {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS"},
+        {"SPLIT_K"},
+        TOKENS["native/mm"],
+    ),
     "native/w4a16_mm_gemv": (
+        "w4a16",
         "_gemv_kernel",
+        "launch_gemv",
         {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS", "ASM"},
         {"SPLIT_K", "BLOCK_M"},
         (1,),
+    ),
+    "native/w4a16_mm_swap_ab": (
+        "w4a16_swap_ab",
+        "_w4a16_swap_ab_kernel",
+        "launch",
+        {"AWQ", "V1_ZEROS", "GROUP", "HAS_BIAS", "ASM"},
+        {"SPLIT_K"},
+        (1, 16),
     ),
 }
 
@@ -506,10 +524,11 @@ def test_w4a16_heuristic_knobs_are_the_kernels_tile_parameters(kernel, sm):
 
     probe_environment()  # Triton's interpreter mode is set before the kernels are first imported
     pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
-    from rapid_llm.kernels.ops.gemm.mm import w4a16
+    import importlib
 
-    name, set_by_launch, consumed, tokens = W4A16_KERNELS[kernel]
-    tile_arguments = _constexpr_names(getattr(w4a16, name)) - set_by_launch
+    module, name, _, set_by_launch, consumed, tokens = W4A16_KERNELS[kernel]
+    kernel_fn = getattr(importlib.import_module(f"rapid_llm.kernels.ops.gemm.mm.{module}"), name)
+    tile_arguments = _constexpr_names(kernel_fn) - set_by_launch
     for m in tokens:
         knobs = tiles.heuristic(kernel, m, SHAPE["n"], SHAPE["k"], sm, 132)
         assert set(knobs) == tile_arguments | consumed | LAUNCH_OPTIONS, (m, knobs)
@@ -548,9 +567,10 @@ def test_w4a16_tuning_candidates_compute_the_product(kernel, packing):
             "perf/tune_gemm.py checks the tile it stores)"
         )
     pytest.importorskip("triton", reason="the native GEMM kernels are Triton kernels; Triton is absent in this cell")
+    import importlib
+
     from conformance.cases.gemm import _int4_weights
     from perf.tune_gemm import CANDIDATES
-    from rapid_llm.kernels.ops.gemm.mm import w4a16
     from rapid_llm.kernels.ops.gemm.reference import w4a16_mm
 
     generator = torch.Generator().manual_seed(0)
@@ -558,7 +578,8 @@ def test_w4a16_tuning_candidates_compute_the_product(kernel, packing):
     m = 1 if kernel == "native/w4a16_mm_gemv" else 5
     x = torch.randn((m, 320), generator=generator).half()
     expected = w4a16_mm(x, qweight, scales, qzeros, 64, packing).float()
-    launch = w4a16.launch_gemv if kernel == "native/w4a16_mm_gemv" else w4a16.launch_mm
+    module, _, launch_name, _, _, _ = W4A16_KERNELS[kernel]
+    launch = getattr(importlib.import_module(f"rapid_llm.kernels.ops.gemm.mm.{module}"), launch_name)
     for knobs in CANDIDATES[kernel][::5]:
         out = torch.full((m, 72), float("nan"), dtype=torch.float16)
         launch(x, qweight, scales, qzeros, 64, packing, None, out, knobs)

@@ -34,7 +34,7 @@ from rapid_llm.kernels.ops.gemm.fp8 import gemv as fp8_gemv
 from rapid_llm.kernels.ops.gemm.fp8 import splitk as fp8_splitk
 from rapid_llm.kernels.ops.gemm.fp8 import swap_ab as fp8_swap_ab
 from rapid_llm.kernels.ops.gemm.fp8 import tiled as fp8_tiled
-from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16
+from rapid_llm.kernels.ops.gemm.mm import gemv, splitk, tiled, w4a16, w4a16_swap_ab
 from rapid_llm.kernels.ops.gemm.reference import mm as reference_mm
 from rapid_llm.kernels.ops.gemm.reference import w4a16_mm as reference_w4a16_mm
 from rapid_llm.kernels.ops.gemm.reference import w8a16_mm as reference_w8a16_mm
@@ -48,6 +48,7 @@ KERNELS = {
     "native/w8a16_mm_gemv": gemv,
     "native/w4a16_mm": w4a16,
     "native/w4a16_mm_gemv": w4a16,
+    "native/w4a16_mm_swap_ab": w4a16_swap_ab,
 }
 #: The fp8 GEMMs' kernels (ops/gemm/fp8/), tuned on fp8 inputs at their own shapes (FP8_SHAPES).
 FP8_KERNELS = {
@@ -74,7 +75,11 @@ FP8_SHAPES = {
 }
 #: gemm.w4a16_mm's kernels, by their launch function: timed on GPTQ-packed weights of group 128 (the store's
 #: key has no packing or group: one entry serves both packings; AWQ reads the same bytes as rows of words).
-INT4_WEIGHTS = {"native/w4a16_mm": w4a16.launch_mm, "native/w4a16_mm_gemv": w4a16.launch_gemv}
+INT4_WEIGHTS = {
+    "native/w4a16_mm": w4a16.launch_mm,
+    "native/w4a16_mm_gemv": w4a16.launch_gemv,
+    "native/w4a16_mm_swap_ab": w4a16_swap_ab.launch,
+}
 INT4_GROUP = 128
 #: Kernels whose weights are int8 with one scale per output channel (gemm.w8a16_mm's rows).
 INT8_WEIGHTS = frozenset({"native/w8a16_mm_splitk", "native/w8a16_mm", "native/w8a16_mm_gemv"})
@@ -96,6 +101,7 @@ TOKENS = {
     "native/fp8_mm_splitk": (1, 16, 64),
     "native/w4a16_mm": (1, 16, 128, 4096),
     "native/w4a16_mm_gemv": (1,),
+    "native/w4a16_mm_swap_ab": (1, 16),
 }
 CANDIDATES = {
     "native/mm": [
@@ -158,6 +164,11 @@ CANDIDATES["native/w4a16_mm_gemv"] = [
     {"BLOCK_M": 1, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": w, "num_stages": s}
     for bn, split, w, s in itertools.product((16, 32, 64, 128, 256), (1, 2, 4, 8, 16, 32), (4, 8), (1, 2, 3))
     if bn <= 64 * w  # the group's unpacked tile (128 x BLOCK_N fp32): <= 64 registers a thread
+]
+# tensor-core decode int4: 64 or 128 weight columns on the MMA's M side, one 16-token tile, K split in groups
+CANDIDATES["native/w4a16_mm_swap_ab"] = [
+    {"BLOCK_M": 16, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": w, "num_stages": s}
+    for bn, split, w, s in itertools.product((64, 128), (1, 2, 4, 8, 16, 32), (4, 8), (1, 2, 3))
 ]
 # the fp8 one-token kernel: BLOCK_N divides 128 (one weight block per program), BLOCK_K whole scale groups
 CANDIDATES["native/fp8_block_mm_gemv"] = [

@@ -1,5 +1,5 @@
-"""H200: w4a16_variants.py (AWQ with the k-sum deferred; one or two groups in flight; m = 1) and w4a16_tc.py (the
-tensor-core decode kernel; m = 1 and 16) beside the dispatched gemm.w4a16_mm row (shipped tiles) and fp16
+"""H200: w4a16_variants.py (AWQ with the k-sum deferred; one or two groups in flight; m = 1) and native/w4a16_mm_swap_ab
+(the tensor-core decode row, knob sets; m = 1 and 16) beside the dispatched gemm.w4a16_mm row (shipped tiles) and fp16
 cuBLAS at 8192^2 and 4096 x 14336, GPTQ v1 and AWQ g128; CUDA-graph replays with L2 flushed, every arm checked
 against the reference. Table on stdout, JSON to argv[1]."""
 
@@ -12,12 +12,12 @@ import torch
 import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import w4a16_tc as tc
 import w4a16_variants as lab
 
 from conformance.cases.gemm import _int4_weights
 from perf.gpu_timing import event_timer
 from rapid_llm.kernels import w4a16_mm
+from rapid_llm.kernels.ops.gemm.mm import w4a16_swap_ab
 from rapid_llm.kernels.ops.gemm.reference import w4a16_mm as reference
 
 flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
@@ -45,10 +45,9 @@ for (n, k), packing, m in itertools.product(((8192, 8192), (4096, 14336)), ("gpt
         "gemm.w4a16_mm (dispatch)": (lambda: w4a16_mm(x, qweight, scales, qzeros, 128, packing), want),
     }
     for bn, split, warps, stages in itertools.product((64, 128), (2, 4, 8, 16), (4, 8), (2, 3)):
+        knobs = {"BLOCK_M": 16, "BLOCK_N": bn, "SPLIT_K": split, "num_warps": warps, "num_stages": stages}
         arms[f"tc BLOCK_N={bn} SPLIT_K={split} warps={warps} stages={stages}"] = (
-            lambda bn=bn, split=split, warps=warps, stages=stages: tc.launch(
-                x, qweight, scales, qzeros, 128, packing, out, bn, split, warps, stages
-            ),
+            lambda knobs=knobs: w4a16_swap_ab.launch(x, qweight, scales, qzeros, 128, packing, None, out, knobs) or out,
             want,
         )
     for bn, split, depth, warps in itertools.product((32, 64, 128), (2, 4, 8, 16), (1, 2), (4, 8)):

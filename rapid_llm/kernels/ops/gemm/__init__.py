@@ -475,6 +475,20 @@ ROWS = (
         "scale and zero per group, split over K",
     ),
     native_row(
+        "native/w4a16_mm_swap_ab",
+        W4A16_MM,
+        f"{_HERE}.mm.w4a16_swap_ab:mm",
+        dtypes=_MM_DTYPES,
+        capability=TRITON_DOT_DEVICES,
+        shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
+        layout=("x:rows",),
+        # unverified until its H200 parity run
+        parity=None,
+        priority=5,
+        description="Triton decode int4 GEMM (M <= 16) on the tensor cores: nibble pairs ORed into 16-bit floats, "
+        "the (q - zero) weight tile on the MMA's M side, tokens on its N side; split over K",
+    ),
+    native_row(
         "native/w4a16_mm",
         W4A16_MM,
         f"{_HERE}.mm.w4a16:mm",

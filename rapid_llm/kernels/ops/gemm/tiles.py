@@ -187,6 +187,15 @@ def _fp8_swap_ab(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
     return {**_fp8_split_k(m, n, k, hopper, programs), "BLOCK_M": 16 if m <= 16 else 32 if m <= 32 else 64}
 
 
+def _w4a16_swap_ab(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
+    """native/w4a16_mm_swap_ab (m <= 16): 64 weight columns (the MMA's M side: one warpgroup) per program, one
+    16-token tile, K split in whole groups so the grid covers the SMs about twice."""
+    block_n = 64
+    groups = max(1, k // 128)
+    split = max(1, min(groups, -(-2 * programs // -(-n // block_n)), 32))
+    return {"BLOCK_M": 16, "BLOCK_N": block_n, "SPLIT_K": split, "num_warps": 4, "num_stages": 2}
+
+
 _HEURISTICS = {
     "native/mm": lambda m, n, k, hopper, programs: _tiled(m, n, k, hopper),
     "native/mm_splitk": _split_k,
@@ -205,6 +214,7 @@ _HEURISTICS = {
     "native/fp8_mm_splitk": _fp8_split_k,
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
     "native/w4a16_mm_gemv": lambda m, n, k, hopper, programs: _w4a16_gemv(n, k, programs),
+    "native/w4a16_mm_swap_ab": _w4a16_swap_ab,
 }
 
 
