@@ -305,9 +305,9 @@ def resolve_tiles(
     kernel: str, m: int, n: int, k: int, dtype: str, device: torch.device, block_k_multiple: int | None = None
 ) -> Tiles:
     """The launch knobs of `kernel` (a native GEMM row: native/mm, native/mm_splitk, native/mm_gemv,
-    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/w4a16_mm, native/w4a16_mm_gemv,
-    native/fp8_block_mm(_splitk, _swap_ab, _gemv, _gluon), native/fp8_mm(_splitk)) for an m x n x k product in dtype on
-    device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
+    native/w8a16_mm, native/w8a16_mm_splitk, native/w8a16_mm_gemv, native/w4a16_mm(_gemv, _swap_ab),
+    native/fp8_block_mm(_splitk, _swap_ab, _gemv, _gluon), native/fp8_mm(_splitk)) for an m x n x k product
+    in dtype on device: the store's entry for (kernel, dtype, m's bucket, n, k) if it fits, else the tier's heuristic
     (module docstring). Cached per bucket."""
     if device.type != "cuda":  # Triton's interpreter: any tile runs; small ones keep it fast
         tiles = Tiles(heuristic(kernel, m, n, k, 80, 1), "heuristic (CPU interpreter)")

@@ -1,6 +1,8 @@
 """gemm.mm's native kernels, one module per kernel (each its own row): tiled.py (persistent output tiles,
-every m), splitk.py (m <= 16: the weight stream split over K, then a reduction). Each also serves
-gemm.w8a16_mm's row of the same kernel (int8 weights, channel scales).
+every m), splitk.py (m <= 16: the weight stream split over K, then a reduction), gemv.py (m == 1, CUDA
+cores). Each also serves gemm.w8a16_mm's row of the same kernel (int8 weights, channel scales).
+gemm.w4a16_mm's: w4a16.py (a tl.dot kernel for every m and a one-token CUDA-core kernel) and
+w4a16_swap_ab.py (m <= 16 on the tensor cores, the weight on the MMA's M side).
 
 prepare() is the host part every kernel entry shares: the output, x as [M, K] rows, the row's tiles."""
 
