@@ -28,14 +28,10 @@ def main() -> int:
     cache = torch.randn((pages * 64, 576), device="cuda", generator=g).bfloat16()
     q = torch.randn((1, 16, 576), device="cuda", generator=g).bfloat16()
     lens = torch.full((1,), 32768, dtype=torch.int32, device="cuda")
-    args = (q, cache, table, lens, 64, 192**-0.5)
-    paths = {
-        "heuristic": {},
-        "gluon": {
-            "splits": 128,
-            "config": {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ROPE_RING": True, "GLUON": True},
-        },
-    }
+    args = (q, cache, table, lens, 64, 192 ** -0.5)
+    paths = {"heuristic": {}, "gluon": {"splits": 128, "config": {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4,
+                                                                    "num_stages": 2, "ROPE_RING": True,
+                                                                    "GLUON": True}}}
     for name, kwargs in paths.items():
         call = lambda: mla_decode.mla_decode(*args, **kwargs)
         for _ in range(20):

@@ -35,8 +35,8 @@ for m, n, k in SHAPES:
         "native/fp8_mm": lambda: native_fp8_mm(a, a_scale, b, b_scale),
     }
     for knobs in KNOBS:
-        arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = lambda knobs=knobs: lab.fp8_mm(
-            a, a_scale, b, b_scale, knobs
+        arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
+            lambda knobs=knobs: lab.fp8_mm(a, a_scale, b, b_scale, knobs)
         )
     time_arms(records, m, n, k, arms, want, flush)
 write(records)

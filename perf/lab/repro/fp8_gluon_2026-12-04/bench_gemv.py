@@ -39,8 +39,8 @@ for m, n, k in SHAPES:
     if deep_gemm is not None:
         arms["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out) or out
     for knobs in KNOBS:
-        arms["gemv " + " ".join(f"{key}={value}" for key, value in knobs.items())] = lambda knobs=knobs: (
-            gemv.launch(a, b, scales, None, out, {"BLOCK_M": 1, **knobs}) or out
+        arms["gemv " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
+            lambda knobs=knobs: gemv.launch(a, b, scales, None, out, {"BLOCK_M": 1, **knobs}) or out
         )
     time_arms(records, m, n, k, arms, want, flush, before=lambda: out.fill_(float("nan")), graph=True)
 write(records)

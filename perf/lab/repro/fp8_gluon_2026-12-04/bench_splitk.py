@@ -39,8 +39,8 @@ for m, n, k in SHAPES:
     if deep_gemm is not None:
         arms["deep_gemm"] = lambda: deep_gemm.fp8_gemm_nt((a, a_scale), (b, b_scale), out) or out
     for knobs in KNOBS:
-        arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = lambda knobs=knobs: lab.launch(
-            a, a_scale, b, b_scale, out, knobs
+        arms["lab " + " ".join(f"{key}={value}" for key, value in knobs.items())] = (
+            lambda knobs=knobs: lab.launch(a, a_scale, b, b_scale, out, knobs)
         )
     time_arms(records, m, n, k, arms, want, flush, before=lambda: out.fill_(float("nan")), graph=True)
 write(records)

@@ -71,9 +71,7 @@ def _producer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constex
     a_desc, b_desc, s_desc, a_ring, b_ring, scale_ring, ready, empty = ring
     M, N, K, halves, NUM_PROGRAMS = sizes
     BLOCK_M: gl.constexpr = 2 * SUB * ROWS
-    bytes_per_step: gl.constexpr = (
-        2 * SUB * (a_desc.block_type.nbytes + s_desc.block_type.nbytes) + b_desc.block_type.nbytes
-    )
+    bytes_per_step: gl.constexpr = 2 * SUB * (a_desc.block_type.nbytes + s_desc.block_type.nbytes) + b_desc.block_type.nbytes
     count = 0
     for tile in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, 128), NUM_PROGRAMS):
         first_row, first_column = _tile_origin(tile, M, N, GROUP_M, BLOCK_M)
@@ -97,9 +95,8 @@ def _row_scales(scale_ring, at, layout: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(
-    args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, ROLE: gl.constexpr, PIPELINE: gl.constexpr
-):
+def _consumer(args, GROUP_M: gl.constexpr, STAGES: gl.constexpr, SUB: gl.constexpr, ROLE: gl.constexpr,
+              PIPELINE: gl.constexpr):
     ring, weights, out, sizes = args
     a_desc, b_desc, s_desc, a_ring, b_ring, scale_ring, ready, empty = ring
     b_scale_ptr, stride_bsn, stride_bsk = weights
@@ -209,12 +206,7 @@ def _kernel(a_desc, b_desc, s_desc, b_scale_ptr, out_ptr, M, N, K, stride_bsn, s
         mbarrier.init(empty.index(i), count=2)
     fence_async_shared()
     ring = (a_desc, b_desc, s_desc, a_ring, b_ring, scale_ring, ready, empty)
-    args = (
-        ring,
-        (b_scale_ptr, stride_bsn, stride_bsk),
-        (out_ptr, stride_om, stride_on),
-        (M, N, K, halves, NUM_PROGRAMS),
-    )
+    args = (ring, (b_scale_ptr, stride_bsn, stride_bsk), (out_ptr, stride_om, stride_on), (M, N, K, halves, NUM_PROGRAMS))
     gl.warp_specialize(
         [(_first, (args, GROUP_M, STAGES, SUB, PIPELINE)), (_second, (args, GROUP_M, STAGES, SUB, PIPELINE)),
          (_producer, (args, GROUP_M, STAGES, SUB))],

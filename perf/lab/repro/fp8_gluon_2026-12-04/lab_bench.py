@@ -8,9 +8,8 @@ import torch
 from perf.gpu_timing import event_timer
 
 
-def time_arms(
-    records: list, m: int, n: int, k: int, arms: dict, want: torch.Tensor, flush, before=None, graph: bool = False
-) -> None:
+def time_arms(records: list, m: int, n: int, k: int, arms: dict, want: torch.Tensor, flush, before=None,
+              graph: bool = False) -> None:
     """arms: name -> fn() returning its output. `before()` runs ahead of the checked call (e.g. a NaN fill of
     a shared out=, so an unwritten element shows); a knob set that cannot launch is recorded, not fatal.
     graph: time replays of a CUDA graph of the call (decode sizes, where the host's launch path would
