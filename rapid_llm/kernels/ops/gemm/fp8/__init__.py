@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..tiles import resolve_tiles
+from ..tiles import refusal, resolve_tiles
 
 #: The K extent of one block scale (gemm.SCALE_BLOCK, restated: the kernels' constexpr).
 SCALE_BLOCK = 128
@@ -87,3 +87,12 @@ def channel_entry(row: str, launch, a, a_scale, b, b_scale, out_dtype, bias):
     if knobs is not None:
         launch(a, b, scales, bias, out, knobs)
     return out
+
+
+def check_knobs(row: str, knobs: dict) -> None:
+    """A ValueError naming `row` when explicit knobs (perf/tune_gemm.py's candidates, a launch override) break
+    the tile policy's scale rules for it (tiles.refusal: BLOCK_K a multiple of the scale group, or the group
+    itself for one scale per step; BLOCK_N dividing the weight block for one weight scale per tile)."""
+    reason = refusal(knobs, "fp8_e4m3", 0, SCALE_BLOCK, row)
+    if reason is not None:
+        raise ValueError(f"{row}: {reason}, got {knobs}")

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ...fast_launch import cached, cdiv
-from . import SCALE_BLOCK, block_entry
+from . import SCALE_BLOCK, block_entry, check_knobs
 
 ROW = "native/fp8_block_mm_gemv"
 
@@ -37,12 +37,8 @@ def launch(a, b, scales, bias, out, knobs: dict) -> None:
     BLOCK_M (the tile policy's common knob) is unused: one row. bias must be None (the block op has none)."""
     assert bias is None, "gemm.fp8_block_mm has no bias"
     n, k = b.shape
+    check_knobs(ROW, knobs)
     knobs = {name: value for name, value in knobs.items() if name != "BLOCK_M"}
-    if SCALE_BLOCK % knobs["BLOCK_N"] or knobs["BLOCK_K"] % SCALE_BLOCK:
-        raise ValueError(
-            f"{ROW}: BLOCK_N must divide {SCALE_BLOCK} (one weight block per program) and BLOCK_K be a multiple "
-            f"of {SCALE_BLOCK} (whole scale groups), got {knobs}"
-        )
     _fp8_gemv_kernel[(cdiv(n, knobs["BLOCK_N"]),)](
         a,
         b,

@@ -45,7 +45,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ...device_facts import multiprocessor_count
 from ...fast_launch import cached, cdiv
 from ...fp8 import group_scale_storage
-from . import SCALE_BLOCK, block_scales, prepare
+from . import SCALE_BLOCK, block_entry
 
 ROW = "native/fp8_block_mm_gluon"
 #: rows of one consumer warpgroup's share of a tile (a wgmma's M is 64 per warpgroup), and the tile's rows
@@ -71,11 +71,7 @@ def _box_layout(rows: int, dtype):
 def fp8_block_mm_gluon(a, a_scale, b, b_scale, out=None):
     """Unchecked kernel entry of native/fp8_block_mm_gluon (gemm.fp8_block_mm's check ran; the row's
     conditions hold)."""
-    scales = block_scales(a_scale, b_scale)
-    out, knobs = prepare(ROW, a, b, scales, out)
-    if knobs is not None:
-        launch(a, b, scales, None, out, knobs)
-    return out
+    return block_entry(ROW, launch, a, a_scale, b, b_scale, out)
 
 
 def tma_row_scales(a_scale: torch.Tensor) -> torch.Tensor:

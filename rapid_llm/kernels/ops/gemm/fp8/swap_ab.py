@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ...fast_launch import cached, cdiv
 from ..mm.splitk import merge, slices
-from . import SCALE_BLOCK, block_entry
+from . import SCALE_BLOCK, block_entry, check_knobs
 
 ROW = "native/fp8_block_mm_swap_ab"
 
@@ -42,11 +42,7 @@ def launch(a, b, scales, bias, out, knobs: dict) -> None:
     m, k = a.shape
     n = b.shape[0]
     knobs = dict(knobs)
-    if knobs["BLOCK_K"] != SCALE_BLOCK or SCALE_BLOCK % knobs["BLOCK_N"]:
-        raise ValueError(
-            f"{ROW}: BLOCK_K must be the scale group {SCALE_BLOCK} and BLOCK_N divide it (one weight block scale "
-            f"per step), got {knobs}"
-        )
+    check_knobs(ROW, knobs)
     k_steps = k // SCALE_BLOCK
     split, steps_per_split = slices(k_steps, knobs.pop("SPLIT_K"))
     partial = out if split == 1 else torch.empty((split, m, n), dtype=torch.float32, device=a.device)

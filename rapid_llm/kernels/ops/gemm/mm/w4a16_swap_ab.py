@@ -77,48 +77,32 @@ def launch(x, qweight, scales, qzeros, group_size, packing, bias, out, knobs: di
 
 
 @triton.jit
-def _nibble_pairs(words, SHIFT: tl.constexpr, FP16: tl.constexpr, ASM: tl.constexpr):
-    """(nibble SHIFT / 4, nibble SHIFT / 4 + 4) of every word as 16-bit floats m16 + nibble. On CUDA one shift and
-    one lop3 form both in the halves of one register; the interpreter masks each."""
+def _nibble_pairs(words, SHIFT: tl.constexpr, MAGIC: tl.constexpr, DTYPE: tl.constexpr, ASM: tl.constexpr):
+    """(nibble SHIFT / 4, nibble SHIFT / 4 + 4) of every word as 16-bit floats m16 + nibble (MAGIC: m16's bits).
+    On CUDA one shift and one lop3 form both in the halves of one register; the interpreter masks each."""
     if ASM:
-        if FP16:
-            low, high = tl.inline_asm_elementwise(
-                asm=f"{{ .reg .b32 t; shr.u32 t, $2, {SHIFT}; lop3.b32 t, t, 0x000F000F, 0x64006400, 0xEA; "
-                "mov.b32 {$0, $1}, t; }",
-                constraints="=h,=h,r",
-                args=[words],
-                dtype=(tl.float16, tl.float16),
-                is_pure=True,
-                pack=1,
-            )
-        else:
-            low, high = tl.inline_asm_elementwise(
-                asm=f"{{ .reg .b32 t; shr.u32 t, $2, {SHIFT}; lop3.b32 t, t, 0x000F000F, 0x43004300, 0xEA; "
-                "mov.b32 {$0, $1}, t; }",
-                constraints="=h,=h,r",
-                args=[words],
-                dtype=(tl.bfloat16, tl.bfloat16),
-                is_pure=True,
-                pack=1,
-            )
-        return low, high
-    elif FP16:
-        low = (((words >> SHIFT) & 15) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
-        high = (((words >> (SHIFT + 16)) & 15) | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
-        return low, high
+        low, high = tl.inline_asm_elementwise(
+            asm=f"{{ .reg .b32 t; shr.u32 t, $2, {SHIFT}; lop3.b32 t, t, 0x000F000F, {MAGIC * 65537}, 0xEA; "
+            "mov.b32 {$0, $1}, t; }",
+            constraints="=h,=h,r",
+            args=[words],
+            dtype=(tl.int16, tl.int16),
+            is_pure=True,
+            pack=1,
+        )
     else:
-        low = (((words >> SHIFT) & 15) | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        high = (((words >> (SHIFT + 16)) & 15) | 0x4300).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        return low, high
+        low = (((words >> SHIFT) & 15) | MAGIC).to(tl.int16)
+        high = (((words >> (SHIFT + 16)) & 15) | MAGIC).to(tl.int16)
+    return low.to(DTYPE, bitcast=True), high.to(DTYPE, bitcast=True)
 
 
 @triton.jit
-def _stacked_nibbles(words, FP16: tl.constexpr, ASM: tl.constexpr):
+def _stacked_nibbles(words, MAGIC: tl.constexpr, DTYPE: tl.constexpr, ASM: tl.constexpr):
     """words [..] -> [.., 2, 2, 2] of m16 + nibble: element (a, b, c) is nibble 2c + b + 4a."""
-    low0, high0 = _nibble_pairs(words, 0, FP16, ASM)
-    low1, high1 = _nibble_pairs(words, 4, FP16, ASM)
-    low2, high2 = _nibble_pairs(words, 8, FP16, ASM)
-    low3, high3 = _nibble_pairs(words, 12, FP16, ASM)
+    low0, high0 = _nibble_pairs(words, 0, MAGIC, DTYPE, ASM)
+    low1, high1 = _nibble_pairs(words, 4, MAGIC, DTYPE, ASM)
+    low2, high2 = _nibble_pairs(words, 8, MAGIC, DTYPE, ASM)
+    low3, high3 = _nibble_pairs(words, 12, MAGIC, DTYPE, ASM)
     return tl.join(
         tl.join(tl.join(low0, high0), tl.join(low1, high1)), tl.join(tl.join(low2, high2), tl.join(low3, high3))
     )
@@ -153,8 +137,10 @@ def _w4a16_swap_ab_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    FP16: tl.constexpr = x_ptr.dtype.element_ty == tl.float16
-    M16: tl.constexpr = 1024.0 if FP16 else 128.0
+    DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    # m16: a 16-bit float whose low mantissa bits take a nibble exactly (fp16 1024, bf16 128) and its bits
+    M16: tl.constexpr = 1024.0 if DTYPE == tl.float16 else 128.0
+    MAGIC: tl.constexpr = 0x6400 if DTYPE == tl.float16 else 0x4300
     first_column = tl.program_id(0) * BLOCK_N
     columns = first_column + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
@@ -173,7 +159,10 @@ def _w4a16_swap_ab_kernel(
         if AWQ:  # words [GROUP, BLOCK_N / 8]: 8 columns of one k each; the zeros' words packed the same way
             words = tl.load(qw_ptr + (group * GROUP + ks)[:, None] * stride_q0 + word_columns[None, :] * stride_q1)
             zero_words = tl.load(qz_ptr + group * stride_z0 + word_columns * stride_z1)
-            nibbles = _stacked_nibbles(words, FP16, ASM) - _stacked_nibbles(zero_words, FP16, ASM)[None, :, :, :, :]
+            nibbles = (
+                _stacked_nibbles(words, MAGIC, DTYPE, ASM)
+                - _stacked_nibbles(zero_words, MAGIC, DTYPE, ASM)[None, :, :, :, :]
+            )
             # nibbles i and i + 4 are columns 2i and 2i + 1 (AutoAWQ's order): element (k, w, a, b, c) is column
             # 8w + 4c + 2b + a; (w, c, b, a, k) -> [BLOCK_N, GROUP]
             tile = tl.reshape(tl.permute(nibbles, (1, 4, 3, 2, 0)), (BLOCK_N, GROUP))
@@ -184,8 +173,8 @@ def _w4a16_swap_ab_kernel(
             zeros = ((zero_words >> (4 * (safe_columns % 8)).to(tl.int32)) & 15).to(tl.float32)
             if V1_ZEROS:
                 zeros += 1.0  # GPTQ v1 stores zero - 1
-            offsets = (M16 + zeros).to(x_ptr.dtype.element_ty)
-            nibbles = _stacked_nibbles(words, FP16, ASM) - offsets[None, :, None, None, None]
+            offsets = (M16 + zeros).to(DTYPE)
+            nibbles = _stacked_nibbles(words, MAGIC, DTYPE, ASM) - offsets[None, :, None, None, None]
             # element (r, n, a, b, c) is k = 8r + 4a + 2c + b; (n, r, a, c, b) -> [BLOCK_N, GROUP]
             tile = tl.reshape(tl.permute(nibbles, (1, 0, 2, 4, 3)), (BLOCK_N, GROUP))
         x_tile = tl.load(x_ptr + safe_tokens[:, None] * stride_xm + (group * GROUP + ks)[None, :])  # [BLOCK_M, GROUP]
