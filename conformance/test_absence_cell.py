@@ -202,8 +202,8 @@ def test_broken_library_rows_are_rejected_with_the_loaders_message():
     for op in TABLE.ops:
         for row in TABLE.rows(op):
             library = next((lib.name for lib in row.libraries if lib.name in broken), None)
-            if library is None:
-                continue
+            if library is None or not row.golden.verified:
+                continue  # an unverified row is not selected by default: its load is never attempted
             dtype = sorted(row.dtypes)[0]
             shape = {constraint.dim: _satisfying(constraint) for constraint in row.shape}
             selection = dispatch(

@@ -204,7 +204,7 @@ _FLOATS = "dtypes: bf16, fp16, fp32"
         # Each was accepted with exit 0 (or reported as something else) before it was checked.
         (
             ["plan", "--dtype", "bfloat16"],
-            f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS}, fp8_e4m3 (did you mean bf16?)",
+            f"--dtype 'bfloat16' is not a dtype of the table's ops; {_FLOATS}, fp8_e4m3, int32, int64 (did you mean bf16?)",
         ),
         (["plan", "--max-tokens", "0"], "--max-tokens 0: must be >= 1"),
         (["plan", "--model", "gpt-5"], "unknown model preset 'gpt-5'; presets: ['deepseek-v3', 'llama-3-8b'"),

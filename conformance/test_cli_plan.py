@@ -36,12 +36,15 @@ _GQA = {
     "activation.silu_and_mul",
     "gemm.mm",
 }
+#: A bf16 MoE model without dense layers: its MLPs are routed experts (router GEMM, top-k routing, the fused
+#: experts, whose SwiGLU is inside them).
+_GQA_MOE = (_GQA - {"activation.silu_and_mul"}) | {"moe.topk_routing", "moe.fused_moe"}
 #: The table's ops each architecture calls, written from the models' designs (not read from the presets).
 ARCHITECTURE_OPS = {
     "llama-3-8b": _GQA,
     "qwen2.5-7b": _GQA,
-    "mixtral-8x7b": _GQA,
-    "qwen3-30b-a3b": _GQA,
+    "mixtral-8x7b": _GQA_MOE,
+    "qwen3-30b-a3b": _GQA_MOE,
     "deepseek-v3": {
         "embedding.vocab_embedding",
         "norm.rms_norm",
@@ -56,6 +59,7 @@ ARCHITECTURE_OPS = {
         "gemm.fp8_grouped_mm_contiguous",
         "gemm.fp8_grouped_mm_masked",
         "gemm.mm",  # its bf16 lm_head
+        "moe.topk_routing",
     },
 }
 

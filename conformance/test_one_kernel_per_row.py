@@ -152,12 +152,36 @@ def _launches(module: str, function: str, seen=None) -> set[str]:
 _OWN_ROWS = [row for op in TABLE.ops for row in TABLE.rows(op) if row.backend in ("native", "aot", "jit")]
 
 
+def _declared_stages(module: str):
+    """A pipeline row's STAGES (module-level tuple of 'module:kernel' strings), or None."""
+    tree, _ = _module_ast(module)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "STAGES" for t in node.targets):
+            return tuple(
+                element.value
+                if isinstance(element, ast.Constant)
+                # f"{__name__}:_kernel"
+                else module + "".join(part.value for part in element.values if isinstance(part, ast.Constant))
+                for element in node.value.elts
+            )
+    return None
+
+
 @pytest.mark.parametrize("row", _OWN_ROWS, ids=[row.name for row in _OWN_ROWS])
 def test_a_row_target_reaches_exactly_one_kernel_entry(row):
+    """One kernel entry per row; a pipeline row (moe.fused_moe's: align, two GEMMs, a combine) declares its
+    fixed sequence in STAGES, and must reach exactly those kernels: one per stage, no choice among them."""
     module, _, function = row.target.partition(":")
     entries = sorted(
         entry for entry in _launches(module, function) if entry.rpartition(":")[2] not in SPLIT_MERGE_KERNELS
     )
+    stages = _declared_stages(module)
+    if stages is not None:
+        assert len(set(stages)) == len(stages), f"{row.name}: STAGES names a kernel twice: {stages}"
+        assert entries == sorted(stages), (
+            f"{row.name}: its target {row.target} reaches {entries}, its pipeline declares {sorted(stages)}"
+        )
+        return
     assert len(entries) == 1, (
         f"{row.name}: its target {row.target} reaches {len(entries)} kernel entries "
         f"{entries}; one kernel per row (make each kernel its own row)"
@@ -217,5 +241,43 @@ def target(x):
     _scope.cache_clear()
     try:
         assert _launches(name, "target") == {f"{name}:_kernel"}
+    finally:
+        _scope.cache_clear()
+
+
+def test_the_walk_holds_a_pipeline_to_its_declared_stages(monkeypatch):
+    """The walk itself: a pipeline row declaring two stages whose target chooses its second kernel by an
+    if reaches three kernels, which differ from its STAGES (the choice shows)."""
+    planted = ast.parse("""
+import triton
+
+STAGES = (f"{__name__}:_first", f"{__name__}:_second")
+
+@triton.jit
+def _first(x):
+    pass
+
+@triton.jit
+def _second(x):
+    pass
+
+@triton.jit
+def _second_fast(x):
+    pass
+
+def target(x, fast):
+    _first[(1,)](x)
+    if fast:
+        _second_fast[(1,)](x)
+    else:
+        _second[(1,)](x)
+""")
+    name = "rapid_llm.planted_pipeline"
+    real = _module_ast
+    monkeypatch.setitem(globals(), "_module_ast", lambda module: (planted, False) if module == name else real(module))
+    _scope.cache_clear()
+    try:
+        assert _declared_stages(name) == (f"{name}:_first", f"{name}:_second")
+        assert sorted(_launches(name, "target")) != sorted(_declared_stages(name))
     finally:
         _scope.cache_clear()

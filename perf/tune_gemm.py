@@ -351,22 +351,28 @@ def main(argv=None) -> int:
     unknown = set(kernels) - set(KERNELS) - set(FP8_KERNELS)
     if unknown:
         parser.error(f"unknown kernels {sorted(unknown)}; known: {sorted((*KERNELS, *FP8_KERNELS))}")
-    import triton
 
     entries, log = tune(args.budget_s, kernels, tokens)
+    write_store_document(args.out, "perf.tune_gemm", argv, entries, log)
+    return 0
+
+
+def write_store_document(path: str, module: str, argv, entries: list, log: list) -> None:
+    """A tuning run's store file: the device, triton, torch, date and command, the entries and the log."""
+    import triton
+
     document = {
         "device": torch.cuda.get_device_name(),
         "triton": triton.__version__,
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join([sys.executable, "-m", "perf.tune_gemm", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join([sys.executable, "-m", module, *(argv if argv is not None else sys.argv[1:])]),
         "entries": entries,
         "log": log,
     }
-    with open(args.out, "w", encoding="utf-8") as handle:
+    with open(path, "w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=1)
-    print(f"wrote {len(entries)} entries to {args.out}")
-    return 0
+    print(f"wrote {len(entries)} entries to {path}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ pass, every call the model makes to an op the table has (a test holds the two
 together): the op, where in the model, its fixed dims (the names of the op
 contract's dims) and the dims that grow with the step's token count, which
 `rapid-llm plan` sweeps over the token buckets. `ModelPreset.gaps()` lists
-the work the model does that no op of the table serves yet (bf16 GEMMs, MoE
-routing), so that `plan` shows what rapid_llm does not cover.
+the work the model does that no op of the table serves yet (MLA's weight
+absorption, the fp8 MoE path's token permutation), so that `plan` shows what
+rapid_llm does not cover.
 
 The plans assume one GPU holding the whole model (every expert, no expert
 parallelism), a bf16 KV cache, and one sequence per prefill (max_seqlen =
@@ -23,6 +24,9 @@ PAGE_SIZE = 16
 MLA_PAGE_SIZE = 64
 #: Activation dtype of the block-scaled fp8 GEMMs (DeepSeek-V3's checkpoint recipe).
 FP8 = "fp8_e4m3"
+#: The where-labels of the MoE ops (step/model.py records its calls under the same ones).
+ROUTING = "MoE routing: router top-k"
+ROUTED_EXPERTS = "routed experts: gate_up, SwiGLU, down, weighted combine"
 
 
 def _pairs(dims) -> tuple[tuple[str, int], ...]:
@@ -242,47 +246,43 @@ class ModelPreset:
         width, routed = self.moe_intermediate, self.top_k  # a token's rows in the routed experts: top_k
         # DeepSeek-V3's sigmoid router scores in fp32 (step/model.py), the softmax routers in the activations' dtype
         gate_dtype = "fp32" if self.router == "sigmoid_grouped" else None
+        experts = {"num_experts": self.num_experts, "top_k": self.top_k}
         yield OpUse("gemm.mm", "MoE router gate", {"n": self.num_experts, "k": self.hidden}, dtype=gate_dtype)
-        yield Gap(
-            "MoE routing",
-            "router top-k, token permutation to the experts, weighted combine",
-            {"num_experts": self.num_experts, "top_k": self.top_k},
-        )
+        yield OpUse("moe.topk_routing", ROUTING, experts, dtype=gate_dtype)
         if self.num_shared_experts:
             yield from self._mlp(
                 "shared expert", self.num_shared_experts * width, "shared and routed experts' gate_up_proj"
             )
+        if not self.weights_fp8_block:
+            yield OpUse("moe.fused_moe", ROUTED_EXPERTS, {"hidden": self.hidden, "intermediate": width, **experts})
+            return
+        # fp8 block weights: DeepGEMM's grouped GEMMs over the expert-sorted rows, composed in torch
+        yield Gap("MoE token permutation", "token permutation to the experts, weighted combine", experts)
         yield from self._routed("gate_up_proj", 2 * width, self.hidden)
         yield OpUse(
             "activation.silu_and_mul", "routed experts' SwiGLU", {"intermediate": width}, {"num_tokens": routed}
         )
         yield from self._quantize("routed experts' down_proj", width, routed)
         yield from self._routed("down_proj", self.hidden, width)
-        if self.weights_fp8_block:
-            # Decode: a fixed-capacity buffer per expert (the masked layout DeepEP's low-latency dispatch
-            # fills), at most one row per token per expert, sized in DeepGEMM's 128-row tiles.
-            for where, n, k in (("gate_up_proj", 2 * width, self.hidden), ("down_proj", self.hidden, width)):
-                yield OpUse(
-                    "gemm.fp8_grouped_mm_masked",
-                    f"routed experts' {where} (decode)",
-                    {"n": n, "k": k, "num_groups": self.num_experts},
-                    {"max_m": 1},
-                    {"max_m": 128},
-                    dtype=FP8,
-                )
+        # Decode: a fixed-capacity buffer per expert (the masked layout DeepEP's low-latency dispatch
+        # fills), at most one row per token per expert, sized in DeepGEMM's 128-row tiles.
+        for where, n, k in (("gate_up_proj", 2 * width, self.hidden), ("down_proj", self.hidden, width)):
+            yield OpUse(
+                "gemm.fp8_grouped_mm_masked",
+                f"routed experts' {where} (decode)",
+                {"n": n, "k": k, "num_groups": self.num_experts},
+                {"max_m": 1},
+                {"max_m": 128},
+                dtype=FP8,
+            )
 
     def _routed(self, where: str, n: int, k: int):
-        """A routed experts' projection over rows sorted by expert (M = tokens x top_k before each expert's
-        128-row padding): the contiguous-layout fp8 grouped GEMM for an fp8 checkpoint (prefill), a gap for
-        a bf16 one."""
-        dims = {"n": n, "k": k, "num_groups": self.num_experts}
-        if not self.weights_fp8_block:
-            yield Gap("bf16 grouped GEMM", f"routed experts' {where}", dims)
-            return
+        """A routed experts' fp8 projection over rows sorted by expert (M = tokens x top_k before each
+        expert's 128-row padding): the contiguous-layout fp8 grouped GEMM (prefill)."""
         yield OpUse(
             "gemm.fp8_grouped_mm_contiguous",
             f"routed experts' {where} (prefill)",
-            dims,
+            {"n": n, "k": k, "num_groups": self.num_experts},
             {"num_tokens": self.top_k},
             dtype=FP8,
         )

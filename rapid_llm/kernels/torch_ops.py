@@ -418,6 +418,78 @@ def _fp8_grouped_mm_masked_fake(a, a_scale, b, b_scale, masked_m, expected_m) ->
     return _new((a.shape[0], a.shape[1], b.shape[1]), a, torch.bfloat16)
 
 
+def _topk_routing(
+    logits: Tensor,
+    top_k: int,
+    renormalize: bool = True,
+    scoring: str = "softmax",
+    correction_bias: Tensor | None = None,
+    num_expert_groups: int = 1,
+    topk_groups: int = 1,
+    routed_scaling_factor: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    return kernels.topk_routing(
+        logits, top_k, renormalize, scoring, correction_bias, num_expert_groups, topk_groups, routed_scaling_factor
+    )
+
+
+def _topk_routing_fake(logits, top_k, *args, **kwargs) -> tuple[Tensor, Tensor]:
+    tokens = logits.shape[0]
+    return _new((tokens, top_k), logits, torch.float32), _new((tokens, top_k), logits, torch.int32)
+
+
+def _align(
+    topk_ids: Tensor, num_experts: int, block_size: int, expert_start: int = 0, num_local_experts: int | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return kernels.align(topk_ids, num_experts, block_size, expert_start, num_local_experts)
+
+
+def _align_fake(topk_ids, num_experts, block_size, expert_start=0, num_local_experts=None):
+    """The sizes follow from the shapes and the ints alone (moe.align's contract)."""
+    local = num_experts - expert_start if num_local_experts is None else num_local_experts
+    slots = topk_ids.numel()
+    capacity = -(-(slots + min(slots, local) * (block_size - 1)) // block_size) * block_size
+    return (
+        _new((capacity,), topk_ids, torch.int32),
+        _new((capacity // block_size,), topk_ids, torch.int32),
+        _new((1,), topk_ids, torch.int32),
+        _new((local,), topk_ids, torch.int32),
+    )
+
+
+def _fused_moe(
+    x: Tensor,
+    w13: Tensor,
+    w2: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    activation: str = "silu",
+    w13_scale: Tensor | None = None,
+    w2_scale: Tensor | None = None,
+    num_shared_experts: int = 0,
+) -> Tensor:
+    return kernels.fused_moe(x, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale, num_shared_experts)
+
+
+def _fused_moe_out(
+    x: Tensor,
+    w13: Tensor,
+    w2: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    activation: str,
+    w13_scale: Tensor | None,
+    w2_scale: Tensor | None,
+    num_shared_experts: int,
+    out: Tensor,
+) -> None:
+    kernels.fused_moe(x, w13, w2, topk_weights, topk_ids, activation, w13_scale, w2_scale, num_shared_experts, out)
+
+
+def _fused_moe_fake(x, *args, **kwargs) -> Tensor:
+    return _new(tuple(x.shape), x)
+
+
 #: Every custom op (conformance/test_custom_ops.py checks that each public op has its ops here).
 CUSTOM_OPS = (
     CustomOp("scale", _scale, _same_shape_fake),
@@ -462,6 +534,10 @@ CUSTOM_OPS = (
     CustomOp("fp8_grouped_mm_contiguous_out", _fp8_grouped_mm_contiguous_out, _writes_only, ("out",)),
     CustomOp("fp8_grouped_mm_masked", _fp8_grouped_mm_masked, _fp8_grouped_mm_masked_fake),
     CustomOp("fp8_grouped_mm_masked_out", _fp8_grouped_mm_masked_out, _writes_only, ("out",)),
+    CustomOp("topk_routing", _topk_routing, _topk_routing_fake),
+    CustomOp("align", _align, _align_fake),
+    CustomOp("fused_moe", _fused_moe, _fused_moe_fake),
+    CustomOp("fused_moe_out", _fused_moe_out, _writes_only, ("out",)),
 )
 
 

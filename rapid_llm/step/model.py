@@ -21,12 +21,12 @@ output times kv_b's v half (W_UV) returns to [H, 128] (both products plain torch
 them). sm_scale = 192^-0.5 (YaRN's mscale is not modelled: the runs are far shorter than the
 context where it applies).
 
-MoE: the router (a GEMM) and routing in torch: softmax top-k renormalised (Mixtral, Qwen3-MoE) or
-DeepSeek-V3's grouped sigmoid; the tokens' rows are sorted by expert, each expert's gate_up and
-down GEMM run (torch for bf16 weights; for fp8 the grouped GEMM ops: the contiguous layout, each
-expert's rows padded to 128, in prefill, the masked per-expert buffers in decode), silu_and_mul
-runs once over every routed row, and the weighted rows are summed back per token (fp32),
-plus DeepSeek's shared expert.
+MoE: the router (a GEMM), then moe.topk_routing: softmax top-k renormalised (Mixtral, Qwen3-MoE)
+or DeepSeek-V3's grouped sigmoid. bf16 experts: moe.fused_moe (gate_up, SwiGLU, down and the
+weighted combine in one op). fp8 experts: the tokens' rows sorted by expert in torch, the grouped
+GEMM ops (the contiguous layout, each expert's rows padded to 128, in prefill; the masked
+per-expert buffers in decode), silu_and_mul over every routed row, the weighted rows summed back
+per token (fp32); plus DeepSeek's shared expert.
 
 fp8 checkpoints: every projection's input is quantized per 1x128 group (per_token_group_fp8; once
 where several projections share it) and multiplied by fp8_block_mm, which returns bf16.
@@ -35,9 +35,8 @@ where several projections share it) and multiplied by fp8_block_mm, which return
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from ..models import ModelPreset
+from ..models import ROUTED_EXPERTS, ROUTING, ModelPreset
 from .recorder import Recorder
 from .shapes import is_moe_layer
 from .weights import BLOCK, Fp8Weight
@@ -232,44 +231,38 @@ class Decoder:
     # -- MoE --------------------------------------------------------------------------------------
 
     def route(self, layer, x):
-        """(expert ids [T, top_k], weights [T, top_k] fp32) of each token."""
+        """(expert ids [T, top_k] int32, weights [T, top_k] fp32) of each token: moe.topk_routing."""
         p = self.p
         if p.router == "sigmoid_grouped":
             # DeepSeek-V3 scores its experts in fp32 (the reference implementation's gate)
-            scores = self.rec.op("gemm.mm", "MoE router gate", x.float(), layer["router"].float()).sigmoid()
+            logits = self.rec.op("gemm.mm", "MoE router gate", x.float(), layer["router"].float())
+            routing = (logits, p.top_k, True, "sigmoid", layer["router_bias"], p.n_group, p.topk_group)
+            weights, ids = self.rec.op("moe.topk_routing", ROUTING, *routing, p.routed_scaling_factor)
         else:
-            scores = self.rec.op("gemm.mm", "MoE router gate", x, layer["router"]).float().softmax(-1)
-        with self.rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
-            if p.router == "sigmoid_grouped":
-                choice = scores + layer["router_bias"]
-                grouped = choice.view(-1, p.n_group, p.num_experts // p.n_group)
-                group_scores = grouped.topk(2, dim=-1).values.sum(-1)
-                groups = group_scores.topk(p.topk_group, dim=-1).indices
-                keep = torch.zeros_like(group_scores).scatter_(1, groups, 1.0).bool()
-                choice = choice.masked_fill(~keep.repeat_interleave(p.num_experts // p.n_group, 1), 0.0)
-                ids = choice.topk(p.top_k, dim=-1).indices
-            else:
-                ids = scores.topk(p.top_k, dim=-1).indices
-            weights = scores.gather(1, ids)
-            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20) * p.routed_scaling_factor
+            logits = self.rec.op("gemm.mm", "MoE router gate", x, layer["router"])
+            weights, ids = self.rec.op("moe.topk_routing", ROUTING, logits, p.top_k)
         return ids, weights
 
     def moe(self, layer, x, batch: Batch):
         p, rec = self.p, self.rec
         tokens = x.shape[0]
         ids, weights = self.route(layer, x)
-        quantized = self.quantize(x, "shared and routed experts' gate_up_proj") if p.weights_fp8_block else None
-        with rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
-            order = ids.view(-1).argsort(stable=True)
-            token_of, expert_of = order // p.top_k, ids.view(-1)[order]
-            counts = torch.bincount(expert_of, minlength=p.num_experts).tolist()
         if not p.weights_fp8_block:
-            rows = self._experts_torch(layer, x[token_of], counts)
-        elif batch.is_prefill:
+            gate_up, down = layer["experts_gate_up"], layer["experts_down"]
+            out = rec.op("moe.fused_moe", ROUTED_EXPERTS, x, gate_up, down, weights, ids)
+            if layer["shared"] is not None:
+                out = out + self.mlp(layer["shared"], x, "shared expert")
+            return out
+        quantized = self.quantize(x, "shared and routed experts' gate_up_proj")
+        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
+            order = ids.view(-1).argsort(stable=True)
+            token_of, expert_of = order // p.top_k, ids.view(-1).long()[order]
+            counts = torch.bincount(expert_of, minlength=p.num_experts).tolist()
+        if batch.is_prefill:
             rows = self._experts_contiguous(layer, quantized, token_of, expert_of, counts)
         else:
             rows = self._experts_masked(layer, quantized, token_of, expert_of, counts, tokens)
-        with rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
+        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
             combined = torch.zeros(tokens, p.hidden, dtype=torch.float32, device=x.device)
             combined.index_add_(0, token_of, rows.float() * weights.view(-1)[order, None])
             out = combined.to(x.dtype)
@@ -277,26 +270,10 @@ class Decoder:
             out = out + self.mlp(layer["shared"], x, "shared expert", quantized=quantized)
         return out
 
-    def _experts_torch(self, layer, rows, counts):
-        """bf16/fp32 experts: one torch GEMM per expert with rows (no op serves them), one silu_and_mul."""
-        starts = [0]
-        for count in counts:
-            starts.append(starts[-1] + count)
-        gate_up, down = layer["experts_gate_up"], layer["experts_down"]
-        with self.rec.timed("grouped GEMM", "routed experts' gate_up_proj"):
-            h = torch.cat(
-                [F.linear(rows[s:e], gate_up[g]) for g, (s, e) in enumerate(zip(starts, starts[1:])) if e > s]
-            )
-        act = self.rec.op("activation.silu_and_mul", "routed experts' SwiGLU", h)
-        with self.rec.timed("grouped GEMM", "routed experts' down_proj"):
-            used = [g for g, count in enumerate(counts) if count]
-            pieces = [F.linear(act[starts[g] : starts[g + 1]], down[g]) for g in used]
-        return torch.cat(pieces)
-
     def _experts_contiguous(self, layer, quantized, token_of, expert_of, counts):
         """fp8 prefill: rows sorted by expert, each expert's rows padded to a multiple of 128 (DeepGEMM's layout)."""
         rec, (xq, xs) = self.rec, quantized
-        with rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
+        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
             padded = [-(-count // BLOCK) * BLOCK for count in counts]
             starts = torch.tensor([0] + padded[:-1], device=xq.device).cumsum(0)
             first = torch.tensor([0] + counts[:-1], device=xq.device).cumsum(0)
@@ -309,7 +286,7 @@ class Decoder:
     def _experts_masked(self, layer, quantized, token_of, expert_of, counts, tokens):
         """fp8 decode: a fixed-capacity buffer per expert (round_up(tokens, 128) rows), masked_m rows used."""
         rec, (xq, xs) = self.rec, quantized
-        with rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
+        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
             capacity = -(-tokens // BLOCK) * BLOCK
             first = torch.tensor([0] + counts[:-1], device=xq.device).cumsum(0)
             rank = torch.arange(len(expert_of), device=xq.device) - first[expert_of]
@@ -328,7 +305,7 @@ class Decoder:
         suffix = "(decode)" if masked else "(prefill)"
         results = []
         for where, weight in (("gate_up_proj", layer["experts_gate_up"]), ("down_proj", layer["experts_down"])):
-            with rec.timed("MoE routing", "router top-k, token permutation to the experts, weighted combine"):
+            with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
                 a = torch.zeros(*lead, aq.shape[-1], dtype=aq.dtype, device=aq.device)
                 scales = torch.ones(*lead, a_scale.shape[-1], dtype=torch.float32, device=aq.device)
                 a[dest], scales[dest] = aq, a_scale

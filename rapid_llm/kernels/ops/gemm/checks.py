@@ -68,7 +68,7 @@ def _check_out(op, out, shape, a, inputs):
         expect_disjoint(op, "out", out, name, value)
 
 
-def _tma_operand(t) -> bool:
+def tma_operand(t) -> bool:
     """DeepGEMM's TMA view of t: unit last stride, 16-byte-aligned start and row stride, rows not overlapping,
     and (3-D) groups packed without gaps (it checks stride(0) == size(1) * size(2) literally). An empty
     tensor is never read (the adapters skip the launch)."""
@@ -82,7 +82,7 @@ def _tma_operand(t) -> bool:
     return t.dim() == 2 or t.stride(0) == t.shape[1] * t.shape[2]
 
 
-def _dense_scales(t) -> bool:
+def dense_scales(t) -> bool:
     """Row-major or column-major without gaps (3-D: packed groups): what DeepGEMM's sm90 kernels read as b_scale."""
     rows, columns = t.shape[-2], t.shape[-1]
     row_stride, column_stride = t.stride(-2), t.stride(-1)
@@ -92,15 +92,15 @@ def _dense_scales(t) -> bool:
 
 def _tags(a, a_scale, b, b_scale, out, groups_name=None, groups=None) -> frozenset:
     tags = set()
-    if _tma_operand(a):
+    if tma_operand(a):
         tags.add("a:tma")
-    if _tma_operand(b):
+    if tma_operand(b):
         tags.add("b:tma")
-    if out is None or _tma_operand(out):
+    if out is None or tma_operand(out):
         tags.add("out:tma")
     if a_scale.data_ptr() % 16 == 0:
         tags.add("a_scale:aligned")
-    if _dense_scales(b_scale):
+    if dense_scales(b_scale):
         tags.add("b_scale:dense")
     if groups_name is not None and groups.is_contiguous():
         tags.add(f"{groups_name}:contiguous")
@@ -358,7 +358,7 @@ def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
         expect_same_device(op, "bias", bias, "a", a)
     bias_unit = bias is None or n == 1 or bias.stride(0) == 1
     dense = [t.numel() == 0 or (t.stride(1) == 1 and (t.shape[0] == 1 or t.stride(0) == k)) for t in (a, b)]
-    tags = _FP8_MM_TAGS[(_tma_operand(a), _tma_operand(b), *dense, bias_unit)]
+    tags = _FP8_MM_TAGS[(tma_operand(a), tma_operand(b), *dense, bias_unit)]
     return a, tags, (("num_tokens", m), ("n", n), ("k", k))
 
 

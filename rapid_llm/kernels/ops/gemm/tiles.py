@@ -77,25 +77,41 @@ def _optin(index: int) -> int:
     return getattr(props, "shared_memory_per_block_optin", 0) or _OPTIN_FALLBACK.get(props.major, 48 * 1024)
 
 
-def shared_memory_bytes(knobs: dict, dtype: str) -> int:
-    """The pipelined operand tiles' shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements (0 for a
-    kernel without a BLOCK_K knob: native/w4a16_mm_gemv steps by whole groups in registers)."""
-    if "BLOCK_K" not in knobs:
+def shared_memory_bytes(knobs: dict, dtype: str, kernel: str = "") -> int:
+    """The pipelined operand tiles' shared memory: stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements, two
+    weight tiles for a gate_up kernel (0 for a kernel without BLOCK_K or stages: native/w4a16_mm_gemv steps
+    by whole groups in registers, the one-token kernels keep their tiles in registers)."""
+    if "BLOCK_K" not in knobs or "num_stages" not in knobs:
         return 0
-    return knobs["num_stages"] * (knobs["BLOCK_M"] + knobs["BLOCK_N"]) * knobs["BLOCK_K"] * _ELEMENT_BYTES[dtype]
+    weight_rows = knobs["BLOCK_N"] * (2 if kernel.endswith(".gate_up") else 1)
+    return knobs["num_stages"] * (knobs["BLOCK_M"] + weight_rows) * knobs["BLOCK_K"] * _ELEMENT_BYTES[dtype]
 
 
 #: Kernels that apply one scale of a row and of a column per K step: BLOCK_K must equal the scale group.
 ONE_SCALE_PER_STEP = frozenset(
-    {"native/fp8_block_mm", "native/fp8_block_mm_gluon", "native/fp8_block_mm_splitk", "native/fp8_block_mm_swap_ab"}
+    {
+        "native/fp8_block_mm",
+        "native/fp8_block_mm_gluon",
+        "native/fp8_block_mm_splitk",
+        "native/fp8_block_mm_swap_ab",
+        "native/fused_moe_fp8_block.gate_up",
+        "native/fused_moe_fp8_block.down",
+    }
 )
 #: Kernels that read one weight block scale per tile and K step: BLOCK_N must divide the scale block.
-ONE_WEIGHT_BLOCK_PER_TILE = frozenset({"native/fp8_block_mm_gemv", "native/fp8_block_mm_swap_ab"})
+ONE_WEIGHT_BLOCK_PER_TILE = frozenset(
+    {
+        "native/fp8_block_mm_gemv",
+        "native/fp8_block_mm_swap_ab",
+        "native/fused_moe_fp8_block.gate_up",
+        "native/fused_moe_fp8_block.down",
+    }
+)
 
 
 def refusal(knobs: dict, dtype: str, limit: int, block_k_multiple: int | None, kernel: str = "") -> str | None:
     """Why these knobs cannot launch here, or None."""
-    need = shared_memory_bytes(knobs, dtype)
+    need = shared_memory_bytes(knobs, dtype, kernel)
     if limit and need > limit:
         return f"needs {need} bytes of shared memory, the device allows {limit} per block"
     if block_k_multiple and knobs.get("BLOCK_K", block_k_multiple) % block_k_multiple:
@@ -215,7 +231,48 @@ _HEURISTICS = {
     "native/w4a16_mm": lambda m, n, k, hopper, programs: _w4a16(m, n, k, hopper, programs),
     "native/w4a16_mm_gemv": lambda m, n, k, hopper, programs: _w4a16_gemv(n, k, programs),
     "native/w4a16_mm_swap_ab": _w4a16_swap_ab,
+    # moe.fused_moe's GEMMs: m is the rows an expert gets (slots / experts, rounded up), n and k the GEMM's
+    "native/fused_moe.gate_up": lambda m, n, k, hopper, programs: _moe_sorted(m, hopper, gate_up=True),
+    "native/fused_moe.down": lambda m, n, k, hopper, programs: _moe_sorted(m, hopper, gate_up=False),
+    "native/fused_moe_fp8_block.gate_up": lambda m, n, k, hopper, programs: _moe_sorted_fp8(m, gate_up=True),
+    "native/fused_moe_fp8_block.down": lambda m, n, k, hopper, programs: _moe_sorted_fp8(m, gate_up=False),
+    "native/fused_moe_slots.gate_up": lambda m, n, k, hopper, programs: _moe_slots(m, n // 2, programs, 16, 256),
+    "native/fused_moe_slots.down": lambda m, n, k, hopper, programs: _moe_slots(m, n, programs, 32, 256),
 }
+
+
+def _moe_sorted(m: int, hopper: bool, gate_up: bool) -> dict:
+    """native/fused_moe's GEMMs over the expert-sorted layout: BLOCK_M (the layout's block size, shared by
+    both GEMMs) sized by an expert's rows; the gate_up program multiplies a gate and an up tile of BLOCK_N
+    columns each (two weight tiles per K step: half the down GEMM's BLOCK_N for the same shared memory)."""
+    if m <= 16:
+        knobs = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+    elif m <= 128:
+        knobs = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+    else:
+        knobs = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3 if hopper else 2}
+    if gate_up:
+        knobs["BLOCK_N"] //= 2
+    return knobs
+
+
+def _moe_sorted_fp8(m: int, gate_up: bool) -> dict:
+    """native/fused_moe_fp8_block: _moe_sorted's tiles with BLOCK_K 128 (one scale group per K step: the
+    activation tile is quantized per row of the step) and BLOCK_N at most 128 (one weight scale block)."""
+    knobs = {**_moe_sorted(m, True, gate_up), "BLOCK_K": 128}
+    knobs["BLOCK_N"] = min(knobs["BLOCK_N"], 128)
+    return knobs
+
+
+def _moe_slots(rows: int, columns: int, programs: int, widest: int, block_k: int) -> dict:
+    """native/fused_moe_slots (decode): BLOCK_N output columns a program, for each of `rows` rows (m: the
+    slots for gate_up, the tokens for down), the [BLOCK_N, BLOCK_K] products
+    kept in registers (gate_up keeps two: a gate and an up tile, hence its narrower widest); BLOCK_N as
+    small as keeps several programs per SM (their loads in flight hide the memory latency), at least 4."""
+    block_n = widest
+    while block_n > 4 and rows * -(-columns // block_n) < 4 * programs:
+        block_n //= 2
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4}
 
 
 def _w4a16(m: int, n: int, k: int, hopper: bool, programs: int) -> dict:
