@@ -120,6 +120,12 @@ ROUTING_CASES = (
     Case("grouped_softmax_without_bias", _routing_case(9, 64, 6, groups=8, kept=3)),
     Case("sigmoid_without_groups", _routing_case(5, 16, 4, scoring="sigmoid", renormalize=False)),
     Case("one_token", _routing_case(1, 128, 8)),
+    # a prefill's tokens, in one dtype (the interpreter takes tens of seconds per call at this size)
+    Case(
+        "prefill_4096_tokens_grouped",
+        _routing_case(4096, 256, 8, scoring="sigmoid", bias=True, groups=8, kept=4),
+        dtypes=frozenset({"fp32"}),
+    ),
     Case("no_tokens", _routing_case(0, 64, 4)),
     Case("every_expert", _routing_case(3, 6, 6)),
     Case("one_expert", _routing_case(4, 1, 1)),
@@ -196,6 +202,7 @@ ALIGN_CASES = (
     Case("mixtral_7_tokens", _align_case(7, 2, 8, 64), dtypes=_IDS),
     Case("qwen3_64_tokens", _align_case(64, 8, 128, 16), dtypes=_IDS),
     Case("several_chunks", _align_case(700, 3, 16, 32), dtypes=_IDS),
+    Case("prefill_4096_tokens", _align_case(4096, 8, 128, 64), dtypes=frozenset({"int32"})),
     Case("most_experts_empty", _align_case(5, 2, 64, 16, ids="few_experts"), dtypes=_IDS),
     Case("every_slot_one_expert", _align_case(40, 4, 8, 16, ids="one_expert"), dtypes=_IDS),
     Case("local_range_of_another_rank", _align_case(30, 8, 128, 16, start=32, local=64), dtypes=_IDS),
@@ -322,6 +329,7 @@ FUSED_CASES = (
     Case("mixtral_like_7_tokens_tails", _fused_case(7, 160, 72, 8, 2)),
     Case("sixteen_tokens", _fused_case(16, 128, 64, 32, 4)),
     Case("sixty_four_tokens", _fused_case(64, 96, 48, 16, 4)),
+    Case("prefill_4096_tokens", _fused_case(4096, 64, 32, 8, 2), dtypes=frozenset({"fp32", "bf16"})),
     Case("shared_expert", _fused_case(9, 128, 64, 8, 2, shared=1)),
     Case("every_slot_one_expert", _fused_case(20, 64, 32, 8, 2, ids="one_expert")),
     Case("expert_named_twice", _fused_case(6, 64, 32, 8, 3, ids="repeated")),
