@@ -341,3 +341,25 @@ def test_deep_gemm_masked_composition_with_every_slot_left_out(monkeypatch):
     ids.fill_(-1)
     got = composed.fused_moe_masked(x, w13, w2, weights, ids, activation, w13_scale, w2_scale, 0)
     assert torch.equal(got, torch.zeros_like(got))
+
+
+def test_routing_and_align_references_read_no_device_value_on_the_host():
+    """The contracts call moe.topk_routing and moe.align CUDA-graph safe (their rows are graph_safe): every output
+    size follows from the shapes and no value is read on the host. On the meta device a host read (.item(),
+    .tolist(), a data-dependent size) raises, so the references running there show it. Catches a reference
+    that syncs, e.g. sizing the sorted ids by the padded count read back from the device."""
+    from rapid_llm.kernels.ops.moe import reference
+    from rapid_llm.kernels.ops.moe.checks import local_range
+
+    ids = torch.empty(64, 8, dtype=torch.int32, device="meta")
+    sorted_ids, block_experts, padded_count, counts = reference.align(ids, 256, 16, 64, 128)
+    capacity = reference.align_capacity(512, local_range(256, 64, 128), 16)
+    assert (sorted_ids.shape, block_experts.shape, padded_count.shape, counts.shape) == (
+        (capacity,),
+        (capacity // 16,),
+        (1,),
+        (128,),
+    )
+    logits, bias = torch.empty(64, 256, device="meta"), torch.empty(256, device="meta")
+    weights, chosen = reference.topk_routing(logits, 8, True, "sigmoid", bias, 8, 4, 2.5)
+    assert weights.shape == chosen.shape == (64, 8) and chosen.dtype == torch.int32

@@ -29,8 +29,8 @@ def _stage_kernel(row: str, stage: str):
     pytest.importorskip("triton", reason="the MoE pipelines are Triton kernels; Triton is absent in this cell")
     from rapid_llm.kernels.ops.moe.fused import slots, sorted as sorted_layout
 
-    if row == "native/fused_moe_slots":
-        return getattr(slots, f"_{stage}_kernel"), set()
+    if row.startswith("native/fused_moe_slots"):
+        return getattr(slots, f"_{stage}_kernel"), {"FP8"}
     return getattr(sorted_layout, f"_{stage}_kernel"), {"PRECISION", "FP8"}
 
 
@@ -45,7 +45,7 @@ def _constexprs(kernel) -> set:
     }
 
 
-@pytest.mark.parametrize("row", (*SORTED, "native/fused_moe_slots"))
+@pytest.mark.parametrize("row", (*SORTED, "native/fused_moe_slots", "native/fused_moe_slots_fp8_block"))
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("sm", [80, 90])
 def test_stage_heuristics_are_the_stage_kernels_tile_parameters(row, stage, sm):
@@ -97,6 +97,24 @@ def test_tuner_candidates_are_entries_the_store_serves():
             knobs.setdefault("BLOCK_M", 16)
             reason = tiles.refusal(knobs, "fp8_e4m3", 0, 128, f"native/fused_moe_fp8_block.{stage}")
             assert reason is None, (rows, stage, knobs, reason)
+
+
+def test_slots_fp8_tiles_and_tuner_candidates_hold_whole_scale_groups_and_blocks():
+    """Catches a slots fp8 tile (heuristic or tuner candidate) whose K step splits a 128-wide scale group or
+    whose columns span two weight blocks: its quantized groups or its one weight scale per group would be
+    wrong (the store refuses such entries)."""
+    from perf.tune_moe import slots_candidates
+
+    for stage in STAGES:
+        kernel = f"native/fused_moe_slots_fp8_block.{stage}"
+        for m in EXPERT_ROWS:
+            knobs = tiles.heuristic(kernel, m, 4096, 2048, 90, 132)
+            assert tiles.refusal(knobs, "fp8_e4m3", 0, 128, kernel) is None, (m, knobs)
+    gate_up, down = slots_candidates(fp8=True)
+    for flat, stage in [(c, "gate_up") for c in gate_up] + [(c, "down") for c in down]:
+        knobs = {name.partition(".")[2]: value for name, value in flat.items()}
+        kernel = f"native/fused_moe_slots_fp8_block.{stage}"
+        assert tiles.refusal(knobs, "fp8_e4m3", 0, 128, kernel) is None, (stage, knobs)
 
 
 def test_the_rows_launch_override_reaches_each_stage_by_name():

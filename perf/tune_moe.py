@@ -36,6 +36,7 @@ ROWS = {
     "native/fused_moe": (sorted_layout.fused_moe, "bf16", None),
     "native/fused_moe_fp8_block": (sorted_layout.fused_moe_fp8_block, "fp8_e4m3", None),
     "native/fused_moe_slots": (slots.fused_moe, "bf16", 16),
+    "native/fused_moe_slots_fp8_block": (slots.fused_moe_fp8_block, "fp8_e4m3", 16),
 }
 #: Token counts per preset, one per m bucket of an expert's rows (tokens * top_k / experts).
 TOKENS = {
@@ -68,8 +69,10 @@ def sorted_candidates(rows: int, fp8: bool) -> tuple[list, list]:
     return gate_up, down
 
 
-def slots_candidates() -> tuple[list, list]:
-    """(gate_up, down) candidates of the slots row: columns per program and the K step of its register tile."""
+def slots_candidates(fp8: bool) -> tuple[list, list]:
+    """(gate_up, down) candidates of the slots rows: columns per program (fp8: within one 128-row weight
+    block) and the K step of the register tile (whole 128-wide scale groups)."""
+    widest = 32 if fp8 else 64
     gate_up = [
         {"gate_up.BLOCK_N": n, "gate_up.BLOCK_K": k, "gate_up.num_warps": w}
         for n, k, w in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4))
@@ -78,7 +81,7 @@ def slots_candidates() -> tuple[list, list]:
     down = [
         {"down.BLOCK_N": n, "down.BLOCK_K": k, "down.num_warps": w}
         for n, k, w in itertools.product((4, 8, 16, 32, 64), (128, 256, 512), (2, 4))
-        if n * k <= 16384
+        if n * k <= 16384 and n <= widest
     ]
     return gate_up, down
 
@@ -129,13 +132,13 @@ def tune(budget_s: float, rows=tuple(ROWS)) -> tuple[list, list]:
                 x = torch.randn((tokens, hidden), device=device, generator=generator).bfloat16()
                 topk_weights, topk_ids = _routing(tokens, experts, top_k, seed=tokens)
                 args = (x, w13, w2, topk_weights, topk_ids, "silu", w13_scale, w2_scale, shared, None)
-                sorted_row = row != "native/fused_moe_slots"
+                sorted_row = not row.startswith("native/fused_moe_slots")
                 if sorted_row:
                     m_up = m_down = expert_rows(tokens, top_k, experts)
                     gate_up, down = sorted_candidates(m_up, fp8=dtype == "fp8_e4m3")
                 else:
                     m_up, m_down = tokens * top_k + shared * tokens, tokens
-                    gate_up, down = slots_candidates()
+                    gate_up, down = slots_candidates(fp8=dtype == "fp8_e4m3")
                 gemms = {"gate_up": (m_up, 2 * intermediate, hidden), "down": (m_down, hidden, intermediate)}
                 heuristic = _flat(
                     pipeline_knobs(

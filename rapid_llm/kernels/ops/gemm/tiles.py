@@ -105,6 +105,8 @@ ONE_WEIGHT_BLOCK_PER_TILE = frozenset(
         "native/fp8_block_mm_swap_ab",
         "native/fused_moe_fp8_block.gate_up",
         "native/fused_moe_fp8_block.down",
+        "native/fused_moe_slots_fp8_block.gate_up",
+        "native/fused_moe_slots_fp8_block.down",
     }
 )
 
@@ -236,6 +238,11 @@ _HEURISTICS = {
     "native/fused_moe.down": lambda m, n, k, hopper, programs: _moe_sorted(m, hopper, gate_up=False),
     "native/fused_moe_fp8_block.gate_up": lambda m, n, k, hopper, programs: _moe_sorted_fp8(m, gate_up=True),
     "native/fused_moe_fp8_block.down": lambda m, n, k, hopper, programs: _moe_sorted_fp8(m, gate_up=False),
+    # whole 128-wide scale groups per K step, BLOCK_N within one weight block (_moe_slots' widest: 16, 32)
+    "native/fused_moe_slots_fp8_block.gate_up": lambda m, n, k, hopper, programs: _moe_slots(
+        m, n // 2, programs, 16, 256
+    ),
+    "native/fused_moe_slots_fp8_block.down": lambda m, n, k, hopper, programs: _moe_slots(m, n, programs, 32, 256),
     "native/fused_moe_slots.gate_up": lambda m, n, k, hopper, programs: _moe_slots(m, n // 2, programs, 16, 256),
     "native/fused_moe_slots.down": lambda m, n, k, hopper, programs: _moe_slots(m, n, programs, 32, 256),
 }

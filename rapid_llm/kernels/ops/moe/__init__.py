@@ -3,8 +3,8 @@
 Files: checks.py (the ops' argument checks), reference.py (torch rows),
 routing.py (native/topk_routing), align.py (native/align: the expert-sorted
 layout), fused/ (moe.fused_moe's native pipelines, one module each: sorted.py
-over the expert-sorted layout, float and fp8 block-scaled weights; slots.py
-over the token slots as they come). DeepGEMM's composed row is in
+over the expert-sorted layout; slots.py over the token slots as they come;
+each for float and fp8 block-scaled weights). DeepGEMM's composed row is in
 rapid_llm/kernels/backends/deep_gemm/moe.py.
 
 Words the contracts share:
@@ -314,5 +314,18 @@ ROWS = (
         parity=None,
         priority=UNMEASURED,
         description=_SLOTS_DESCRIPTION,
+    ),
+    native_row(
+        "native/fused_moe_slots_fp8_block",
+        FUSED_MOE,
+        f"{_HERE}.fused.slots:fused_moe_fp8_block",
+        dtypes=frozenset({"fp8_e4m3"}),
+        # the e4m3 rounding of the activations is the hardware cast (the interpreter's is wrong)
+        capability=TRITON_FP8_DEVICES,
+        shape=(*_FP8_DIMS, ShapeConstraint("num_tokens", max=SLOTS_MAX_TOKENS)),
+        parity=None,
+        priority=UNMEASURED,
+        description=_SLOTS_DESCRIPTION + "; fp8: the activations quantized per 1 x 128 group in registers, the "
+        "e4m3 weights widened to fp32, each group's products scaled by its and the weight block's scales",
     ),
 )

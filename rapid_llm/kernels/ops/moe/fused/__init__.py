@@ -3,8 +3,8 @@
 sorted.py  native/fused_moe and native/fused_moe_fp8_block: the expert-sorted layout (native/align's
            kernel), then tiled tl.dot GEMMs that read each expert's weights once per block of its rows:
            every token count; fp8 weights quantize the activations per 1 x 128 group in registers.
-slots.py   native/fused_moe_slots: the token slots as routing left them, one slot's dot products per
-           program (no sort, no padding): decode token counts.
+slots.py   native/fused_moe_slots and native/fused_moe_slots_fp8_block: the token slots as routing left
+           them, one slot's dot products per program (no sort, no padding): decode token counts.
 
 Both take their launch knobs from the GEMM family's tile policy (ops/gemm/tiles.py: tuning store, then a
 heuristic per GPU tier), keyed by "<row>.gate_up" / "<row>.down" with m = the rows an expert gets on
