@@ -1,4 +1,5 @@
-"""native/fused_moe: moe.fused_moe over the expert-sorted layout, four launches.
+"""native/fused_moe (float weights) and native/fused_moe_fp8_block (fp8 e4m3 weights, 128 x 128 block scales):
+moe.fused_moe over the expert-sorted layout, four launches.
 
     1. native/align's kernel: the token slots grouped by expert in blocks of BLOCK_M rows (BLOCK_M from the
        tile policy; moe/align.py has the layout).
@@ -17,7 +18,11 @@ whose id is outside [0, E) are in no block (native/align leaves them out) and sk
 weights of a block's expert are read once per block: at decode sizes (a few rows per expert) the weight
 stream is the whole cost, at prefill sizes the tiles are the GEMM's. x, w13, w2, topk_weights, topk_ids
 and out take any strides; act and y are this call's contiguous buffers. fp32 operands multiply in full
-fp32 (tl.dot's "ieee" precision), fp16 and bf16 on the tensor cores with fp32 accumulation.
+fp32 (tl.dot's "ieee" precision), fp16 and bf16 on the tensor cores with fp32 accumulation. fp8 (BLOCK_K =
+128): each K step's [BLOCK_M, 128] activation tile is quantized per row in registers with
+per_token_group_fp8's arithmetic, multiplied with the e4m3 weight tile by tl.dot, and the fp32 product,
+times the rows' group scales and the weight block's scale, is added to the accumulator (fp32 every 128 of
+K, as the fp8 GEMM contract's accuracy term assumes).
 """
 
 from __future__ import annotations
