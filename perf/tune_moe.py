@@ -26,6 +26,7 @@ import torch
 from perf.gpu_timing import event_timer
 from perf.test_moe_bench import FUSED_PRESETS, _routing, _weights
 from perf.tune_gemm import write_store_document
+from rapid_llm.kernels.ops.fast_launch import next_power_of_2
 from rapid_llm.kernels.ops.gemm import tiles
 from rapid_llm.kernels.ops.launch_override import launch_override
 from rapid_llm.kernels.ops.moe import reference
@@ -46,15 +47,11 @@ TOKENS = {
 }
 
 
-def _next_power_of_2(value: int) -> int:
-    return 1 << max(0, (value - 1).bit_length())
-
-
 def sorted_candidates(rows: int, fp8: bool) -> tuple[list, list]:
     """(gate_up candidates with the shared BLOCK_M, down candidates) for an expert's average rows: BLOCK_M no
     taller than twice the rows (padding rows cost tensor-core time), BLOCK_N within one 128-row weight scale
     block for fp8 weights, BLOCK_K 128 for fp8 (one scale group per step)."""
-    tallest = max(16, 2 * _next_power_of_2(rows))
+    tallest = max(16, 2 * next_power_of_2(rows))
     block_ks = (128,) if fp8 else (64, 128)
     gate_up = [
         {"BLOCK_M": m, "gate_up.BLOCK_N": n, "gate_up.BLOCK_K": k, "gate_up.num_warps": w, "gate_up.num_stages": s}

@@ -446,9 +446,11 @@ def _align(
 
 def _align_fake(topk_ids, num_experts, block_size, expert_start=0, num_local_experts=None):
     """The sizes follow from the shapes and the ints alone (moe.align's contract)."""
-    local = num_experts - expert_start if num_local_experts is None else num_local_experts
-    slots = topk_ids.numel()
-    capacity = -(-(slots + min(slots, local) * (block_size - 1)) // block_size) * block_size
+    from .ops.moe.checks import local_range
+    from .ops.moe.reference import align_capacity
+
+    local = local_range(num_experts, expert_start, num_local_experts)
+    capacity = align_capacity(topk_ids.numel(), local, block_size)
     return (
         _new((capacity,), topk_ids, torch.int32),
         _new((capacity // block_size,), topk_ids, torch.int32),

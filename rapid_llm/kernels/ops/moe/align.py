@@ -36,20 +36,19 @@ _BLOCK_STEP = 32
 def align(topk_ids, num_experts, block_size, expert_start=0, num_local_experts=None):
     """Unchecked kernel entry: (sorted_ids, block_experts, padded_count, counts) as the contract states."""
     local_experts = local_range(num_experts, expert_start, num_local_experts)
-    slots = topk_ids.numel()
-    capacity = align_capacity(slots, local_experts, block_size)
+    return launch(topk_ids, expert_start, local_experts, block_size)
+
+
+def launch(topk_ids, expert_start, local_experts, block_size):
+    """(sorted_ids, block_experts, padded_count, counts): new buffers sized from the shapes (align_capacity),
+    holding the layout of topk_ids [T, top_k] over local experts expert_start .. + local_experts - 1."""
+    tokens, top_k = topk_ids.shape
+    capacity = align_capacity(tokens * top_k, local_experts, block_size)
     device = topk_ids.device
     sorted_ids = torch.empty(capacity, dtype=torch.int32, device=device)
     block_experts = torch.empty(capacity // block_size, dtype=torch.int32, device=device)
     padded_count = torch.empty(1, dtype=torch.int32, device=device)
     counts = torch.empty(local_experts, dtype=torch.int32, device=device)
-    launch(topk_ids, expert_start, local_experts, block_size, sorted_ids, block_experts, padded_count, counts)
-    return sorted_ids, block_experts, padded_count, counts
-
-
-def launch(topk_ids, expert_start, local_experts, block_size, sorted_ids, block_experts, padded_count, counts):
-    """Write the layout of topk_ids [T, top_k] into the caller's buffers (sized as align() sizes them)."""
-    tokens, top_k = topk_ids.shape
     slots = tokens * top_k
     _align_kernel[(max(1, cdiv(slots, CHUNK)),)](
         topk_ids,
@@ -71,6 +70,7 @@ def launch(topk_ids, expert_start, local_experts, block_size, sorted_ids, block_
         PAD_STEP=_PAD_STEP,
         BLOCK_STEP=_BLOCK_STEP,
     )
+    return sorted_ids, block_experts, padded_count, counts
 
 
 @triton.jit

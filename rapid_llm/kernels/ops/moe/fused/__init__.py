@@ -51,6 +51,12 @@ def pipeline_knobs(row: str, gemms: dict, dtype: torch.dtype, device, shared=(),
     }
 
 
+def scale_arguments(weight, scale) -> tuple:
+    """A weight's block-scale pointer and its 3 strides as the kernels take them; float weights have none, so
+    the pointer is the weight's and the strides 0 (the kernels' FP8 constexpr never reads it)."""
+    return (scale, *scale.stride()) if scale is not None else (weight, 0, 0, 0)
+
+
 def output(x, out):
     """The caller's out, or a new contiguous [T, H] of x's dtype."""
     return torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out

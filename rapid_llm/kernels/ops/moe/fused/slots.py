@@ -31,7 +31,7 @@ import triton.language as tl
 from ...fast_launch import cached, cdiv
 from ...quantization.fp8_quant import quantize_group_tile
 from .. import SCALE_BLOCK
-from . import output, pipeline_knobs
+from . import output, pipeline_knobs, scale_arguments
 
 ROW = "native/fused_moe_slots"
 FP8_ROW = "native/fused_moe_slots_fp8_block"
@@ -70,9 +70,7 @@ def _pipeline(row, x, w13, w2, w13_scale, w2_scale, topk_weights, topk_ids, shar
     gemms = {"gate_up": (rows, 2 * intermediate, hidden), "down": (tokens, hidden, intermediate)}
     stages = pipeline_knobs(row, gemms, w13.dtype, x.device, block_k_multiple=SCALE_BLOCK if fp8 else None)
     gate_up, down = stages["gate_up"], stages["down"]
-    # float weights: no scales (the kernels' scale arguments point at the weights and are never read)
-    w13_scales = (w13_scale, *w13_scale.stride()) if fp8 else (w13, 0, 0, 0)
-    w2_scales = (w2_scale, *w2_scale.stride()) if fp8 else (w2, 0, 0, 0)
+    w13_scales, w2_scales = scale_arguments(w13, w13_scale), scale_arguments(w2, w2_scale)
     act = torch.empty((rows, intermediate), dtype=x.dtype, device=x.device)
     _gate_up_kernel[(rows, cdiv(intermediate, gate_up["BLOCK_N"]))](
         x,

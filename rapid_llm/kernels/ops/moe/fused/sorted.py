@@ -34,8 +34,7 @@ import triton.language as tl
 from ...fast_launch import cached, cdiv
 from ...quantization.fp8_quant import quantize_group_tile
 from .. import SCALE_BLOCK, align
-from ..reference import align_capacity
-from . import expert_rows, output, pipeline_knobs
+from . import expert_rows, output, pipeline_knobs, scale_arguments
 
 ROW = "native/fused_moe"
 FP8_ROW = "native/fused_moe_fp8_block"
@@ -84,22 +83,15 @@ def _pipeline(row, x, w13, w2, w13_scale, w2_scale, topk_weights, topk_ids, shar
     block_m = gate_up.pop("BLOCK_M")
 
     slots = tokens * top_k
-    capacity = align_capacity(slots, experts, block_m)
     device = x.device
-    sorted_ids = torch.empty(capacity, dtype=torch.int32, device=device)
-    block_experts = torch.empty(capacity // block_m, dtype=torch.int32, device=device)
-    padded_count = torch.empty(1, dtype=torch.int32, device=device)
-    counts = torch.empty(experts, dtype=torch.int32, device=device)
-    align.launch(topk_ids, 0, experts, block_m, sorted_ids, block_experts, padded_count, counts)
+    sorted_ids, block_experts, _, _ = align.launch(topk_ids, 0, experts, block_m)
 
-    sorted_blocks = capacity // block_m
+    sorted_blocks = block_experts.shape[0]
     blocks = sorted_blocks + shared * cdiv(tokens, block_m)
     act = torch.empty((slots + shared * tokens, intermediate), dtype=x.dtype, device=device)
     rows_args = (sorted_ids, block_experts, tokens, top_k, slots, sorted_blocks, experts)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
-    # float weights: no scales (the kernels' scale arguments point at the weights and are never read)
-    w13_scales = (w13_scale, *w13_scale.stride()) if fp8 else (w13, 0, 0, 0)
-    w2_scales = (w2_scale, *w2_scale.stride()) if fp8 else (w2, 0, 0, 0)
+    w13_scales, w2_scales = scale_arguments(w13, w13_scale), scale_arguments(w2, w2_scale)
     _gate_up_kernel[(blocks, cdiv(intermediate, gate_up["BLOCK_N"]))](
         x,
         x.stride(0),
