@@ -56,10 +56,9 @@ ARCHITECTURE_OPS = {
         "attention.mla_prefill",
         "attention.mla_decode",
         "activation.silu_and_mul",
-        "gemm.fp8_grouped_mm_contiguous",
-        "gemm.fp8_grouped_mm_masked",
         "gemm.mm",  # its bf16 lm_head
         "moe.topk_routing",
+        "moe.fused_moe",
     },
 }
 
@@ -112,8 +111,8 @@ def test_the_plan_lists_every_table_op_the_architecture_calls(capsys, model):
 
 def test_deepseek_v3_plans_its_projections_with_the_published_shapes(capsys):
     """Catches: the MLA projections (q_a, kv_a, q_b, kv_b, o) or the MLP / shared expert GEMMs missing from
-    DeepSeek-V3's plan, or planned with a shape that is not its config's; and its bf16 lm_head not planned
-    as gemm.mm."""
+    DeepSeek-V3's plan, or planned with a shape that is not its config's; its routed experts not planned as
+    one moe.fused_moe over fp8 weights; and its bf16 lm_head not planned as gemm.mm."""
     doc = plan_json(capsys, "--model", "deepseek-v3", "--device", "cuda:sm90", "--max-tokens", "1")
     planned = {
         entry["where"].replace(" (prefill)", ""): (entry["dims"]["n"], entry["dims"]["k"])
@@ -121,10 +120,8 @@ def test_deepseek_v3_plans_its_projections_with_the_published_shapes(capsys):
         if entry["op"] == "gemm.fp8_block_mm"
     }
     assert planned == DEEPSEEK_V3_PROJECTIONS
-    grouped = [(e["op"], e["dims"]) for e in doc["plans"] if e["op"].startswith("gemm.fp8_grouped")]
-    for layout in ("gemm.fp8_grouped_mm_contiguous", "gemm.fp8_grouped_mm_masked"):
-        for n, k in ((2 * 2048, 7168), (7168, 2048)):
-            assert (layout, {"n": n, "k": k, "num_groups": 256}) in grouped
+    experts = [(e["explanation"]["query"]["dtype"], e["dims"]) for e in doc["plans"] if e["op"] == "moe.fused_moe"]
+    assert experts == [("fp8_e4m3", {"hidden": 7168, "intermediate": 2048, "num_experts": 256, "top_k": 8})]
     assert ("lm_head", {"n": 129280, "k": 7168}) in [
         (e["where"], e["dims"]) for e in doc["plans"] if e["op"] == "gemm.mm"
     ]

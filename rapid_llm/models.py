@@ -5,9 +5,8 @@ pass, every call the model makes to an op the table has (a test holds the two
 together): the op, where in the model, its fixed dims (the names of the op
 contract's dims) and the dims that grow with the step's token count, which
 `rapid-llm plan` sweeps over the token buckets. `ModelPreset.gaps()` lists
-the work the model does that no op of the table serves yet (MLA's weight
-absorption, the fp8 MoE path's token permutation), so that `plan` shows what
-rapid_llm does not cover.
+the work the model does that no op of the table serves yet (MLA's decode
+weight absorption), so that `plan` shows what rapid_llm does not cover.
 
 The plans assume one GPU holding the whole model (every expert, no expert
 parallelism), a bf16 KV cache, and one sequence per prefill (max_seqlen =
@@ -234,58 +233,27 @@ class ModelPreset:
         yield from self._quantize("o_proj", heads * self.v_head_dim)
         yield from self._linear("o_proj", h, heads * self.v_head_dim)
 
-    def _mlp(self, label: str, width: int, input_of: str = ""):
-        """A SwiGLU MLP; input_of names every GEMM its layer input's fp8 copy feeds (default its gate_up)."""
-        yield from self._quantize(input_of or f"{label} gate_up_proj", self.hidden)
+    def _mlp(self, label: str, width: int):
+        """A SwiGLU MLP (its input quantized first in an fp8 checkpoint)."""
+        yield from self._quantize(f"{label} gate_up_proj", self.hidden)
         yield from self._linear(f"{label} gate_up_proj", 2 * width, self.hidden)
         yield OpUse("activation.silu_and_mul", f"{label} SwiGLU", {"intermediate": width})
         yield from self._quantize(f"{label} down_proj", width)
         yield from self._linear(f"{label} down_proj", self.hidden, width)
 
     def _moe(self):
-        width, routed = self.moe_intermediate, self.top_k  # a token's rows in the routed experts: top_k
+        width = self.moe_intermediate
         # DeepSeek-V3's sigmoid router scores in fp32 (step/model.py), the softmax routers in the activations' dtype
         gate_dtype = "fp32" if self.router == "sigmoid_grouped" else None
         experts = {"num_experts": self.num_experts, "top_k": self.top_k}
         yield OpUse("gemm.mm", "MoE router gate", {"n": self.num_experts, "k": self.hidden}, dtype=gate_dtype)
         yield OpUse("moe.topk_routing", ROUTING, experts, dtype=gate_dtype)
         if self.num_shared_experts:
-            yield from self._mlp(
-                "shared expert", self.num_shared_experts * width, "shared and routed experts' gate_up_proj"
-            )
-        if not self.weights_fp8_block:
-            yield OpUse("moe.fused_moe", ROUTED_EXPERTS, {"hidden": self.hidden, "intermediate": width, **experts})
-            return
-        # fp8 block weights: DeepGEMM's grouped GEMMs over the expert-sorted rows, composed in torch
-        yield Gap("MoE token permutation", "token permutation to the experts, weighted combine", experts)
-        yield from self._routed("gate_up_proj", 2 * width, self.hidden)
-        yield OpUse(
-            "activation.silu_and_mul", "routed experts' SwiGLU", {"intermediate": width}, {"num_tokens": routed}
-        )
-        yield from self._quantize("routed experts' down_proj", width, routed)
-        yield from self._routed("down_proj", self.hidden, width)
-        # Decode: a fixed-capacity buffer per expert (the masked layout DeepEP's low-latency dispatch
-        # fills), at most one row per token per expert, sized in DeepGEMM's 128-row tiles.
-        for where, n, k in (("gate_up_proj", 2 * width, self.hidden), ("down_proj", self.hidden, width)):
-            yield OpUse(
-                "gemm.fp8_grouped_mm_masked",
-                f"routed experts' {where} (decode)",
-                {"n": n, "k": k, "num_groups": self.num_experts},
-                {"max_m": 1},
-                {"max_m": 128},
-                dtype=FP8,
-            )
-
-    def _routed(self, where: str, n: int, k: int):
-        """A routed experts' fp8 projection over rows sorted by expert (M = tokens x top_k before each
-        expert's 128-row padding): the contiguous-layout fp8 grouped GEMM (prefill)."""
-        yield OpUse(
-            "gemm.fp8_grouped_mm_contiguous",
-            f"routed experts' {where} (prefill)",
-            {"n": n, "k": k, "num_groups": self.num_experts},
-            {"num_tokens": self.top_k},
-            dtype=FP8,
-        )
+            yield from self._mlp("shared expert", self.num_shared_experts * width)
+        # fp8 block weights (DeepSeek-V3): the same op over e4m3 experts and their 128 x 128 block scales
+        dtype = FP8 if self.weights_fp8_block else None
+        dims = {"hidden": self.hidden, "intermediate": width, **experts}
+        yield OpUse("moe.fused_moe", ROUTED_EXPERTS, dims, dtype=dtype)
 
 
 PRESETS = {

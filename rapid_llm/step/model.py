@@ -22,11 +22,9 @@ them). sm_scale = 192^-0.5 (YaRN's mscale is not modelled: the runs are far shor
 context where it applies).
 
 MoE: the router (a GEMM), then moe.topk_routing: softmax top-k renormalised (Mixtral, Qwen3-MoE)
-or DeepSeek-V3's grouped sigmoid. bf16 experts: moe.fused_moe (gate_up, SwiGLU, down and the
-weighted combine in one op). fp8 experts: the tokens' rows sorted by expert in torch, the grouped
-GEMM ops (the contiguous layout, each expert's rows padded to 128, in prefill; the masked
-per-expert buffers in decode), silu_and_mul over every routed row, the weighted rows summed back
-per token (fp32); plus DeepSeek's shared expert.
+or DeepSeek-V3's grouped sigmoid. The routed experts: moe.fused_moe (gate_up, SwiGLU, down and the
+weighted combine in one op), over bf16 experts or DeepSeek-V3's e4m3 experts with their 128 x 128
+block scales; plus DeepSeek's shared expert (an MLP).
 
 fp8 checkpoints: every projection's input is quantized per 1x128 group (per_token_group_fp8; once
 where several projections share it) and multiplied by fp8_block_mm, which returns bf16.
@@ -39,7 +37,7 @@ import torch
 from ..models import ROUTED_EXPERTS, ROUTING, ModelPreset
 from .recorder import Recorder
 from .shapes import is_moe_layer
-from .weights import BLOCK, Fp8Weight
+from .weights import Fp8Weight
 
 #: The where-labels of `rapid-llm plan` (models.py), so that a run's uses read like its plan.
 EMBEDDING, FIRST_NORM, ADD_NORM = (
@@ -122,7 +120,7 @@ class Decoder:
         attend = self.mla if self.p.is_mla else self.gqa
         x = attend(layer, x, batch, loc, buffer)
         x, residual = rec.op("norm.fused_add_rms_norm", ADD_NORM, x, residual, layer["post_norm"], self.eps)
-        x = self.moe(layer["moe"], x, batch) if moe else self.mlp(layer["mlp"], x)
+        x = self.moe(layer["moe"], x) if moe else self.mlp(layer["mlp"], x)
         return x, residual
 
     def gqa(self, layer, x, batch: Batch, loc, buffer):
@@ -243,76 +241,17 @@ class Decoder:
             weights, ids = self.rec.op("moe.topk_routing", ROUTING, logits, p.top_k)
         return ids, weights
 
-    def moe(self, layer, x, batch: Batch):
-        p, rec = self.p, self.rec
-        tokens = x.shape[0]
+    def moe(self, layer, x):
+        """The routed experts through moe.fused_moe (bf16 experts, or e4m3 experts with their block scales),
+        plus DeepSeek's shared expert as an MLP."""
         ids, weights = self.route(layer, x)
-        if not p.weights_fp8_block:
-            gate_up, down = layer["experts_gate_up"], layer["experts_down"]
-            out = rec.op("moe.fused_moe", ROUTED_EXPERTS, x, gate_up, down, weights, ids)
-            if layer["shared"] is not None:
-                out = out + self.mlp(layer["shared"], x, "shared expert")
-            return out
-        quantized = self.quantize(x, "shared and routed experts' gate_up_proj")
-        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
-            order = ids.view(-1).argsort(stable=True)
-            token_of, expert_of = order // p.top_k, ids.view(-1).long()[order]
-            counts = torch.bincount(expert_of, minlength=p.num_experts).tolist()
-        if batch.is_prefill:
-            rows = self._experts_contiguous(layer, quantized, token_of, expert_of, counts)
+        gate_up, down = layer["experts_gate_up"], layer["experts_down"]
+        if isinstance(gate_up, Fp8Weight):
+            # fp8 experts take bf16 activations (quantized per 1x128 group inside) and return bf16
+            experts = (gate_up.weight, down.weight, weights, ids, "silu", gate_up.scale, down.scale)
+            out = self.rec.op("moe.fused_moe", ROUTED_EXPERTS, x.to(torch.bfloat16), *experts).to(x.dtype)
         else:
-            rows = self._experts_masked(layer, quantized, token_of, expert_of, counts, tokens)
-        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
-            combined = torch.zeros(tokens, p.hidden, dtype=torch.float32, device=x.device)
-            combined.index_add_(0, token_of, rows.float() * weights.view(-1)[order, None])
-            out = combined.to(x.dtype)
+            out = self.rec.op("moe.fused_moe", ROUTED_EXPERTS, x, gate_up, down, weights, ids)
         if layer["shared"] is not None:
-            out = out + self.mlp(layer["shared"], x, "shared expert", quantized=quantized)
+            out = out + self.mlp(layer["shared"], x, "shared expert")
         return out
-
-    def _experts_contiguous(self, layer, quantized, token_of, expert_of, counts):
-        """fp8 prefill: rows sorted by expert, each expert's rows padded to a multiple of 128 (DeepGEMM's layout)."""
-        rec, (xq, xs) = self.rec, quantized
-        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
-            padded = [-(-count // BLOCK) * BLOCK for count in counts]
-            starts = torch.tensor([0] + padded[:-1], device=xq.device).cumsum(0)
-            first = torch.tensor([0] + counts[:-1], device=xq.device).cumsum(0)
-            dest = starts[expert_of] + torch.arange(len(expert_of), device=xq.device) - first[expert_of]
-            m_indices = torch.full((sum(padded),), -1, dtype=torch.int32, device=xq.device)
-            m_indices[dest] = expert_of.to(torch.int32)
-        act = self._grouped_pair(layer, xq[token_of], xs[token_of], dest, (sum(padded),), m_indices)
-        return act
-
-    def _experts_masked(self, layer, quantized, token_of, expert_of, counts, tokens):
-        """fp8 decode: a fixed-capacity buffer per expert (round_up(tokens, 128) rows), masked_m rows used."""
-        rec, (xq, xs) = self.rec, quantized
-        with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
-            capacity = -(-tokens // BLOCK) * BLOCK
-            first = torch.tensor([0] + counts[:-1], device=xq.device).cumsum(0)
-            rank = torch.arange(len(expert_of), device=xq.device) - first[expert_of]
-            dest = (expert_of, rank)
-            masked_m = torch.tensor(counts, dtype=torch.int32, device=xq.device)
-        expected_m = max(1, -(-len(expert_of) // self.p.num_experts))
-        return self._grouped_pair(
-            layer, xq[token_of], xs[token_of], dest, (self.p.num_experts, capacity), masked_m, expected_m
-        )
-
-    def _grouped_pair(self, layer, aq, a_scale, dest, lead, *layout_args):
-        """gate_up grouped GEMM, silu_and_mul over the routed rows, quantize, down grouped GEMM; the routed rows out."""
-        rec = self.rec
-        masked = len(layout_args) == 2
-        op = "gemm.fp8_grouped_mm_masked" if masked else "gemm.fp8_grouped_mm_contiguous"
-        suffix = "(decode)" if masked else "(prefill)"
-        results = []
-        for where, weight in (("gate_up_proj", layer["experts_gate_up"]), ("down_proj", layer["experts_down"])):
-            with rec.timed("MoE token permutation", "token permutation to the experts, weighted combine"):
-                a = torch.zeros(*lead, aq.shape[-1], dtype=aq.dtype, device=aq.device)
-                scales = torch.ones(*lead, a_scale.shape[-1], dtype=torch.float32, device=aq.device)
-                a[dest], scales[dest] = aq, a_scale
-            out = rec.op(op, f"routed experts' {where} {suffix}", a, scales, weight.weight, weight.scale, *layout_args)
-            rows = out[dest]
-            results.append(rows)
-            if where == "gate_up_proj":
-                act = rec.op("activation.silu_and_mul", "routed experts' SwiGLU", rows)
-                aq, a_scale = self.quantize(act, "routed experts' down_proj")
-        return results[-1]
