@@ -121,6 +121,27 @@ def test_prefill_causal_must_be_a_bool():
     _expect(rk.prefill, args, "attention.prefill", "causal", "a bool")
 
 
+@pytest.mark.parametrize(
+    "argument,value,fragment",
+    [
+        ("window_left", -2, "an int >= -1"),
+        ("window_left", 4.0, "an int >= -1"),
+        ("window_left", True, "an int >= -1"),
+        ("logits_soft_cap", -1.0, ">= 0"),
+        ("logits_soft_cap", float("inf"), "finite"),
+        ("logits_soft_cap", float("nan"), ">= 0"),
+        ("logits_soft_cap", "30", "real number"),
+    ],
+)
+def test_window_and_soft_cap_values(argument, value, fragment):
+    """Catches a negative window (other than -1: off), a float or bool window, and a negative, infinite, NaN or
+    non-numeric soft cap passed to a kernel (a NaN cap would silently turn every logit into NaN)."""
+    features = {"window_left": -1, "logits_soft_cap": 0.0, argument: value}
+    decode_args = _decode_args() + [None, None, *features.values()]
+    _expect(rk.decode, decode_args, "attention.decode", argument, fragment)
+    _expect(rk.prefill, _prefill_args() + list(features.values()), "attention.prefill", argument, fragment)
+
+
 def test_mla_prefill_head_dims():
     args = _prefill_args(dim=128, heads=2, kv_heads=2)
     _expect(rk.mla_prefill, args, "attention.mla_prefill", "q", "192")

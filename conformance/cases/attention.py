@@ -53,7 +53,10 @@ def _ragged_case(
     strided_index=False,
     transposed_q=False,
     op=PREFILL,
+    features=(),
 ):
+    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults)."""
+
     def make(dtype, device, generator):
         tokens = sum(lengths)
         fused_heads = num_kv_heads if fused else 0
@@ -65,7 +68,7 @@ def _ragged_case(
             q = _randn((tokens, head_dim, num_q_heads), dtype, device, generator, scale).transpose(1, 2)
         cu = _cu_seqlens(lengths, device, strided_index)
         max_seqlen = max(lengths, default=0)
-        args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse)
+        args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse, *features)
         check = checks.check_mla_prefill if op == MLA_PREFILL else checks.check_prefill
         _, layout, dims = check(*args)
         # the case's values are finite, so it makes the promise the ragged library rows need
@@ -147,7 +150,10 @@ def _decode_case(
     strided_index=False,
     row_pad=0,
     fp8=False,
+    features=(),
 ):
+    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults)."""
+
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
         if fp8:
@@ -162,14 +168,16 @@ def _decode_case(
         else:
             q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
-        args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale)
+        args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale, *features)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
 
     return make
 
 
-def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False, row_pad=0):
+def _mla_decode_case(
+    seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False, row_pad=0, features=()
+):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
         cache = _cache(pages * page_size, (576,), dtype, device, generator, row_pad)
@@ -179,7 +187,7 @@ def _mla_decode_case(seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=F
             q = _randn((len(seq_lens), num_q_heads, 576), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         # sm_scale of DeepSeek-V3 (1 / sqrt(192), the un-absorbed q/k head dim)
-        args = (q, cache, table, lens, page_size, 192**-0.5)
+        args = (q, cache, table, lens, page_size, 192**-0.5, *features)
         _, layout, dims = checks.check_mla_decode(*args)
         return args, dict(dims), layout
 
@@ -199,15 +207,19 @@ def _paged_prefill_case(
     strided_index=False,
     fused=False,
     row_pad=0,
+    scale=1.0,
+    features=(),
 ):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
         buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
         tokens = sum(new_tokens)
-        q = _heads(tokens, num_q_heads, head_dim, dtype, device, generator, fused_with=2 * num_kv_heads if fused else 0)
+        fused_with = 2 * num_kv_heads if fused else 0
+        q = _heads(tokens, num_q_heads, head_dim, dtype, device, generator, scale, fused_with=fused_with)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         cu = _cu_seqlens(new_tokens, device, strided_index)
-        args = (q, buffer, table, cu, lens, max(new_tokens, default=0), page_size, head_dim**-0.5, causal, return_lse)
+        longest = max(new_tokens, default=0)
+        args = (q, buffer, table, cu, lens, longest, page_size, head_dim**-0.5, causal, return_lse, *features)
         _, layout, dims = checks.check_prefill_paged(*args)
         return args, dict(dims), layout
 
@@ -219,9 +231,12 @@ def _paged_prefill_case(
 # ---------------------------------------------------------------------------
 
 
-def _attend64(q, k, v, scale, visible):
-    """q [Sq, H, D], k [Sk, H, D], v [Sk, H, Dv] (heads already matched), visible [Sq, Sk] -> out, lse."""
+def _attend64(q, k, v, scale, visible, soft_cap=0.0):
+    """q [Sq, H, D], k [Sk, H, D], v [Sk, H, Dv] (heads already matched), visible [Sq, Sk] -> out, lse;
+    soft_cap c > 0: each scaled logit s becomes c * tanh(s / c)."""
     logits = torch.einsum("qhd,khd->hqk", q.double(), k.double()) * scale
+    if soft_cap > 0:
+        logits = soft_cap * torch.tanh(logits / soft_cap)
     logits = logits.masked_fill(~visible.unsqueeze(0), float("-inf"))
     lse = torch.logsumexp(logits, dim=-1)
     weights = torch.softmax(logits, dim=-1)
@@ -232,7 +247,19 @@ def _expand(t, group):
     return t.repeat_interleave(group, dim=1)
 
 
-def prefill_oracle(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def _visible(query_positions, length, causal, window_left):
+    """[Sq, length]: key position j visible to a query at position i (causal: j <= i; a window: j >= i - W)."""
+    keys = torch.arange(length, device=query_positions.device).unsqueeze(0)
+    queries = query_positions.unsqueeze(1)
+    visible = keys <= queries if causal else torch.ones_like(keys <= queries)
+    if window_left >= 0:
+        visible = visible & (keys >= queries - window_left)
+    return visible
+
+
+def prefill_oracle(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     group = q.shape[1] // k.shape[1]
     out = torch.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=torch.float64, device=q.device)
     lse = torch.zeros((q.shape[0], q.shape[1]), dtype=torch.float64, device=q.device)
@@ -240,12 +267,9 @@ def prefill_oracle(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, retur
     for start, end in zip(offsets[:-1], offsets[1:]):
         if end == start:
             continue
-        n = end - start
-        visible = torch.ones(n, n, dtype=torch.bool, device=q.device)
-        if causal:
-            visible = visible.tril()
+        visible = _visible(torch.arange(end - start, device=q.device), end - start, causal, window_left)
         out[start:end], lse[start:end] = _attend64(
-            q[start:end], _expand(k[start:end], group), _expand(v[start:end], group), sm_scale, visible
+            q[start:end], _expand(k[start:end], group), _expand(v[start:end], group), sm_scale, visible, logits_soft_cap
         )
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
@@ -254,7 +278,18 @@ def _gather_positions(table_row, length, page_size):
     return [int(table_row[p // page_size]) * page_size + p % page_size for p in range(length)]
 
 
-def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode_oracle(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
@@ -264,23 +299,35 @@ def decode_oracle(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_sca
         keys, values = kv[:, :heads], kv[:, heads:]
         if k_scale is not None:  # an fp8 buffer: dequantize (exact in float64)
             keys, values = keys * float(k_scale), values * float(v_scale)
-        visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b : b + 1], _ = _attend64(q[b : b + 1], _expand(keys, group), _expand(values, group), sm_scale, visible)
+        visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
+        expanded = (_expand(keys, group), _expand(values, group))
+        out[b : b + 1], _ = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap)
     return out.to(q.dtype)
 
 
-def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     out = torch.empty((q.shape[0], q.shape[1], 512), dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
         rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
         latent = latent_cache[rows].unsqueeze(1).expand(length, q.shape[1], 576)
-        visible = torch.ones(1, length, dtype=torch.bool, device=q.device)
-        out[b : b + 1], _ = _attend64(q[b : b + 1], latent, latent[..., :512], sm_scale, visible)
+        visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
+        out[b : b + 1], _ = _attend64(q[b : b + 1], latent, latent[..., :512], sm_scale, visible, logits_soft_cap)
     return out.to(q.dtype)
 
 
 def prefill_paged_oracle(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
@@ -294,12 +341,9 @@ def prefill_paged_oracle(
         rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
         kv = kv_buffer[rows]
         query_pos = torch.arange(length - (end - start), length, device=q.device)
-        visible = torch.arange(length, device=q.device).unsqueeze(0) <= query_pos.unsqueeze(1)
-        if not causal:
-            visible = torch.ones_like(visible)
-        out[start:end], lse[start:end] = _attend64(
-            q[start:end], _expand(kv[:, :heads], group), _expand(kv[:, heads:], group), sm_scale, visible
-        )
+        visible = _visible(query_pos, length, causal, window_left)
+        expanded = (_expand(kv[:, :heads], group), _expand(kv[:, heads:], group))
+        out[start:end], lse[start:end] = _attend64(q[start:end], *expanded, sm_scale, visible, logits_soft_cap)
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
@@ -326,13 +370,31 @@ PREFILL_CASES = (
     Case("strided_cu_seqlens", _ragged_case((12, 31), 4, 2, 64, strided_index=True)),
     Case("q_head_dim_not_contiguous", _ragged_case((9, 4), 4, 2, 64, transposed_q=True)),
     Case("value_dim_differs", _ragged_case((9, 14), 4, 2, 128, head_dim_v=64)),
+    # sliding windows (window_left) and logit soft-capping
+    Case("window_8", _ragged_case(_RAGGED, 4, 2, 64, features=(8, 0.0))),
+    Case("window_0_with_lse", _ragged_case(_RAGGED, 4, 2, 64, return_lse=True, features=(0, 0.0))),
+    Case("window_past_the_context", _ragged_case(_RAGGED, 4, 2, 64, features=(5000, 0.0))),
+    Case(
+        "non_causal_window_with_lse", _ragged_case(_RAGGED, 4, 2, 64, causal=False, return_lse=True, features=(6, 0.0))
+    ),
+    Case("soft_cap_5_large_logits", _ragged_case((30, 5), 4, 2, 64, scale=40.0, return_lse=True, features=(-1, 5.0))),
+    Case("window_16_soft_cap_30", _ragged_case(_RAGGED, 4, 1, 128, features=(16, 30.0))),
     Case("lengths_1_17_1000_4097", _ragged_case((1, 17, 1000, 4097), 8, 2, 128, return_lse=True), gpu_only=True),
+    Case(
+        "window_1024_lengths_1_4097",
+        _ragged_case((1, 4097, 2000), 8, 2, 128, return_lse=True, features=(1024, 0.0)),
+        gpu_only=True,
+    ),
     # 4096 sequences x 32 heads: more than 65,535 (sequence, head) programs
     Case("many_short_sequences", _ragged_case(tuple(1 + (i * 7) % 13 for i in range(4096)), 32, 8, 128), gpu_only=True),
 )
 
 MLA_PREFILL_CASES = (
     Case("ragged", _ragged_case((17, 1, 60), 4, 4, 192, head_dim_v=128, op=MLA_PREFILL)),
+    Case(
+        "window_9_soft_cap_20_with_lse",
+        _ragged_case((17, 1, 60), 4, 4, 192, head_dim_v=128, return_lse=True, op=MLA_PREFILL, features=(9, 20.0)),
+    ),
     Case(
         "ragged_lse_non_causal",
         _ragged_case((9, 33), 2, 2, 192, head_dim_v=128, causal=False, return_lse=True, op=MLA_PREFILL),
@@ -369,6 +431,16 @@ DECODE_CASES = (
     Case("fp8_kv_padded_rows_large_logits", _decode_case((50, 9), 4, 2, 64, 16, fp8=True, row_pad=64, scale=10.0)),
     Case("fp8_kv_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, fp8=True), gpu_only=True),
     Case("fp8_kv_long_context_32k", _decode_case((32768,), 32, 8, 128, 16, fp8=True), gpu_only=True),
+    # sliding windows (window_left: smaller than a page, a page, past the context) and logit soft-capping
+    Case("window_0", _decode_case((1, 17, 100, 33), 4, 1, 64, 16, features=(0, 0.0))),
+    Case("window_3_below_a_page", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, features=(3, 0.0))),
+    Case("window_of_one_page", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, features=(15, 0.0))),
+    Case("window_past_the_context", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, features=(500, 0.0))),
+    Case("window_page_size_1", _decode_case((1, 17, 40), 4, 2, 64, 1, features=(7, 0.0))),
+    Case("soft_cap_5_large_logits", _decode_case((50, 9), 4, 2, 64, 16, scale=40.0, features=(-1, 5.0))),
+    Case("window_20_soft_cap_30_head_dim_256", _decode_case((5, 30), 4, 2, 256, 16, features=(20, 30.0))),
+    Case("fp8_kv_window_soft_cap", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 10.0))),
+    Case("window_4096_context_32k", _decode_case((32768, 5000), 32, 8, 128, 16, features=(4095, 0.0)), gpu_only=True),
 )
 
 MLA_DECODE_CASES = (
@@ -381,6 +453,8 @@ MLA_DECODE_CASES = (
     Case("heads_128", _mla_decode_case((100, 300), 128, 64), gpu_only=True),
     Case("batch_64_len_4096_heads_16", _mla_decode_case((4096,) * 64, 16, 64), gpu_only=True),
     Case("long_context_32k", _mla_decode_case((32768,), 16, 64), gpu_only=True),
+    Case("window_70_soft_cap_15", _mla_decode_case((1, 65, 200), 16, 64, features=(70, 15.0))),
+    Case("window_5_page_size_1", _mla_decode_case((1, 20, 9), 16, 1, features=(5, 0.0))),
 )
 
 PREFILL_PAGED_CASES = (
@@ -392,6 +466,17 @@ PREFILL_PAGED_CASES = (
     Case("empty_chunk", _paged_prefill_case((40, 0, 17), (8, 0, 3), 4, 2, 64, 16)),
     Case("fused_q_strided_index", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, fused=True, strided_index=True)),
     Case("padded_buffer_rows", _paged_prefill_case((33, 12), (6, 12), 4, 2, 64, 16, row_pad=64)),
+    # sliding windows and logit soft-capping
+    Case("window_5_after_history", _paged_prefill_case((40, 17, 100), (8, 17, 1), 4, 2, 64, 16, features=(5, 0.0))),
+    Case(
+        "non_causal_window_with_lse",
+        _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, causal=False, return_lse=True, features=(10, 0.0)),
+    ),
+    Case(
+        "soft_cap_5_large_logits",
+        _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, scale=40.0, return_lse=True, features=(-1, 5.0)),
+    ),
+    Case("window_past_the_context", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, features=(1000, 0.0))),
     Case(
         "long_prefix_4096_chunk_512",
         _paged_prefill_case((4608, 1024), (512, 1024), 32, 8, 128, 16, return_lse=True),

@@ -261,13 +261,18 @@ def _ragged(public: Callable) -> Callable:
         sm_scale: float,
         causal: bool = True,
         return_lse: bool = False,
+        window_left: int = -1,
+        logits_soft_cap: float = 0.0,
     ) -> list[Tensor]:
-        return _with_lse(public(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse), return_lse)
+        args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
+        return _with_lse(public(*args), return_lse)
 
     return real
 
 
-def _ragged_fake(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False) -> list[Tensor]:
+def _ragged_fake(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+) -> list[Tensor]:
     """out [T, Hq, Dv] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
     tokens, heads = q.shape[0], q.shape[1]
     out = _new((tokens, heads, v.shape[-1]), q)
@@ -285,15 +290,26 @@ def _prefill_paged(
     sm_scale: float,
     causal: bool = True,
     return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
 ) -> list[Tensor]:
-    result = kernels.prefill_paged(
-        q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse
-    )
-    return _with_lse(result, return_lse)
+    args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
+    return _with_lse(kernels.prefill_paged(*args, window_left, logits_soft_cap), return_lse)
 
 
 def _prefill_paged_fake(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ) -> list[Tensor]:
     """out [T, Hq, D] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
     out = _new(q.shape, q)
@@ -309,14 +325,24 @@ def _decode(
     sm_scale: float,
     k_scale: Tensor | None = None,
     v_scale: Tensor | None = None,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
 ) -> Tensor:
-    return kernels.decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+    args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
+    return kernels.decode(*args)
 
 
 def _mla_decode(
-    q: Tensor, latent_cache: Tensor, page_table: Tensor, seq_lens: Tensor, page_size: int, sm_scale: float
+    q: Tensor,
+    latent_cache: Tensor,
+    page_table: Tensor,
+    seq_lens: Tensor,
+    page_size: int,
+    sm_scale: float,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
 ) -> Tensor:
-    return kernels.mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
+    return kernels.mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap)
 
 
 def _mla_decode_fake(q, *args, **kwargs) -> Tensor:

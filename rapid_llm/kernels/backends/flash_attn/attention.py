@@ -20,7 +20,9 @@ from __future__ import annotations
 from fa3_fwd_interface import flash_attn_varlen_func
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.prefill on FA3's varlen forward."""
     out, lse = flash_attn_varlen_func(
         q,
@@ -37,6 +39,8 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
     return (out, lse.t()) if return_lse else out
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def mla_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.mla_prefill: FA3's varlen forward with head_dim 192 for q/k and 128 for v."""
     return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)

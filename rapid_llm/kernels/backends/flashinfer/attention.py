@@ -308,7 +308,18 @@ def _run_mla(wrapper, q, latent_cache, page_size):
     return wrapper.run(q[..., :CKV_DIM], q[..., CKV_DIM:], paged[..., :CKV_DIM], paged[..., CKV_DIM:])
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
     variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
     always None here (an fp8 buffer goes to another row)."""
@@ -327,18 +338,33 @@ def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
     return out, lse * _LN2
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.prefill through BatchPrefillWithRaggedKVCacheWrapper (q and kv share cu_seqlens)."""
     return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged")
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def mla_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.mla_prefill: the ragged wrapper with head_dim_qk 192 and head_dim_vo 128 (SGLang's MLA prefill)."""
     return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged_mla")
 
 
 def prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
     the new tokens are the last of each sequence, as our contract says)."""
@@ -355,7 +381,7 @@ def _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse):
     return out, lse * _LN2
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """attention.mla_decode through BatchMLAPagedAttentionWrapper: q split into its 512 latent and 64 rope
     dims, the latent cache into ckv [pages, page_size, 512] and kpe [pages, page_size, 64] views (no copies:
     FlashInfer reads their page and token strides, csrc/batch_mla_sm90_run.cu)."""
@@ -385,13 +411,35 @@ def _layer_call(run):
     return call
 
 
-def step_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def step_decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """flashinfer/paged_decode's per-step preparation: plan_decode once, in CUDA-graph mode."""
     return _layer_call(plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, cuda_graph=True))
 
 
 def step_prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once, in CUDA-graph mode."""
     run = plan_prefill_paged(
@@ -400,6 +448,6 @@ def step_prefill_paged(
     return _layer_call(run)
 
 
-def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """flashinfer/mla_decode's per-step preparation: plan_mla_decode once (its CUDA-graph mode)."""
     return _layer_call(plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale))

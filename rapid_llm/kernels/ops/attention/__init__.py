@@ -20,11 +20,14 @@ Shared conventions of every attention op:
     lse NaN; a NaN in an attended V element makes that output element NaN. Another sequence's tokens,
     positions past a sequence's length and cache rows no sequence uses (an engine's padding slot) never
     affect a query, whatever they hold. A non-finite K/V of a later token of the same sequence (masked
-    by causality) may reach that sequence's earlier queries (tile products compute 0 * NaN there); it
-    never leaves the sequence. The ragged prefill library rows (FA3, FlashInfer) load K/V tiles past a
+    by causality), or of an earlier one outside a query's window, may reach that sequence's other
+    queries (tile products compute 0 * NaN there); it never leaves the sequence. The ragged prefill library rows (FA3, FlashInfer) load K/V tiles past a
     sequence's end, so a non-finite value reaches the neighbouring sequences there (and FA3's lse is
     not NaN for a NaN query or key): they need the call site's promise qkv:finite, which no check
     derives, so a checked call never selects them;
+  - window_left and logits_soft_cap (every op, defaults -1 and 0.0: off): see _FEATURES below; a row
+    that does not implement one requires the tag the check derives when it is off (window:none,
+    softcap:none), so a call using it is served by the rows that do;
   - index tensors (cu_seqlens, seq_lens, page_table) are int32, on q's device.
     Their values are checked (OpInputError) for CPU tensors always and on CUDA
     under RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a
@@ -57,6 +60,15 @@ MLA_LATENT_DIM = 576
 MLA_VALUE_DIM = 512
 MLA_ROPE_DIM = MLA_LATENT_DIM - MLA_VALUE_DIM
 
+#: The optional features every attention op takes (appended to its parameters, off by default).
+_FEATURES = """window_left: int >= -1 (default -1: no window). A query at position i
+attends only keys at positions j >= i - window_left (with causality, the
+window_left + 1 positions i - window_left .. i), FlashInfer's and FA3's
+left-inclusive sliding window; decode's query sits at position
+seq_lens[b] - 1. logits_soft_cap: float >= 0 (default 0.0: none). With c > 0
+every scaled logit s = q . k * sm_scale becomes c * tanh(s / c) before the
+softmax (Gemma 2's capping); lse is of the capped logits."""
+
 _VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
 unspecified output otherwise)"""
 
@@ -77,6 +89,8 @@ LAYOUT_TAGS = {
     "latent:tma": "the MLA latent cache [rows, 576] has rows, unit column stride, a 16-byte aligned base and row "
     "stride, and rows that do not overlap (a 2D TMA array)",
     "scale:positive": "sm_scale > 0 (kernels that take the row maximum on the raw logits, then scale)",
+    "window:none": "window_left == -1: no sliding window (what rows without window masking serve)",
+    "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
     # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
     "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
     "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
@@ -84,10 +98,23 @@ LAYOUT_TAGS = {
 #: The promise the ragged prefill library rows need (FA3 and FlashInfer load K/V tiles past a sequence's end).
 FINITE = "qkv:finite"
 
+_RAGGED_PARAMETERS = ("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse")
+_FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
+#: The tags every op's check derives for its features being off (LAYOUT_TAGS).
+_FEATURES_OFF = ("window:none", "softcap:none")
+#: {feature: the tag a row that does not implement it requires}
+_OFF_TAG = {"window": "window:none", "softcap": "softcap:none"}
+
+
+def _features_off(implemented=()) -> tuple[str, ...]:
+    """The tags a row requires for the features it does not implement (names of _OFF_TAG)."""
+    return tuple(tag for feature, tag in _OFF_TAG.items() if feature not in implemented)
+
+
 CONTRACTS = (
     OpContract(
         op=PREFILL,
-        parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
+        parameters=(*_RAGGED_PARAMETERS, *_FEATURE_PARAMETERS),
         dtypes=ATTENTION_DTYPES,
         # max_seqlen: 4 x 4096 and 16 x 1024 are one num_tokens bucket, yet their fastest rows differ
         dims=(
@@ -98,11 +125,20 @@ CONTRACTS = (
             ("head_dim", EXACT),
             ("head_dim_v", EXACT),
         ),
-        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
+        layouts=(
+            "q:heads",
+            "kv:heads",
+            "v:same_head_dim",
+            "index:contiguous",
+            "q:tma",
+            "kv:tma",
+            "scale:positive",
+            *_FEATURES_OFF,
+        ),
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
-        doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
-    -> out, or (out, lse) with return_lse
+        doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False,
+        window_left=-1, logits_soft_cap=0.0) -> out, or (out, lse) with return_lse
 
 Ragged (packed, unpadded) self-attention of a batch of B sequences:
 q: [T, Hq, D]; k: [T, Hk, D]; v: [T, Hk, Dv]; one dtype (fp32/fp16/bf16), one
@@ -113,12 +149,13 @@ of a sequence attends key j of the same sequence when j <= i (causal) or
 always (causal=False):
     out[t, h] = sum_j softmax_j(q[t, h] . k[j, h // (Hq/Hk)] * sm_scale) v[j, h // (Hq/Hk)]
 out: new [T, Hq, Dv] tensor of q's dtype; lse: [T, Hq] fp32, natural log.
+{_FEATURES}
 {_VALUES}: cu_seqlens[0] == 0, non-decreasing, cu_seqlens[B] == T, every
 length <= max_seqlen.""",
     ),
     OpContract(
         op=MLA_PREFILL,
-        parameters=("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse"),
+        parameters=(*_RAGGED_PARAMETERS, *_FEATURE_PARAMETERS),
         dtypes=ATTENTION_DTYPES,
         # max_seqlen: 4 x 4096 and 16 x 1024 are one num_tokens bucket, yet their fastest rows differ
         dims=(
@@ -129,10 +166,20 @@ length <= max_seqlen.""",
             ("head_dim", EXACT),
             ("head_dim_v", EXACT),
         ),
-        layouts=("q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"),
+        layouts=(
+            "q:heads",
+            "kv:heads",
+            "v:same_head_dim",
+            "index:contiguous",
+            "q:tma",
+            "kv:tma",
+            "scale:positive",
+            *_FEATURES_OFF,
+        ),
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_mla_prefill",
-        doc="""mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False)
+        doc="""mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False,
+            window_left=-1, logits_soft_cap=0.0)
 
 DeepSeek MLA prefill in its non-absorbed form (the latent expanded to per-head
 K and V): exactly attention.prefill's semantics with q, k: [T, H, 192]
@@ -152,6 +199,7 @@ lse: [T, H] fp32, natural log.""",
             "sm_scale",
             "causal",
             "return_lse",
+            *_FEATURE_PARAMETERS,
         ),
         dtypes=ATTENTION_DTYPES,
         dims=(
@@ -161,10 +209,11 @@ lse: [T, H] fp32, natural log.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous"),
+        layouts=("q:heads", "kv:paged", "index:contiguous", *_FEATURES_OFF),
         check=f"{_HERE}.checks:check_prefill_paged",
         doc=f"""prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size,
-              sm_scale, causal=True, return_lse=False) -> out, or (out, lse)
+              sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0)
+    -> out, or (out, lse)
 
 Chunked prefill / prefix caching: the new tokens' queries against each
 sequence's whole paged KV (its history and the new tokens themselves, whose
@@ -177,6 +226,7 @@ its new tokens. The n_b = q-length new tokens are the last n_b positions: query
 i sits at position seq_lens[b] - n_b + i and attends KV positions <= that
 (causal) or all seq_lens[b] positions (causal=False). out: new [T, Hq, D]
 of q's dtype; lse: [T, Hq] fp32, natural log.
+{_FEATURES}
 {_VALUES}: cu_seqlens_q as in attention.prefill (lengths <= max_seqlen_q);
 n_b <= seq_lens[b] <= max_pages * page_size; the page ids a sequence uses
 (its first ceil(seq_lens[b] / page_size) entries) < rows / page_size; other
@@ -184,7 +234,17 @@ entries of page_table are not read.""",
     ),
     OpContract(
         op=DECODE,
-        parameters=("q", "kv_buffer", "page_table", "seq_lens", "page_size", "sm_scale", "k_scale", "v_scale"),
+        parameters=(
+            "q",
+            "kv_buffer",
+            "page_table",
+            "seq_lens",
+            "page_size",
+            "sm_scale",
+            "k_scale",
+            "v_scale",
+            *_FEATURE_PARAMETERS,
+        ),
         dtypes=ATTENTION_DTYPES,
         # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
         dims=(
@@ -194,9 +254,10 @@ entries of page_table are not read.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3"),
+        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURES_OFF),
         check=f"{_HERE}.checks:check_decode",
-        doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None) -> out
+        doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None,
+       window_left=-1, logits_soft_cap=0.0) -> out
 
 One query token per sequence against its paged KV (page_size >= 1; 1 is
 token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
@@ -208,17 +269,19 @@ be None for a buffer of q's dtype. rows a multiple of page_size; page_table:
 int32 [B, max_pages]; seq_lens: int32 [B]. Query b attends KV positions
 0 .. seq_lens[b]-1 (its own K/V already written). out: new [B, Hq, D] of q's
 dtype.
+{_FEATURES}
 {_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
 uses < rows / page_size; other entries of page_table are not read.""",
     ),
     OpContract(
         op=MLA_DECODE,
-        parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale"),
+        parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale", *_FEATURE_PARAMETERS),
         dtypes=ATTENTION_DTYPES,
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("head_dim", EXACT), ("page_size", EXACT)),
-        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma"),
+        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURES_OFF),
         check=f"{_HERE}.checks:check_mla_decode",
-        doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale) -> out
+        doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1,
+           logits_soft_cap=0.0) -> out
 
 DeepSeek MLA decode in absorbed form: every query head attends the one shared
 latent cache. q: [B, Hq, 576] (512 latent dims, then 64 rope dims), any
@@ -228,6 +291,7 @@ page_table: int32 [B, max_pages]; seq_lens: int32 [B].
     out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512]
 over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
 [B, Hq, 512] of q's dtype.
+{_FEATURES}
 {_VALUES}: as attention.decode.""",
     ),
 )
@@ -282,7 +346,7 @@ def _library_row(
         capability=_SM90,
         dtypes=dtypes,
         shape=(ShapeConstraint("num_tokens", min=1), *shape),
-        layout=layout,
+        layout=(*layout, *_features_off()),
         parity=(max_abs_diff, LIBRARY_PARITY),
         priority=priority,
         graph_safe=graph_safe,
@@ -328,8 +392,10 @@ def _native_row(
     priority,
     description,
     step=None,
+    features=(),
 ):
-    """A native kernel's row (target "<module>:<function>" under this package, e.g. "prefill.gluon:prefill_gluon").
+    """A native kernel's row (target "<module>:<function>" under this package, e.g. "prefill.gluon:prefill_gluon");
+    features: the optional features (_OFF_TAG's names) its kernel implements.
     Every tensor is read through its strides; no host sync and no per-call host data (split counts come from
     host-known sizes): capturable in a CUDA graph. The kernels multiply tiles with tl.dot: TRITON_DOT_DEVICES."""
     return native_row(
@@ -340,7 +406,7 @@ def _native_row(
         libraries=libraries,
         capability=capability,
         shape=shape,
-        layout=layout,
+        layout=(*layout, *_features_off(features)),
         parity=parity,
         priority=priority,
         description=description,
@@ -372,6 +438,7 @@ ROWS = (
         priority=13,
         description="Triton FlashAttention-2-style tiles by pointer loads: BLOCK_M queries x "
         "BLOCK_N keys, online exp2 softmax; any strides, fp32",
+        features=("window", "softcap"),
     ),
     _native_row(
         "native/prefill_tma",
@@ -407,6 +474,7 @@ ROWS = (
         parity=(0.015625, "h200.attention.parity.native_mla_prefill"),
         priority=13,
         description="Triton prefill tiles by pointer loads, q/k head_dim 192 as 128 + 64 (two products a tile)",
+        features=("window", "softcap"),
     ),
     _native_row(
         "native/mla_prefill_tma",
@@ -428,6 +496,7 @@ ROWS = (
         parity=(0.015625, "h200.attention.parity.native_prefill_paged"),
         priority=20,
         description="Triton prefill tiles reading K/V through the page table, bottom-right causal",
+        features=("window", "softcap"),
     ),
     # attention.decode
     _native_row(
@@ -440,6 +509,7 @@ ROWS = (
         priority=30,
         description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge",
         step="decode.triton:prepare_decode",
+        features=("window", "softcap"),
     ),
     _native_row(
         "native/decode_fp8",
@@ -453,6 +523,7 @@ ROWS = (
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
         step="decode.triton:prepare_decode_fp8",
+        features=("window", "softcap"),
     ),
     # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
     *extension_rows(
@@ -464,7 +535,7 @@ ROWS = (
             ShapeConstraint("head_dim", one_of=(128,)),
             ShapeConstraint("page_size", one_of=tuple(2**i for i in range(11))),
         ),
-        layout=("kv:fp8_e4m3", "kv:paged"),
+        layout=("kv:fp8_e4m3", "kv:paged", *_features_off()),
         parity={
             "aot": (0.0078125, "h200.attention.parity.aot_decode_fp8"),
             "jit": (0.0078125, "h200.attention.parity.jit_decode_fp8"),
@@ -483,6 +554,7 @@ ROWS = (
         priority=10,
         description="Triton MLA decode by pointer loads: BLOCK_H heads share each latent tile, split-K with "
         "an lse merge; any page size, fp32",
+        features=("window", "softcap"),
     ),
     _native_row(
         "native/mla_decode_tma",

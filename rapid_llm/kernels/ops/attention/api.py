@@ -8,9 +8,22 @@ from . import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED
 __all__ = ["prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill"]
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True, return_lse: bool = False):
-    """Ragged self-attention of packed sequences; out [T, Hq, Dv] (and lse [T, Hq]). Contract: attention.prefill."""
-    return _call(PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
+def prefill(
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+):
+    """Ragged self-attention of packed sequences; out [T, Hq, Dv] (and lse [T, Hq]); window_left >= 0 a sliding
+    window, logits_soft_cap > 0 tanh capping. Contract: attention.prefill."""
+    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
+    return _call(PREFILL, args)
 
 
 def prefill_paged(
@@ -24,25 +37,58 @@ def prefill_paged(
     sm_scale: float,
     causal: bool = True,
     return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
 ):
     """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
-    return _call(
-        PREFILL_PAGED,
-        (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse),
-    )
+    args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
+    return _call(PREFILL_PAGED, (*args, window_left, logits_soft_cap))
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size: int, sm_scale: float, k_scale=None, v_scale=None):
+def decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size: int,
+    sm_scale: float,
+    k_scale=None,
+    v_scale=None,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+):
     """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
     out [B, Hq, D]. Contract: attention.decode."""
-    return _call(DECODE, (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale))
+    args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
+    return _call(DECODE, args)
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size: int, sm_scale: float):
+def mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size: int,
+    sm_scale: float,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+):
     """Absorbed MLA decode over the paged latent cache; out [B, Hq, 512]. Contract: attention.mla_decode."""
-    return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale))
+    return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap))
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen: int, sm_scale: float, causal: bool = True, return_lse: bool = False):
+def mla_prefill(
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+):
     """Non-absorbed MLA prefill (q/k 192, v 128); out [T, H, 128]. Contract: attention.mla_prefill."""
-    return _call(MLA_PREFILL, (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse))
+    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
+    return _call(MLA_PREFILL, args)

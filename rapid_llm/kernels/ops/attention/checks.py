@@ -16,6 +16,8 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   latent:tma        latent_cache [rows, 576], rows > 0, unit column stride, 16-byte aligned base and row
                     stride, rows that do not overlap
   scale:positive    sm_scale > 0 (kernels that take the row maximum on the raw logits)
+  window:none       window_left == -1 (no sliding window)
+  softcap:none      logits_soft_cap == 0 (no tanh soft cap)
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ from ..checks import (
 from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
 
 _ALIGN_BYTES = 16
+_FEATURE_TAGS = ("window:none", "softcap:none")
 _RAGGED_TAGS = tag_table(
-    "q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive"
+    "q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive", *_FEATURE_TAGS
 )
-_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous")
-_DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3")
-_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma")
+_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS)
+_DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS)
+_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURE_TAGS)
 
 
 def heads_aligned(t) -> bool:
@@ -112,6 +115,16 @@ def _expect_scale(op, sm_scale) -> None:
         raise OpInputError(op, "sm_scale", "a finite number", repr(sm_scale))
 
 
+def _features_off(op, window_left, logits_soft_cap) -> tuple[bool, bool]:
+    """Checks the optional features (window_left an int >= -1; logits_soft_cap a finite number >= 0) and
+    returns the flags of their off-tags (window:none, softcap:none)."""
+    expect_int(op, "window_left", window_left, minimum=-1)
+    expect_real_number(op, "logits_soft_cap", logits_soft_cap, minimum=0)
+    if not float(logits_soft_cap) < float("inf"):
+        raise OpInputError(op, "logits_soft_cap", "a finite number >= 0 (0: no cap)", repr(logits_soft_cap))
+    return window_left == -1, logits_soft_cap == 0
+
+
 def _expect_offsets(op, argument, cu_seqlens, anchor) -> int:
     """An int32 [B + 1] offsets tensor on q's device; returns B."""
     _expect_int32_vector(op, argument, cu_seqlens, None, anchor)
@@ -140,7 +153,7 @@ def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max
     return lengths
 
 
-def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
+def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap):
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         expect_float_tensor(op, name, tensor)
         if tensor.dim() != 3:
@@ -163,6 +176,7 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
     _expect_scale(op, sm_scale)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
+    features_off = _features_off(op, window_left, logits_soft_cap)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
     tags = _RAGGED_TAGS[
         (
@@ -173,6 +187,7 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
             tma_array(q),
             tma_array(k) and tma_array(v),
             float(sm_scale) > 0,
+            *features_off,
         )
     ]
     dims = (
@@ -186,16 +201,22 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
     return q, tags, dims
 
 
-def check_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def check_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.prefill's check: (q, tags, (num_tokens, max_seqlen, num_q_heads, num_kv_heads, head_dim,
     head_dim_v))."""
-    return _check_ragged(PREFILL, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    features = (window_left, logits_soft_cap)
+    return _check_ragged(PREFILL, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
 
 
-def check_mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def check_mla_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.mla_prefill's check: the prefill check, plus q/k head_dim 192, v 128, Hq == Hk."""
     op = MLA_PREFILL
-    result = _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    features = (window_left, logits_soft_cap)
+    result = _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
     if q.shape[2] != 192:
         raise OpInputError(op, "q", "head_dim 192 (128 nope + 64 rope dims)", f"shape {list(q.shape)}")
     if v.shape[2] != 128:
@@ -302,11 +323,23 @@ def _check_kv_scales(op, kv_buffer, k_scale, v_scale, q) -> bool:
     return fp8
 
 
-def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def check_decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
     fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
+    features_off = _features_off(op, window_left, logits_soft_cap)
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
@@ -320,6 +353,7 @@ def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scal
             page_table.is_contiguous() and seq_lens.is_contiguous(),
             not fp8,
             fp8,
+            *features_off,
         )
     ]
     dims = (
@@ -332,10 +366,11 @@ def check_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scal
     return q, tags, dims
 
 
-def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """attention.mla_decode's check: (q, tags, (num_tokens = B, num_q_heads, head_dim, page_size))."""
     op = MLA_DECODE
     _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale)
+    features_off = _features_off(op, window_left, logits_soft_cap)
     batch, num_q_heads, head_dim = q.shape
     if head_dim != MLA_LATENT_DIM:
         raise OpInputError(
@@ -356,6 +391,7 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
             heads_aligned(latent_cache),
             page_table.is_contiguous() and seq_lens.is_contiguous(),
             tma_rows(latent_cache, MLA_LATENT_DIM),
+            *features_off,
         )
     ]
     dims = (("num_tokens", batch), ("num_q_heads", num_q_heads), ("head_dim", head_dim), ("page_size", page_size))
@@ -363,7 +399,18 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale)
 
 
 def check_prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     """attention.prefill_paged's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = PREFILL_PAGED
@@ -382,6 +429,7 @@ def check_prefill_paged(
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
+    features_off = _features_off(op, window_left, logits_soft_cap)
     new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
     if new_tokens is not None and batch:
         short = seq_lens.to("cpu", torch.int64) < new_tokens
@@ -399,6 +447,7 @@ def check_prefill_paged(
             heads_aligned(q),
             heads_aligned(kv_buffer),
             page_table.is_contiguous() and seq_lens.is_contiguous() and cu_seqlens_q.is_contiguous(),
+            *features_off,
         )
     ]
     dims = (

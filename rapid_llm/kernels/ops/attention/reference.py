@@ -8,11 +8,15 @@ pairs attend, and an online softmax in fp32 (flash attention's recurrence
 over the key chunks) weighs the values:
 
     s   = q . k * sm_scale (fp32) over the keys the query attends
+    s   = c * tanh(s / c)                   (logits_soft_cap c > 0 only)
     m   = max(s),  l = sum exp(s - m)       (running over key chunks)
     out = sum exp(s - m) v / l  -> q's dtype,  lse = m + log(l)  (natural log)
 
 Subtracting the running max keeps exp() exact at the max: exp(s - lse) in
 fp32 loses |lse| * 2**-24 of the logit (0.2% of a weight at |lse| ~ 5e4).
+
+A sliding window (window_left W >= 0) is one more mask: a query at position i
+attends keys at positions >= i - W.
 
 Isolation and NaN (the semantics every attention row follows): a query's
 out and lse depend only on its q and on K/V at the positions it attends. A
@@ -22,9 +26,9 @@ NaN). Positions it does not attend (masked by causality, past its seq_len,
 other sequences' tokens, buffer rows no sequence uses) never affect it, even
 if NaN or inf: a padded position is gathered from a row its own sequence
 owns and replaced by 0 with where(); masks select (where, masked_fill),
-never multiply by 0; and where the mask differs per query (causal), the
-non-finite values of v are kept out of p @ v (a masked key's 0 * NaN is
-NaN) and put back as NaN in the rows that attend them.
+never multiply by 0; and where a mask hides keys a step gathered (causal,
+a window), the non-finite values of v are kept out of p @ v (a masked
+key's 0 * NaN is NaN) and put back as NaN in the rows that attend them.
 
 GQA folds the query heads of one KV head into the query rows, and MLA's
 query heads are rows against the one latent: K and V are never repeated per
@@ -85,26 +89,29 @@ def _spans(count: int, step: int):
     return [(start, min(start + step, count)) for start in range(0, count, step)]
 
 
-def _online_attention(queries, blocks, sm_scale, value_dim: int):
+def _online_attention(queries, blocks, sm_scale, value_dim: int, soft_cap: float = 0.0):
     """queries [G, H, S, g, D] fp32 (S query rows, g query heads per KV head) against key blocks, each
-    (keys [G, H, L, D], values [G, H, L, Dv] fp32, 0 at positions no query attends; attended: bool
-    [G, 1, S or 1, 1, L]) -> out [G, H, S, g, Dv], lse [G, H, S, g]. A row attending no key (padding rows;
-    unchecked out-of-contract lengths) gets out 0 and lse -inf, as the native rows give.
+    (keys [G, H, L, D], values [G, H, L, Dv] fp32, 0 at positions not gathered; attended: bool
+    [G, 1, S or 1, 1, L]; hides: whether attended hides gathered positions) -> out [G, H, S, g, Dv], lse
+    [G, H, S, g]. soft_cap c > 0 caps each scaled logit to c * tanh(s / c). A row attending no key (padding
+    rows; unchecked out-of-contract lengths) gets out 0 and lse -inf, as the native rows give.
 
-    Where every row attends the same keys (attended [.., 1, 1, L]), the keys it does not attend hold 0 and
-    p @ v is exact. Where the mask differs per row (causal), p @ v would turn a masked key's 0 * NaN into
-    NaN: the product takes v without its non-finite values, and a row attending one of them gets NaN in
-    that element."""
+    Where attended hides no gathered position, the keys a row does not attend hold 0 and p @ v is exact.
+    Where it does (causal, a window), p @ v would turn a masked key's 0 * NaN into NaN: the product takes
+    v without its non-finite values, and a row attending one of them gets NaN in that element."""
     groups, heads, rows, group, dim = queries.shape
     flat = queries.reshape(groups, heads, rows * group, dim)
     maximum = queries.new_full((groups, heads, rows, group, 1), _NEG_INF)
     total = queries.new_zeros((groups, heads, rows, group, 1))
     acc = queries.new_zeros((groups, heads, rows, group, value_dim))
     poisoned = None
-    for keys, values, attended in blocks:
+    for keys, values, attended, hides in blocks:
         length = keys.shape[2]
         logits = torch.matmul(flat, keys.transpose(-1, -2)).view(groups, heads, rows, group, length)
-        logits.mul_(sm_scale).masked_fill_(~attended, _NEG_INF)
+        logits.mul_(sm_scale)
+        if soft_cap > 0:
+            logits = torch.tanh(logits.div_(soft_cap)).mul_(soft_cap)
+        logits.masked_fill_(~attended, _NEG_INF)
         new_max = torch.maximum(maximum, logits.amax(-1, keepdim=True))  # NaN propagates
         # nothing attended before (max -inf): acc and total are 0, their scale 0 (not exp(-inf + inf) = NaN)
         rescale = torch.where(maximum == _NEG_INF, 0.0, torch.exp(maximum - new_max))
@@ -112,7 +119,7 @@ def _online_attention(queries, blocks, sm_scale, value_dim: int):
         del logits
         total = total * rescale + weights.sum(-1, keepdim=True)
         weights = weights.view(groups, heads, rows * group, length)
-        if attended.shape[2] > 1:
+        if hides:
             finite = torch.isfinite(values)
             product = torch.matmul(weights, torch.where(finite, values, 0.0))
             del weights
@@ -142,13 +149,17 @@ def _ragged_queries(cu_seqlens, first: int, last: int, span: int, total: int):
     return ids.clamp(0, max(total - 1, 0)), valid, lengths
 
 
-def _paged_rows(page_table, seq_lens, page_size: int, rows: int, first: int, last: int):
+def _paged_rows(page_table, seq_lens, page_size: int, rows: int, first: int, last: int, window: int = -1):
     """Cache rows [G, L] of positions 0..L-1 (L = max_pages * page_size) of sequences first..last-1 and which
-    positions exist (< seq_lens[b]); a position past the end is given the sequence's position-0 row, so
-    only the page-table entries a sequence uses are read. Rows clamped into the buffer."""
+    positions exist (< seq_lens[b]; window W >= 0: and >= seq_lens[b] - 1 - W, decode's window); a position
+    past the end is given the sequence's position-0 row, so only the page-table entries a sequence uses are
+    read. Rows clamped into the buffer."""
     width = page_table.shape[1] * page_size
     positions = torch.arange(width, device=page_table.device)
-    valid = positions.unsqueeze(0) < seq_lens[first:last].long().unsqueeze(1)
+    lengths = seq_lens[first:last].long().unsqueeze(1)
+    valid = positions.unsqueeze(0) < lengths
+    if window >= 0:
+        valid = valid & (positions.unsqueeze(0) >= lengths - 1 - window)
     owned = torch.where(valid, positions.unsqueeze(0), 0)
     pages = page_table[first:last].long().gather(1, owned // page_size)
     return (pages * page_size + owned % page_size).clamp(0, max(rows - 1, 0)), valid
@@ -183,37 +194,67 @@ def _store_rows(out, lse, heads, ids, valid, out_rows, lse_rows):
     _scatter_rows(lse[:, heads], ids, valid, lse_rows.permute(0, 2, 1, 3).reshape(groups, span, -1))
 
 
-def _ragged_blocks(k, v, ids, valid, rows, key_chunk: int, causal: bool):
+def _position_mask(key_positions, query_positions, causal: bool, window: int):
+    """bool [G or 1, 1, S, 1, L]: key positions [L] a query at query_positions [G or 1, S] attends (causal:
+    not later; window W >= 0: not before the query's position - W), or None when every key is."""
+    keys = key_positions.view(1, 1, 1, 1, -1)
+    queries = query_positions.view(query_positions.shape[0], 1, -1, 1, 1)
+    mask = keys <= queries if causal else None
+    if window >= 0:
+        inside = keys >= queries - window
+        mask = inside if mask is None else mask & inside
+    return mask
+
+
+def _ragged_blocks(k, v, ids, valid, rows, key_chunk: int, causal: bool, window: int):
     """Key blocks of a ragged prefill step: the sequences' own tokens ids [G, L] (valid where they exist),
-    attended by query rows `rows` (positions in the sequence) when valid and, causal, not later."""
+    attended by query rows `rows` (positions in the sequence) when valid and inside _position_mask."""
     positions = torch.arange(ids.shape[1], device=ids.device)
     for first, last in _spans(ids.shape[1], key_chunk):
         attended = valid[:, None, None, None, first:last]
-        if causal:
-            attended = attended & (positions[first:last].view(1, 1, 1, 1, -1) <= positions[rows].view(1, 1, -1, 1, 1))
+        mask = _position_mask(positions[first:last], positions[rows].unsqueeze(0), causal, window)
+        if mask is not None:
+            attended = attended & mask
         yield (
             _gather(k, ids[:, first:last], valid[:, first:last]),
             _gather(v, ids[:, first:last], valid[:, first:last]),
             attended,
+            mask is not None,
         )
 
 
-def _paged_blocks(k, v, ids, valid, key_chunk: int, query_positions=None, k_scale=None, v_scale=None, value_dim=None):
+def _paged_blocks(
+    k,
+    v,
+    ids,
+    valid,
+    key_chunk: int,
+    query_positions=None,
+    causal=True,
+    window=-1,
+    k_scale=None,
+    v_scale=None,
+    value_dim=None,
+):
     """Key blocks of a paged step: cache rows ids [G, L] of positions 0..L-1 (valid below seq_lens), attended
-    when valid and, with query_positions [G, S] (causal), at or before the query's position. v None: the
-    values are the keys' first value_dim dims (MLA's latent)."""
+    when valid and, with query_positions [G, S], inside _position_mask. v None: the values are the keys'
+    first value_dim dims (MLA's latent)."""
     positions = torch.arange(ids.shape[1], device=ids.device)
     for first, last in _spans(ids.shape[1], key_chunk):
         attended = valid[:, None, None, None, first:last]
+        mask = None
         if query_positions is not None:
-            order = positions[first:last].view(1, 1, 1, 1, -1) <= query_positions.view(ids.shape[0], 1, -1, 1, 1)
-            attended = attended & order
+            mask = _position_mask(positions[first:last], query_positions, causal, window)
+        if mask is not None:
+            attended = attended & mask
         keys = _gather(k, ids[:, first:last], valid[:, first:last], k_scale)
         values = keys[..., :value_dim] if v is None else _gather(v, ids[:, first:last], valid[:, first:last], v_scale)
-        yield keys, values, attended
+        yield keys, values, attended, mask is not None
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.prefill: ragged self-attention, each sequence padded to max_seqlen with its own tokens."""
     tokens, num_q_heads, head_dim = q.shape
     num_kv_heads, value_dim = v.shape[1], v.shape[2]
@@ -231,23 +272,37 @@ def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=F
                 kv_heads, q_heads = slice(head_first, head_last), slice(head_first * group, head_last * group)
                 for row_first, row_last in _spans(span, chunks[2]):
                     rows = slice(row_first, row_last)
-                    blocks = _ragged_blocks(k[:, kv_heads], v[:, kv_heads], ids, valid, rows, chunks[3], causal)
-                    out_rows, lse_rows = _online_attention(
-                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, value_dim
+                    blocks = _ragged_blocks(
+                        k[:, kv_heads], v[:, kv_heads], ids, valid, rows, chunks[3], causal, window_left
                     )
+                    queries = _query_rows(q, q_heads, ids[:, rows], head_last - head_first)
+                    out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, value_dim, logits_soft_cap)
                     _store_rows(out, lse, q_heads, ids[:, rows], valid[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def mla_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """attention.mla_prefill: attention.prefill with q/k head_dim 192 and v head_dim 128."""
-    return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    return prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
-    dequantized by its scales)."""
+    dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     group = num_q_heads // num_kv_heads
@@ -256,7 +311,7 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
     budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
     chunks = _plan(budget, batch, num_kv_heads, 1, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
     for first, last in _spans(batch, chunks[0]):
-        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
+        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last, window_left)
         for head_first, head_last in _spans(num_kv_heads, chunks[1]):
             blocks = _paged_blocks(
                 kv_buffer[:, head_first:head_last],
@@ -269,14 +324,14 @@ def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None
             )
             q_heads = slice(head_first * group, head_last * group)
             queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
-            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim)
+            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap)
             out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
     return out
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """attention.mla_decode: absorbed MLA; every query head is a row against the one gathered latent (its
-    rows are the keys, their first 512 dims the values)."""
+    rows are the keys, their first 512 dims the values), windowed as attention.decode."""
     batch, num_q_heads, dim = q.shape
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
@@ -284,17 +339,28 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
     chunks = _plan(budget, batch, 1, num_q_heads, width, _key_bytes(dim, MLA_VALUE_DIM, shared=True), _row_key_bytes(1))
     latent_rows = latent_cache.unsqueeze(1)  # [rows, 1, 576]: the one KV head
     for first, last in _spans(batch, chunks[0]):
-        ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last)
+        ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last, window_left)
         for head_first, head_last in _spans(num_q_heads, chunks[2]):
             blocks = _paged_blocks(latent_rows, None, ids, valid, chunks[3], value_dim=MLA_VALUE_DIM)
             queries = q[first:last, head_first:head_last].float()[:, None, :, None, :]  # [G, 1, H, 1, 576]
-            out_rows, _ = _online_attention(queries, blocks, sm_scale, MLA_VALUE_DIM)
+            out_rows, _ = _online_attention(queries, blocks, sm_scale, MLA_VALUE_DIM, logits_soft_cap)
             out[first:last, head_first:head_last] = out_rows.reshape(last - first, -1, MLA_VALUE_DIM).to(q.dtype)
     return out
 
 
 def prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages."""
     tokens, num_q_heads, head_dim = q.shape
@@ -322,11 +388,10 @@ def prefill_paged(
                 for row_first, row_last in _spans(span, chunks[2]):
                     rows = slice(row_first, row_last)
                     blocks = _paged_blocks(
-                        k_heads, v_heads, rows_k, valid_k, chunks[3], query_positions[:, rows] if causal else None
+                        k_heads, v_heads, rows_k, valid_k, chunks[3], query_positions[:, rows], causal, window_left
                     )
-                    out_rows, lse_rows = _online_attention(
-                        _query_rows(q, q_heads, ids[:, rows], head_last - head_first), blocks, sm_scale, head_dim
-                    )
+                    queries = _query_rows(q, q_heads, ids[:, rows], head_last - head_first)
+                    out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap)
                     _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result

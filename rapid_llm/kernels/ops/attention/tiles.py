@@ -1,9 +1,11 @@
 """Shared pieces of the attention family's Triton kernels (one definition each).
 
 softmax_step   one online-softmax step over a tile of base-2 logits (running max m, sum l)
+soft_cap       logit soft-capping c * tanh(s / c) of base-2 logits (the cap given in base 2 too)
+soft_cap_base2 the base-2 cap a kernel takes for a logits_soft_cap c (c * LOG2E; 0: none)
 attend_tile    one key tile of a prefill query block: logits (one or two products), softmax step, P . V
 paged_rows     cache rows of token positions through a page table (clamped: never out of bounds)
-split_bounds   [start, end) of one split of a sequence (split-K decode)
+split_bounds   [start, end) of one split of a sequence's positions, or of its window's (split-K decode)
 merge_splits   the split-K merge: out = sum_s w_s partial_s / sum_s w_s, w_s = exp2(lse_s - max lse)
 split_k        a split-K launch: the partial buffers, the kernel, then the merge
 split_head_dim a head dim as D_A + D_B (two tensor-core products per tile instead of padding)
@@ -46,6 +48,20 @@ def softmax_step(qk, m_i, l_i):
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
+def soft_cap_base2(logits_soft_cap: float) -> float:
+    """The cap of base-2 logits: c * tanh(s / c) in natural-log units is (c * LOG2E) * tanh(s2 / (c * LOG2E))
+    for s2 = s * LOG2E. 0.0 (no cap) stays 0.0."""
+    return float(logits_soft_cap) * LOG2E
+
+
+@triton.jit
+def soft_cap(x, cap):
+    """cap * tanh(x / cap), tanh as 1 - 2 / (e^(2x / cap) + 1): one exp2, exact limits (+-cap at +-inf), NaN
+    kept, absolute error about cap * 2^-23 near 0; the same code on CUDA and in the interpreter."""
+    e = tl.math.exp2(x * (2.0 * LOG2E / cap))
+    return cap * (1.0 - 2.0 / (e + 1.0))
+
+
 @triton.jit
 def attend_tile(
     acc,
@@ -65,11 +81,14 @@ def attend_tile(
     PRECISION: tl.constexpr,
     MASKED: tl.constexpr,
     LOAD_MASK: tl.constexpr,
+    cap=0.0,
+    SOFT_CAP: tl.constexpr = False,
 ):
     """One key tile of the online softmax: acc, m, l updated for the keys whose rows start at k_rows / v_rows
     ([BLOCK_N, 1] pointers; base-2 logits). MASKED: apply `visible` to the logits; LOAD_MASK: load only the
-    `key_valid` rows (a tile whose rows are all valid loads unmasked: straight vector loads).
-    PRECISION: "ieee" for fp32 inputs (no tf32 rounding), ignored by fp16/bf16 dot products."""
+    `key_valid` rows (a tile whose rows are all valid loads unmasked: straight vector loads); SOFT_CAP: cap
+    the base-2 logits at `cap` (soft_cap). PRECISION: "ieee" for fp32 inputs (no tf32 rounding), ignored by
+    fp16/bf16 dot products."""
     precision: tl.constexpr = PRECISION
     if LOAD_MASK:
         k_a = tl.load(k_rows + offs_da[None, :], mask=key_valid[:, None], other=0.0)
@@ -83,6 +102,8 @@ def attend_tile(
             k_b = tl.load(k_rows + offs_db[None, :])
         qk += tl.dot(q_b, tl.trans(k_b), input_precision=precision)
     qk = qk * qk_scale
+    if SOFT_CAP:
+        qk = soft_cap(qk, cap)
     if MASKED:
         qk = tl.where(visible, qk, float("-inf"))
     p, alpha, m_new, l_i = softmax_step(qk, m_i, l_i)
@@ -108,12 +129,14 @@ def paged_rows(
 
 
 @triton.jit
-def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N: tl.constexpr):
-    """[start, end) of split `split` of `sequence`: NUM_SPLITS equal chunks of its own length, each rounded
-    up to whole BLOCK_N tiles (a split past the end is empty: end <= start)."""
+def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N: tl.constexpr):
+    """[start, end) of split `split` of `sequence`: NUM_SPLITS equal chunks of the positions its query
+    attends (0 .. seq_len - 1, or with window_left >= 0 the last window_left + 1 of them), each rounded up
+    to whole BLOCK_N tiles (a split past the end is empty: end <= start)."""
     seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    start = split * chunk
+    first = tl.where(window_left >= 0, tl.maximum(seq_len - 1 - window_left, 0), 0)
+    chunk = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
+    start = first + split * chunk
     return start, tl.minimum(start + chunk, seq_len)
 
 

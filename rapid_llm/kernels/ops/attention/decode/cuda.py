@@ -71,11 +71,33 @@ def _decode(op, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale
     return out
 
 
-def decode_fp8_aot(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode_fp8_aot(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     return _decode(aot.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
 
-def decode_fp8_jit(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode_fp8_jit(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     return _decode(jit.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
 

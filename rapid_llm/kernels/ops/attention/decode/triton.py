@@ -3,6 +3,10 @@ buffer of q's dtype (kv:q_dtype) and, specialised by FP8, an fp8-e4m3 buffer wit
 
     out[b, h] = sum_j softmax_j(q[b, h] . k[j, h // G] * sm_scale) v[j, h // G],  j < seq_lens[b]
 
+A sliding window (window_left W >= 0) keeps positions j >= seq_lens[b] - 1 - W: the splits cover only
+those (split_bounds), so the bytes read follow the window, not the context. A soft cap c > 0 maps
+each base-2 logit through (c log2 e) tanh(. / (c log2 e)) (tiles.soft_cap) before the softmax.
+
 Mapping (memory-bound: the KV read is the cost): one program per (sequence b, KV head, split s). It
 holds all G = Hq / Hk query heads of its KV head as the rows of one [G_PAD, D] tile (G_PAD = G
 rounded up to 16, the tensor-core minimum), so each K/V row is read from memory once for the whole
@@ -41,7 +45,7 @@ import triton.language as tl
 
 from ...fast_launch import LaunchPolicy, cached, next_power_of_2
 from ...launch_fitting import launch_fitting
-from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_head_dim, split_k
+from ..tiles import LOG2E, paged_rows, soft_cap, soft_cap_base2, softmax_step, split_bounds, split_head_dim, split_k
 from . import launch
 
 
@@ -71,51 +75,111 @@ def _plan(fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, 
 _PLANS = LaunchPolicy(None, _plan)
 
 
-def _plan_of(fp8, q, kv_buffer, page_table, page_size) -> tuple[int, dict]:
+def _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left=-1) -> tuple[int, dict]:
     batch, num_q_heads, head_dim = q.shape
     page_size = int(page_size)
     capacity = page_table.shape[1] * page_size
+    if window_left >= 0:  # a query reads at most window_left + 1 positions: split that many
+        capacity = min(capacity, window_left + 1)
     sizes = (fp8, batch, num_q_heads, kv_buffer.shape[1] // 2, head_dim, capacity, page_size, q.dtype, q.device)
     return _PLANS.get(sizes)
 
 
-def _run(fp8, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def _run(
+    fp8,
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
         return out
     # the plan of this call's own sizes (a cache lookup), so a layer's call never runs with another's constexprs
-    plan = _plan_of(fp8, q, kv_buffer, page_table, page_size)
+    plan = _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left)
     if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
         k_scale = v_scale = seq_lens
-    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, out, plan)
+    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, out, plan)
     return out
 
 
-def decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+    features = (window_left, logits_soft_cap)
+    return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
-def decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def decode_fp8(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
+    features = (window_left, logits_soft_cap)
+    return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
-def prepare_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def prepare_decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """native/decode's per-step preparation: the launch plan (tiles, split count, constexprs) of the step's
     host-known sizes, computed here once and cached; returns the op's callable that every layer's call runs."""
-    _plan_of(False, q, kv_buffer, page_table, page_size)
+    _plan_of(False, q, kv_buffer, page_table, page_size, window_left)
     return functools.partial(_run, False)
 
 
-def prepare_decode_fp8(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None):
+def prepare_decode_fp8(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+):
     """native/decode_fp8's per-step preparation, as prepare_decode."""
-    _plan_of(True, q, kv_buffer, page_table, page_size)
+    _plan_of(True, q, kv_buffer, page_table, page_size, window_left)
     return functools.partial(_run, True)
 
 
-def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, out, plan):
+def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, out, plan):
     batch, num_q_heads, _ = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     splits, config = plan
@@ -146,9 +210,12 @@ def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, out,
             num_kv_heads,
             num_q_heads // num_kv_heads,
             float(sm_scale) * LOG2E,
+            int(window_left),
+            soft_cap_base2(logits_soft_cap),
             splits,
             kv_buffer.shape[0],
             page_table.shape[1],
+            SOFT_CAP=logits_soft_cap > 0,
             **config,
         )
 
@@ -202,11 +269,14 @@ def _decode_kernel(
     num_kv_heads,
     group,
     qk_scale,
+    window_left,
+    cap,
     num_splits,
     num_rows,
     max_pages,
     PAGE_SIZE: tl.constexpr,
     SINGLE: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
     G_PAD: tl.constexpr,
     D_A: tl.constexpr,
     D_B: tl.constexpr,
@@ -219,7 +289,7 @@ def _decode_kernel(
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N)
 
     heads = kv_head * group + tl.arange(0, G_PAD)
     head_valid = tl.arange(0, G_PAD) < group
@@ -269,7 +339,10 @@ def _decode_kernel(
             if FP8:
                 k_b = _kv_to(k_b, q_a.dtype, CVT_ASM)
             qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
-        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
+        qk = qk * qk_scale
+        if SOFT_CAP:
+            qk = soft_cap(qk, cap)
+        qk = tl.where(valid[None, :], qk, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
         v_a = _kv_to(

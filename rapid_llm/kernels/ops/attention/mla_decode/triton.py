@@ -9,6 +9,9 @@ takes the logits as two tensor-core products (q_nope . c_nope^T + q_rope . c_rop
 P . c_nope into a [BLOCK_H, 512] fp32 accumulator (online softmax, base-2 logits). Serves any page size,
 fp32 and any CUDA sm80+ (and the CPU interpreter); the TMA and Gluon rows serve Hopper where the cache allows.
 
+A sliding window (window_left W) keeps the last W + 1 positions (the splits cover only those); a soft cap
+c > 0 caps the base-2 logits (tiles.soft_cap).
+
 Split-K: NUM_SPLITS equal chunks of each sequence's own length (device side), the split count from
 host-known sizes (graph-capturable), partials merged by tiles.merge_splits. Grid: (B, cdiv(Hq, BLOCK_H),
 NUM_SPLITS).
@@ -23,18 +26,21 @@ import triton.language as tl
 from ...fast_launch import LaunchPolicy, cached, cdiv
 from ...launch_fitting import launch_fitting
 from .. import MLA_ROPE_DIM, MLA_VALUE_DIM
-from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_k
+from ..tiles import LOG2E, paged_rows, soft_cap, soft_cap_base2, softmax_step, split_bounds, split_k
 from . import launch
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """native/mla_decode (unchecked kernel entry: the op's check ran)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
     page_size = int(page_size)
-    splits, config = _PLANS.get((batch, num_q_heads, page_table.shape[1] * page_size, q.dtype, q.device, page_size))
+    capacity = page_table.shape[1] * page_size
+    if window_left >= 0:  # a query reads at most window_left + 1 positions: split that many
+        capacity = min(capacity, window_left + 1)
+    splits, config = _PLANS.get((batch, num_q_heads, capacity, q.dtype, q.device, page_size))
 
     def launch_kernel(partial, partial_lse):
         launch_fitting(
@@ -58,9 +64,12 @@ def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
             seq_lens.stride(0),
             num_q_heads,
             float(sm_scale) * LOG2E,
+            int(window_left),
+            soft_cap_base2(logits_soft_cap),
             splits,
             latent_cache.shape[0],
             page_table.shape[1],
+            SOFT_CAP=logits_soft_cap > 0,
             **config,
         )
 
@@ -100,13 +109,15 @@ def _latent_tile(
     offs_v,
     offs_r,
     qk_scale,
+    cap,
     PAGE_SIZE: tl.constexpr,
     PRECISION: tl.constexpr,
     MASKED: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
 ):
-    """One tile of latent rows at `positions`: logits q . c (base 2), online softmax, acc += P . c[:, :512].
-    MASKED: positions at or past `end` load nothing and get -inf logits; otherwise every position is valid
-    (a whole tile of the split) and the loads carry no mask."""
+    """One tile of latent rows at `positions`: logits q . c (base 2; SOFT_CAP: capped at `cap`), online
+    softmax, acc += P . c[:, :512]. MASKED: positions at or past `end` load nothing and get -inf logits;
+    otherwise every position is valid (a whole tile of the split) and the loads carry no mask."""
     valid = positions < end
     rows = paged_rows(
         positions, valid, sequence, table_ptr, table_stride0, table_stride1, num_rows, max_pages, PAGE_SIZE
@@ -121,6 +132,8 @@ def _latent_tile(
     qk = tl.dot(q_nope, tl.trans(c_nope), input_precision=PRECISION)
     qk += tl.dot(q_rope, tl.trans(c_rope), input_precision=PRECISION)
     qk = qk * qk_scale
+    if SOFT_CAP:
+        qk = soft_cap(qk, cap)
     if MASKED:
         qk = tl.where(valid[None, :], qk, float("-inf"))
     p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
@@ -148,11 +161,14 @@ def _mla_decode_kernel(
     stride_sl,
     num_q_heads,
     qk_scale,
+    window_left,
+    cap,
     num_splits,
     num_rows,
     max_pages,
     PAGE_SIZE: tl.constexpr,
     SINGLE: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
     DV: tl.constexpr,
     DR: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -164,7 +180,7 @@ def _mla_decode_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     head_valid = heads < num_q_heads
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N)
 
     offs_v = tl.arange(0, DV)
     offs_r = DV + tl.arange(0, DR)
@@ -201,9 +217,11 @@ def _mla_decode_kernel(
             offs_v,
             offs_r,
             qk_scale,
+            cap,
             PAGE_SIZE,
             PRECISION,
             False,
+            SOFT_CAP,
         )
     for tile in range(full_end, end, BLOCK_N):
         acc, m_i, l_i = _latent_tile(
@@ -226,9 +244,11 @@ def _mla_decode_kernel(
             offs_v,
             offs_r,
             qk_scale,
+            cap,
             PAGE_SIZE,
             PRECISION,
             True,
+            SOFT_CAP,
         )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)

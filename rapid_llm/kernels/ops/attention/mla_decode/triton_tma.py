@@ -28,7 +28,7 @@ from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_k
 from . import VALUE_HALF, launch
 
 
-def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale):
+def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
     """native/mla_decode_tma (unchecked kernel entry: the op's check ran and the row's conditions hold)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
@@ -167,7 +167,7 @@ def _mla_decode_tma_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     head_valid = heads < num_q_heads
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, -1, BLOCK_N)
 
     offs_h = tl.arange(0, HALF)
     q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh

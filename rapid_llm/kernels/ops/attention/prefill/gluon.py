@@ -102,7 +102,9 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
     return TensorDescriptor(tensor, [tokens, columns], [tensor.stride(0), 1], [rows, dim], layout)
 
 
-def prefill_gluon(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill_gluon(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """native/prefill_gluon (unchecked kernel entry: the op's check ran and the row's conditions hold). Launches
     min(SMs, items) persistent programs (launch.gluon's PROGRAMS overrides the grid). Shared memory: Q_SLOTS x
     CONSUMERS x 16 KiB + STAGES x BLOCK_N x 512 B, at most ~227 KiB."""

@@ -22,6 +22,10 @@ bound, so no device value is read on the host; the last (causally heaviest) bloc
 launch first, and a program past its sequence's end returns at once. Axis 1 (heads) stays far below
 65,535; axis 0 holds up to 2**31 - 1 programs.
 
+A sliding window (window_left W >= 0) starts a block's key walk at its first query's position - W
+(masked tiles at the window's lower edge, unmasked ones between); a soft cap c > 0 caps the base-2
+logits (tiles.soft_cap) before the softmax.
+
 Paged (prefill_paged): keys and values are read through the page table from the [rows, 2*Hk, D]
 buffer kvcache.update_kv_buffer writes (K head h at column h, V head at Hk + h); the n_b new
 queries of sequence b sit at positions seq_lens[b] - n_b .. seq_lens[b] - 1 (bottom-right aligned
@@ -36,22 +40,39 @@ import triton
 import triton.language as tl
 
 from ...launch_fitting import launch_fitting
-from ..tiles import LOG2E, attend_tile, paged_rows, split_head_dim
+from ..tiles import LOG2E, attend_tile, paged_rows, soft_cap_base2, split_head_dim
 from . import launch
 
 
-def prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """native/prefill (unchecked kernel entry: the op's check ran)."""
-    return _ragged("native/prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    features = (window_left, logits_soft_cap)
+    return _ragged("native/prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
 
 
-def mla_prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def mla_prefill(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """native/mla_prefill: the ragged kernel with q/k head_dim 192 (128 + 64: two products a tile) and v 128."""
-    return _ragged("native/mla_prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
+    features = (window_left, logits_soft_cap)
+    return _ragged("native/mla_prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
 
 
 def prefill_paged(
-    q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal=True, return_lse=False
+    q,
+    kv_buffer,
+    page_table,
+    cu_seqlens_q,
+    seq_lens,
+    max_seqlen_q,
+    page_size,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
 ):
     """native/prefill_paged (unchecked kernel entry): K and V are strided views of the buffer's heads."""
     num_kv_heads = kv_buffer.shape[1] // 2
@@ -73,12 +94,14 @@ def prefill_paged(
         max_seqlen_q=int(max_seqlen_q),
         sm_scale=sm_scale,
         causal=causal,
+        window_left=window_left,
+        logits_soft_cap=logits_soft_cap,
         paged=True,
     )
     return (out, lse) if return_lse else out
 
 
-def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
+def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap):
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
     _launch(
@@ -96,6 +119,8 @@ def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse):
         max_seqlen_q=int(max_seqlen),
         sm_scale=sm_scale,
         causal=causal,
+        window_left=window_left,
+        logits_soft_cap=logits_soft_cap,
         paged=False,
     )
     return (out, lse) if return_lse else out
@@ -117,6 +142,8 @@ def _launch(
     max_seqlen_q,
     sm_scale,
     causal,
+    window_left,
+    logits_soft_cap,
     paged,
 ):
     tokens, num_q_heads, head_dim = q.shape
@@ -162,12 +189,16 @@ def _launch(
         num_blocks,
         num_q_heads // num_kv_heads,
         float(sm_scale) * LOG2E,
+        int(window_left),
+        soft_cap_base2(logits_soft_cap),
         tokens,
         k.shape[0],
         page_table.shape[1] if paged else 1,
         PAGE_SIZE=page_size if paged else 1,
         PAGED=paged,
         CAUSAL=causal,
+        WINDOW=window_left >= 0,
+        SOFT_CAP=logits_soft_cap > 0,
         WRITE_LSE=lse is not None,
         D_A=d_a,
         D_B=d_b,
@@ -234,12 +265,16 @@ def _prefill_kernel(
     num_blocks,
     group,
     qk_scale,
+    window_left,
+    cap,
     total_q,
     kv_rows,
     max_pages,
     PAGE_SIZE: tl.constexpr,
     PAGED: tl.constexpr,
     CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFT_CAP: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     D_A: tl.constexpr,
     D_B: tl.constexpr,
@@ -299,9 +334,18 @@ def _prefill_kernel(
         full_end = (kv_len // BLOCK_N) * BLOCK_N
         end = kv_len
     query_pos = q_offset + offs_m
+    # A window's lower edge: keys from masked_start are seen by some query of the block, keys from
+    # unmasked_start (a tile multiple, <= full_end) by every query.
+    masked_start = 0
+    unmasked_start = 0
+    if WINDOW:
+        first_query = q_offset + block * BLOCK_M
+        last_query = q_offset + tl.minimum((block + 1) * BLOCK_M, q_len) - 1
+        masked_start = (tl.maximum(first_query - window_left, 0) // BLOCK_N) * BLOCK_N
+        unmasked_start = tl.minimum(tl.cdiv(tl.maximum(last_query - window_left, 0), BLOCK_N) * BLOCK_N, full_end)
     # Tiles every query of the block sees in full: no logit mask; ragged rows are consecutive and inside
     # k/v (clamped above), so their loads are unmasked too.
-    for start in range(0, full_end, BLOCK_N):
+    for start in range(unmasked_start, full_end, BLOCK_N):
         positions = start + offs_n
         if PAGED:
             all_keys = positions < full_end
@@ -339,8 +383,13 @@ def _prefill_kernel(
             PRECISION,
             False,
             PAGED,
+            cap,
+            SOFT_CAP,
         )
-    for start in range(full_end, end, BLOCK_N):
+    # Masked tiles: the window's lower edge [masked_start, unmasked_start), then [full_end, end)
+    low_tiles = (unmasked_start - masked_start) // BLOCK_N
+    for tile in range(0, low_tiles + tl.cdiv(end - full_end, BLOCK_N)):
+        start = tl.where(tile < low_tiles, masked_start + tile * BLOCK_N, full_end + (tile - low_tiles) * BLOCK_N)
         positions = start + offs_n
         key_valid = positions < end
         rows = _kv_rows(
@@ -359,6 +408,8 @@ def _prefill_kernel(
         visible = key_valid[None, :] & row_valid[:, None]
         if CAUSAL:
             visible = visible & (positions[None, :] <= query_pos[:, None])
+        if WINDOW:
+            visible = visible & (positions[None, :] >= query_pos[:, None] - window_left)
         acc, m_i, l_i = attend_tile(
             acc,
             m_i,
@@ -377,6 +428,8 @@ def _prefill_kernel(
             PRECISION,
             True,
             True,
+            cap,
+            SOFT_CAP,
         )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)

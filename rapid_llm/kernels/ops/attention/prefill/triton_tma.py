@@ -34,12 +34,16 @@ from ..tiles import LOG2E, attend_tile, split_head_dim
 from . import launch
 
 
-def prefill_tma(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def prefill_tma(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """native/prefill_tma (unchecked kernel entry: the op's check ran and the row's conditions hold)."""
     return _prefill("native/prefill_tma", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
 
 
-def mla_prefill_tma(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False):
+def mla_prefill_tma(
+    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+):
     """native/mla_prefill_tma: q/k head dim 192 as 128 + 64 (two descriptors a tensor), v 128."""
     return _prefill("native/mla_prefill_tma", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
 
