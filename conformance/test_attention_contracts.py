@@ -142,6 +142,16 @@ def test_window_and_soft_cap_values(argument, value, fragment):
     _expect(rk.prefill, _prefill_args() + list(features.values()), "attention.prefill", argument, fragment)
 
 
+@pytest.mark.parametrize(
+    "sinks", [torch.zeros(4, dtype=torch.float16), torch.zeros(5), torch.zeros(1, 4), [0.0] * 4], ids=str
+)
+def test_sinks_must_be_one_fp32_logit_per_query_head(sinks):
+    """Catches sinks of another dtype, of a head count not q's, of two dims, or not a tensor reaching a kernel
+    (which would read a wrong head's sink or past the tensor)."""
+    _expect(rk.decode, _decode_args() + [None, None, -1, 0.0, sinks], "attention.decode", "sinks")
+    _expect(rk.prefill, _prefill_args() + [-1, 0.0, sinks], "attention.prefill", "sinks")
+
+
 def test_mla_prefill_head_dims():
     args = _prefill_args(dim=128, heads=2, kv_heads=2)
     _expect(rk.mla_prefill, args, "attention.mla_prefill", "q", "192")

@@ -52,6 +52,12 @@ _SPLIT_ROWS = [
     ("native/decode", DECODE, "ragged_page16"),
     ("native/decode", DECODE, "page_size_1"),
     ("native/decode_fp8", DECODE, "fp8_kv_ragged_page16"),
+    # a window, a cap and sinks over several splits (the sink joins split 0 only; splits cover the window)
+    ("native/decode", DECODE, "window_3_below_a_page"),
+    ("native/decode", DECODE, "window_20_soft_cap_30_head_dim_256"),
+    ("native/decode", DECODE, "sinks_that_dominate"),
+    ("native/decode_fp8", DECODE, "fp8_kv_sinks_window_20"),
+    ("native/mla_decode", MLA_DECODE, "window_70_soft_cap_15"),
     *((row, MLA_DECODE, "ragged_page64") for row in _native_rows(MLA_DECODE)),
     ("native/mla_decode", MLA_DECODE, "page_size_16"),
 ]

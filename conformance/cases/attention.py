@@ -39,6 +39,15 @@ def _heads(tokens, heads, dim, dtype, device, generator, scale=1.0, fused_with=0
     return wide[:, fused_with * dim :].view(tokens, heads, dim)
 
 
+def _features_and_sinks(features, sinks, num_q_heads, device, generator):
+    """The optional trailing arguments: the features (window_left, logits_soft_cap), then with `sinks` (a mean)
+    per-head sink logits N(sinks, 1) as fp32 [Hq], an every-other-element view (any stride)."""
+    if sinks is None:
+        return tuple(features)
+    wide = torch.randn((2 * num_q_heads,), generator=generator) + sinks
+    return (*(features or (-1, 0.0)), wide.to(device)[::2])
+
+
 def _ragged_case(
     lengths,
     num_q_heads,
@@ -54,8 +63,10 @@ def _ragged_case(
     transposed_q=False,
     op=PREFILL,
     features=(),
+    sinks=None,
 ):
-    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults)."""
+    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults); sinks:
+    the mean of per-head sink logits drawn around it (appended after the features)."""
 
     def make(dtype, device, generator):
         tokens = sum(lengths)
@@ -68,7 +79,8 @@ def _ragged_case(
             q = _randn((tokens, head_dim, num_q_heads), dtype, device, generator, scale).transpose(1, 2)
         cu = _cu_seqlens(lengths, device, strided_index)
         max_seqlen = max(lengths, default=0)
-        args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse, *features)
+        tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
+        args = (q, k, v, cu, max_seqlen, head_dim**-0.5, causal, return_lse, *tail)
         check = checks.check_mla_prefill if op == MLA_PREFILL else checks.check_prefill
         _, layout, dims = check(*args)
         # the case's values are finite, so it makes the promise the ragged library rows need
@@ -151,8 +163,10 @@ def _decode_case(
     row_pad=0,
     fp8=False,
     features=(),
+    sinks=None,
 ):
-    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults)."""
+    """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults); sinks:
+    the mean of per-head sink logits drawn around it (appended after the features)."""
 
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
@@ -168,7 +182,8 @@ def _decode_case(
         else:
             q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
-        args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale, *features)
+        tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
+        args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale, *tail)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
 
@@ -209,6 +224,7 @@ def _paged_prefill_case(
     row_pad=0,
     scale=1.0,
     features=(),
+    sinks=None,
 ):
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
@@ -219,7 +235,8 @@ def _paged_prefill_case(
         table, lens = _index_views(table, seq_lens, device, strided_index)
         cu = _cu_seqlens(new_tokens, device, strided_index)
         longest = max(new_tokens, default=0)
-        args = (q, buffer, table, cu, lens, longest, page_size, head_dim**-0.5, causal, return_lse, *features)
+        tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
+        args = (q, buffer, table, cu, lens, longest, page_size, head_dim**-0.5, causal, return_lse, *tail)
         _, layout, dims = checks.check_prefill_paged(*args)
         return args, dict(dims), layout
 
@@ -231,13 +248,18 @@ def _paged_prefill_case(
 # ---------------------------------------------------------------------------
 
 
-def _attend64(q, k, v, scale, visible, soft_cap=0.0):
+def _attend64(q, k, v, scale, visible, soft_cap=0.0, sinks=None):
     """q [Sq, H, D], k [Sk, H, D], v [Sk, H, Dv] (heads already matched), visible [Sq, Sk] -> out, lse;
-    soft_cap c > 0: each scaled logit s becomes c * tanh(s / c)."""
+    soft_cap c > 0: each scaled logit s becomes c * tanh(s / c); sinks [H]: one more logit per head, as a
+    key whose value is 0 (visible to every query)."""
     logits = torch.einsum("qhd,khd->hqk", q.double(), k.double()) * scale
     if soft_cap > 0:
         logits = soft_cap * torch.tanh(logits / soft_cap)
     logits = logits.masked_fill(~visible.unsqueeze(0), float("-inf"))
+    if sinks is not None:
+        column = sinks.double().view(-1, 1, 1).expand(logits.shape[0], logits.shape[1], 1)
+        logits = torch.cat([logits, column], dim=-1)
+        v = torch.cat([v.double(), torch.zeros_like(v[:1], dtype=torch.float64)], dim=0)
     lse = torch.logsumexp(logits, dim=-1)
     weights = torch.softmax(logits, dim=-1)
     return torch.einsum("hqk,khd->qhd", weights, v.double()), lse.t()
@@ -258,7 +280,17 @@ def _visible(query_positions, length, causal, window_left):
 
 
 def prefill_oracle(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     group = q.shape[1] // k.shape[1]
     out = torch.zeros((q.shape[0], q.shape[1], v.shape[2]), dtype=torch.float64, device=q.device)
@@ -269,7 +301,13 @@ def prefill_oracle(
             continue
         visible = _visible(torch.arange(end - start, device=q.device), end - start, causal, window_left)
         out[start:end], lse[start:end] = _attend64(
-            q[start:end], _expand(k[start:end], group), _expand(v[start:end], group), sm_scale, visible, logits_soft_cap
+            q[start:end],
+            _expand(k[start:end], group),
+            _expand(v[start:end], group),
+            sm_scale,
+            visible,
+            logits_soft_cap,
+            sinks,
         )
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
@@ -289,6 +327,7 @@ def decode_oracle(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
@@ -301,7 +340,7 @@ def decode_oracle(
             keys, values = keys * float(k_scale), values * float(v_scale)
         visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
         expanded = (_expand(keys, group), _expand(values, group))
-        out[b : b + 1], _ = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap)
+        out[b : b + 1], _ = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap, sinks)
     return out.to(q.dtype)
 
 
@@ -328,6 +367,7 @@ def prefill_paged_oracle(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
@@ -343,7 +383,7 @@ def prefill_paged_oracle(
         query_pos = torch.arange(length - (end - start), length, device=q.device)
         visible = _visible(query_pos, length, causal, window_left)
         expanded = (_expand(kv[:, :heads], group), _expand(kv[:, heads:], group))
-        out[start:end], lse[start:end] = _attend64(q[start:end], *expanded, sm_scale, visible, logits_soft_cap)
+        out[start:end], lse[start:end] = _attend64(q[start:end], *expanded, sm_scale, visible, logits_soft_cap, sinks)
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
@@ -379,6 +419,11 @@ PREFILL_CASES = (
     ),
     Case("soft_cap_5_large_logits", _ragged_case((30, 5), 4, 2, 64, scale=40.0, return_lse=True, features=(-1, 5.0))),
     Case("window_16_soft_cap_30", _ragged_case(_RAGGED, 4, 1, 128, features=(16, 30.0))),
+    # attention sinks: comparable to the logits, dominating them, with a window and a cap, with empty sequences
+    Case("sinks_with_lse", _ragged_case(_RAGGED, 4, 2, 64, return_lse=True, sinks=0.0)),
+    Case("sinks_that_dominate", _ragged_case(_RAGGED, 4, 2, 64, return_lse=True, sinks=12.0)),
+    Case("sinks_window_8_soft_cap_20", _ragged_case(_RAGGED, 8, 2, 64, features=(8, 20.0), sinks=1.0)),
+    Case("sinks_empty_sequences", _ragged_case((0, 7, 0, 12), 4, 2, 64, return_lse=True, sinks=0.0)),
     Case("lengths_1_17_1000_4097", _ragged_case((1, 17, 1000, 4097), 8, 2, 128, return_lse=True), gpu_only=True),
     Case(
         "window_1024_lengths_1_4097",
@@ -441,6 +486,17 @@ DECODE_CASES = (
     Case("window_20_soft_cap_30_head_dim_256", _decode_case((5, 30), 4, 2, 256, 16, features=(20, 30.0))),
     Case("fp8_kv_window_soft_cap", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 10.0))),
     Case("window_4096_context_32k", _decode_case((32768, 5000), 32, 8, 128, 16, features=(4095, 0.0)), gpu_only=True),
+    Case("sinks", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=0.0)),
+    Case("sinks_that_dominate", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=12.0)),
+    Case(
+        "fp8_kv_sinks_window_20", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0)
+    ),
+    # gpt-oss's attention: 64 query heads over 8 KV heads of 64 dims, window 128, sinks
+    Case(
+        "gpt_oss_window_128_sinks_context_32k",
+        _decode_case((32768, 100, 4000), 64, 8, 64, 16, features=(127, 0.0), sinks=0.0),
+        gpu_only=True,
+    ),
 )
 
 MLA_DECODE_CASES = (
@@ -477,6 +533,10 @@ PREFILL_PAGED_CASES = (
         _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, scale=40.0, return_lse=True, features=(-1, 5.0)),
     ),
     Case("window_past_the_context", _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, features=(1000, 0.0))),
+    Case(
+        "sinks_window_5_with_lse",
+        _paged_prefill_case((40, 17, 100), (8, 17, 1), 4, 2, 64, 16, return_lse=True, features=(5, 0.0), sinks=1.0),
+    ),
     Case(
         "long_prefix_4096_chunk_512",
         _paged_prefill_case((4608, 1024), (512, 1024), 32, 8, 128, 16, return_lse=True),

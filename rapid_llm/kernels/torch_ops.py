@@ -249,29 +249,51 @@ def _with_lse(result, return_lse: bool) -> list[Tensor]:
     return list(result) if return_lse else [result]
 
 
-def _ragged(public: Callable) -> Callable:
-    """The real implementation of a ragged prefill op (prefill, mla_prefill: one signature)."""
+def _prefill(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens: Tensor,
+    max_seqlen: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+    sinks: Tensor | None = None,
+) -> list[Tensor]:
+    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap, sinks)
+    return _with_lse(kernels.prefill(*args), return_lse)
 
-    def real(
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cu_seqlens: Tensor,
-        max_seqlen: int,
-        sm_scale: float,
-        causal: bool = True,
-        return_lse: bool = False,
-        window_left: int = -1,
-        logits_soft_cap: float = 0.0,
-    ) -> list[Tensor]:
-        args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
-        return _with_lse(public(*args), return_lse)
 
-    return real
+def _mla_prefill(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens: Tensor,
+    max_seqlen: int,
+    sm_scale: float,
+    causal: bool = True,
+    return_lse: bool = False,
+    window_left: int = -1,
+    logits_soft_cap: float = 0.0,
+) -> list[Tensor]:
+    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
+    return _with_lse(kernels.mla_prefill(*args), return_lse)
 
 
 def _ragged_fake(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ) -> list[Tensor]:
     """out [T, Hq, Dv] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
     tokens, heads = q.shape[0], q.shape[1]
@@ -292,9 +314,10 @@ def _prefill_paged(
     return_lse: bool = False,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    sinks: Tensor | None = None,
 ) -> list[Tensor]:
     args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
-    return _with_lse(kernels.prefill_paged(*args, window_left, logits_soft_cap), return_lse)
+    return _with_lse(kernels.prefill_paged(*args, window_left, logits_soft_cap, sinks), return_lse)
 
 
 def _prefill_paged_fake(
@@ -310,6 +333,7 @@ def _prefill_paged_fake(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ) -> list[Tensor]:
     """out [T, Hq, D] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
     out = _new(q.shape, q)
@@ -327,9 +351,10 @@ def _decode(
     v_scale: Tensor | None = None,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return kernels.decode(*args)
+    return kernels.decode(*args, sinks)
 
 
 def _mla_decode(
@@ -547,8 +572,8 @@ CUSTOM_OPS = (
     CustomOp(
         "silu_and_mul_per_token_group_fp8", _silu_and_mul_per_token_group_fp8, _silu_and_mul_per_token_group_fp8_fake
     ),
-    CustomOp("prefill", _ragged(kernels.prefill), _ragged_fake),
-    CustomOp("mla_prefill", _ragged(kernels.mla_prefill), _ragged_fake),
+    CustomOp("prefill", _prefill, _ragged_fake),
+    CustomOp("mla_prefill", _mla_prefill, _ragged_fake),
     CustomOp("prefill_paged", _prefill_paged, _prefill_paged_fake),
     CustomOp("decode", _decode, _same_shape_fake),
     CustomOp("mla_decode", _mla_decode, _mla_decode_fake),

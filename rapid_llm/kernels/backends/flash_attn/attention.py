@@ -21,7 +21,17 @@ from fa3_fwd_interface import flash_attn_varlen_func
 
 
 def prefill(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill on FA3's varlen forward."""
     out, lse = flash_attn_varlen_func(

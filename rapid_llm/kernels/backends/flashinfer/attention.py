@@ -319,6 +319,7 @@ def decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
     variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
@@ -339,7 +340,17 @@ def _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, kind):
 
 
 def prefill(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill through BatchPrefillWithRaggedKVCacheWrapper (q and kv share cu_seqlens)."""
     return _ragged(q, k, v, cu_seqlens, sm_scale, causal, return_lse, "ragged")
@@ -365,6 +376,7 @@ def prefill_paged(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
     the new tokens are the last of each sequence, as our contract says)."""
@@ -422,6 +434,7 @@ def step_decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """flashinfer/paged_decode's per-step preparation: plan_decode once, in CUDA-graph mode."""
     return _layer_call(plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, cuda_graph=True))
@@ -440,6 +453,7 @@ def step_prefill_paged(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once, in CUDA-graph mode."""
     run = plan_prefill_paged(

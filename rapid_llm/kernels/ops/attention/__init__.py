@@ -68,6 +68,11 @@ left-inclusive sliding window; decode's query sits at position
 seq_lens[b] - 1. logits_soft_cap: float >= 0 (default 0.0: none). With c > 0
 every scaled logit s = q . k * sm_scale becomes c * tanh(s / c) before the
 softmax (Gemma 2's capping); lse is of the capped logits."""
+#: Attention sinks (prefill, prefill_paged, decode; not the MLA ops).
+_SINKS = """sinks: None, or a float32 tensor [Hq] on q's device, any stride: a learned
+logit per query head that joins every softmax of that head without a value
+(gpt-oss): out[t, h] = sum_j e^(s_j) v_j / (e^(sinks[h]) + sum_j e^(s_j)),
+lse = log(e^(sinks[h]) + sum_j e^(s_j)); a query attending no key gets 0."""
 
 _VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
 unspecified output otherwise)"""
@@ -91,6 +96,7 @@ LAYOUT_TAGS = {
     "scale:positive": "sm_scale > 0 (kernels that take the row maximum on the raw logits, then scale)",
     "window:none": "window_left == -1: no sliding window (what rows without window masking serve)",
     "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
+    "sinks:none": "sinks is None: no per-head sink logit in the softmax (what rows without sinks serve)",
     # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
     "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
     "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
@@ -99,22 +105,26 @@ LAYOUT_TAGS = {
 FINITE = "qkv:finite"
 
 _RAGGED_PARAMETERS = ("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "causal", "return_lse")
+#: The optional features' parameters: every op's, then the sinks of the non-MLA ops.
 _FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
+_SINK_PARAMETERS = (*_FEATURE_PARAMETERS, "sinks")
+#: {feature: the tag its check derives when it is off, which a row that does not implement it requires}
+_OFF_TAG = {"window": "window:none", "softcap": "softcap:none", "sinks": "sinks:none"}
 #: The tags every op's check derives for its features being off (LAYOUT_TAGS).
 _FEATURES_OFF = ("window:none", "softcap:none")
-#: {feature: the tag a row that does not implement it requires}
-_OFF_TAG = {"window": "window:none", "softcap": "softcap:none"}
+_SINK_FEATURES_OFF = (*_FEATURES_OFF, "sinks:none")
 
 
-def _features_off(implemented=()) -> tuple[str, ...]:
-    """The tags a row requires for the features it does not implement (names of _OFF_TAG)."""
-    return tuple(tag for feature, tag in _OFF_TAG.items() if feature not in implemented)
+def _features_off(op: str, implemented=()) -> tuple[str, ...]:
+    """The tags a row of `op` requires for the op's features (_OFF_TAG's names) it does not implement."""
+    features = ("window", "softcap") if op in (MLA_PREFILL, MLA_DECODE) else tuple(_OFF_TAG)
+    return tuple(_OFF_TAG[feature] for feature in features if feature not in implemented)
 
 
 CONTRACTS = (
     OpContract(
         op=PREFILL,
-        parameters=(*_RAGGED_PARAMETERS, *_FEATURE_PARAMETERS),
+        parameters=(*_RAGGED_PARAMETERS, *_SINK_PARAMETERS),
         dtypes=ATTENTION_DTYPES,
         # max_seqlen: 4 x 4096 and 16 x 1024 are one num_tokens bucket, yet their fastest rows differ
         dims=(
@@ -133,12 +143,12 @@ CONTRACTS = (
             "q:tma",
             "kv:tma",
             "scale:positive",
-            *_FEATURES_OFF,
+            *_SINK_FEATURES_OFF,
         ),
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
         doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False,
-        window_left=-1, logits_soft_cap=0.0) -> out, or (out, lse) with return_lse
+        window_left=-1, logits_soft_cap=0.0, sinks=None) -> out, or (out, lse) with return_lse
 
 Ragged (packed, unpadded) self-attention of a batch of B sequences:
 q: [T, Hq, D]; k: [T, Hk, D]; v: [T, Hk, Dv]; one dtype (fp32/fp16/bf16), one
@@ -150,6 +160,7 @@ always (causal=False):
     out[t, h] = sum_j softmax_j(q[t, h] . k[j, h // (Hq/Hk)] * sm_scale) v[j, h // (Hq/Hk)]
 out: new [T, Hq, Dv] tensor of q's dtype; lse: [T, Hq] fp32, natural log.
 {_FEATURES}
+{_SINKS}
 {_VALUES}: cu_seqlens[0] == 0, non-decreasing, cu_seqlens[B] == T, every
 length <= max_seqlen.""",
     ),
@@ -199,7 +210,7 @@ lse: [T, H] fp32, natural log.""",
             "sm_scale",
             "causal",
             "return_lse",
-            *_FEATURE_PARAMETERS,
+            *_SINK_PARAMETERS,
         ),
         dtypes=ATTENTION_DTYPES,
         dims=(
@@ -209,10 +220,10 @@ lse: [T, H] fp32, natural log.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous", *_FEATURES_OFF),
+        layouts=("q:heads", "kv:paged", "index:contiguous", *_SINK_FEATURES_OFF),
         check=f"{_HERE}.checks:check_prefill_paged",
         doc=f"""prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size,
-              sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0)
+              sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0, sinks=None)
     -> out, or (out, lse)
 
 Chunked prefill / prefix caching: the new tokens' queries against each
@@ -227,6 +238,7 @@ i sits at position seq_lens[b] - n_b + i and attends KV positions <= that
 (causal) or all seq_lens[b] positions (causal=False). out: new [T, Hq, D]
 of q's dtype; lse: [T, Hq] fp32, natural log.
 {_FEATURES}
+{_SINKS}
 {_VALUES}: cu_seqlens_q as in attention.prefill (lengths <= max_seqlen_q);
 n_b <= seq_lens[b] <= max_pages * page_size; the page ids a sequence uses
 (its first ceil(seq_lens[b] / page_size) entries) < rows / page_size; other
@@ -243,7 +255,7 @@ entries of page_table are not read.""",
             "sm_scale",
             "k_scale",
             "v_scale",
-            *_FEATURE_PARAMETERS,
+            *_SINK_PARAMETERS,
         ),
         dtypes=ATTENTION_DTYPES,
         # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
@@ -254,10 +266,10 @@ entries of page_table are not read.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURES_OFF),
+        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_SINK_FEATURES_OFF),
         check=f"{_HERE}.checks:check_decode",
         doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None,
-       window_left=-1, logits_soft_cap=0.0) -> out
+       window_left=-1, logits_soft_cap=0.0, sinks=None) -> out
 
 One query token per sequence against its paged KV (page_size >= 1; 1 is
 token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
@@ -270,6 +282,7 @@ int32 [B, max_pages]; seq_lens: int32 [B]. Query b attends KV positions
 0 .. seq_lens[b]-1 (its own K/V already written). out: new [B, Hq, D] of q's
 dtype.
 {_FEATURES}
+{_SINKS}
 {_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
 uses < rows / page_size; other entries of page_table are not read.""",
     ),
@@ -346,7 +359,7 @@ def _library_row(
         capability=_SM90,
         dtypes=dtypes,
         shape=(ShapeConstraint("num_tokens", min=1), *shape),
-        layout=(*layout, *_features_off()),
+        layout=(*layout, *_features_off(op)),
         parity=(max_abs_diff, LIBRARY_PARITY),
         priority=priority,
         graph_safe=graph_safe,
@@ -406,7 +419,7 @@ def _native_row(
         libraries=libraries,
         capability=capability,
         shape=shape,
-        layout=(*layout, *_features_off(features)),
+        layout=(*layout, *_features_off(op, features)),
         parity=parity,
         priority=priority,
         description=description,
@@ -438,7 +451,7 @@ ROWS = (
         priority=13,
         description="Triton FlashAttention-2-style tiles by pointer loads: BLOCK_M queries x "
         "BLOCK_N keys, online exp2 softmax; any strides, fp32",
-        features=("window", "softcap"),
+        features=("window", "softcap", "sinks"),
     ),
     _native_row(
         "native/prefill_tma",
@@ -496,7 +509,7 @@ ROWS = (
         parity=(0.015625, "h200.attention.parity.native_prefill_paged"),
         priority=20,
         description="Triton prefill tiles reading K/V through the page table, bottom-right causal",
-        features=("window", "softcap"),
+        features=("window", "softcap", "sinks"),
     ),
     # attention.decode
     _native_row(
@@ -509,7 +522,7 @@ ROWS = (
         priority=30,
         description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge",
         step="decode.triton:prepare_decode",
-        features=("window", "softcap"),
+        features=("window", "softcap", "sinks"),
     ),
     _native_row(
         "native/decode_fp8",
@@ -523,7 +536,7 @@ ROWS = (
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
         step="decode.triton:prepare_decode_fp8",
-        features=("window", "softcap"),
+        features=("window", "softcap", "sinks"),
     ),
     # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
     *extension_rows(
@@ -535,7 +548,7 @@ ROWS = (
             ShapeConstraint("head_dim", one_of=(128,)),
             ShapeConstraint("page_size", one_of=tuple(2**i for i in range(11))),
         ),
-        layout=("kv:fp8_e4m3", "kv:paged", *_features_off()),
+        layout=("kv:fp8_e4m3", "kv:paged", *_features_off(DECODE)),
         parity={
             "aot": (0.0078125, "h200.attention.parity.aot_decode_fp8"),
             "jit": (0.0078125, "h200.attention.parity.jit_decode_fp8"),

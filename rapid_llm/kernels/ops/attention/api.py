@@ -19,10 +19,11 @@ def prefill(
     return_lse: bool = False,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    sinks=None,
 ):
     """Ragged self-attention of packed sequences; out [T, Hq, Dv] (and lse [T, Hq]); window_left >= 0 a sliding
-    window, logits_soft_cap > 0 tanh capping. Contract: attention.prefill."""
-    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap)
+    window, logits_soft_cap > 0 tanh capping, sinks [Hq] fp32 per-head sink logits. Contract: attention.prefill."""
+    args = (q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap, sinks)
     return _call(PREFILL, args)
 
 
@@ -39,10 +40,11 @@ def prefill_paged(
     return_lse: bool = False,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    sinks=None,
 ):
     """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
     args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
-    return _call(PREFILL_PAGED, (*args, window_left, logits_soft_cap))
+    return _call(PREFILL_PAGED, (*args, window_left, logits_soft_cap, sinks))
 
 
 def decode(
@@ -56,11 +58,12 @@ def decode(
     v_scale=None,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    sinks=None,
 ):
     """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
     out [B, Hq, D]. Contract: attention.decode."""
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return _call(DECODE, args)
+    return _call(DECODE, (*args, sinks))
 
 
 def mla_decode(

@@ -18,6 +18,7 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   scale:positive    sm_scale > 0 (kernels that take the row maximum on the raw logits)
   window:none       window_left == -1 (no sliding window)
   softcap:none      logits_soft_cap == 0 (no tanh soft cap)
+  sinks:none        sinks is None (prefill, prefill_paged, decode)
 """
 
 from __future__ import annotations
@@ -39,10 +40,20 @@ from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PR
 _ALIGN_BYTES = 16
 _FEATURE_TAGS = ("window:none", "softcap:none")
 _RAGGED_TAGS = tag_table(
-    "q:heads", "kv:heads", "v:same_head_dim", "index:contiguous", "q:tma", "kv:tma", "scale:positive", *_FEATURE_TAGS
+    "q:heads",
+    "kv:heads",
+    "v:same_head_dim",
+    "index:contiguous",
+    "q:tma",
+    "kv:tma",
+    "scale:positive",
+    *_FEATURE_TAGS,
+    "sinks:none",
 )
-_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS)
-_DECODE_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS)
+_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS, "sinks:none")
+_DECODE_TAGS = tag_table(
+    "q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS, "sinks:none"
+)
 _LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURE_TAGS)
 
 
@@ -125,6 +136,18 @@ def _features_off(op, window_left, logits_soft_cap) -> tuple[bool, bool]:
     return window_left == -1, logits_soft_cap == 0
 
 
+def _sinks_off(op, sinks, q) -> bool:
+    """Checks sinks (None, or a float32 [Hq] tensor on q's device, any stride); True when None (sinks:none)."""
+    if sinks is None:
+        return True
+    expect_tensor(op, "sinks", sinks)
+    if sinks.dtype != torch.float32 or sinks.dim() != 1 or sinks.shape[0] != q.shape[1]:
+        expected = f"None or a torch.float32 tensor [{q.shape[1]}] (one sink logit per query head)"
+        raise OpInputError(op, "sinks", expected, f"{sinks.dtype} of shape {list(sinks.shape)}")
+    expect_same_device(op, "sinks", sinks, "q", q)
+    return False
+
+
 def _expect_offsets(op, argument, cu_seqlens, anchor) -> int:
     """An int32 [B + 1] offsets tensor on q's device; returns B."""
     _expect_int32_vector(op, argument, cu_seqlens, None, anchor)
@@ -153,7 +176,9 @@ def _check_cu_seqlens(op, argument, cu_seqlens, total: int, max_seqlen: int, max
     return lengths
 
 
-def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap):
+def _check_ragged(
+    op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap, sinks=None
+):
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         expect_float_tensor(op, name, tensor)
         if tensor.dim() != 3:
@@ -176,7 +201,8 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
     _expect_scale(op, sm_scale)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
-    features_off = _features_off(op, window_left, logits_soft_cap)
+    # mla_prefill takes no sinks: its check never derives sinks:none
+    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q) and op == PREFILL)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
     tags = _RAGGED_TAGS[
         (
@@ -202,11 +228,21 @@ def _check_ragged(op, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_
 
 
 def check_prefill(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill's check: (q, tags, (num_tokens, max_seqlen, num_q_heads, num_kv_heads, head_dim,
     head_dim_v))."""
-    features = (window_left, logits_soft_cap)
+    features = (window_left, logits_soft_cap, sinks)
     return _check_ragged(PREFILL, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
 
 
@@ -334,12 +370,13 @@ def check_decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
     fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
-    features_off = _features_off(op, window_left, logits_soft_cap)
+    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
@@ -411,6 +448,7 @@ def check_prefill_paged(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill_paged's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = PREFILL_PAGED
@@ -429,7 +467,7 @@ def check_prefill_paged(
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
-    features_off = _features_off(op, window_left, logits_soft_cap)
+    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
     new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
     if new_tokens is not None and batch:
         short = seq_lens.to("cpu", torch.int64) < new_tokens

@@ -10,6 +10,7 @@ over the key chunks) weighs the values:
     s   = q . k * sm_scale (fp32) over the keys the query attends
     s   = c * tanh(s / c)                   (logits_soft_cap c > 0 only)
     m   = max(s),  l = sum exp(s - m)       (running over key chunks)
+    m'  = max(m, sink), l' = l e^(m - m') + e^(sink - m')   (sinks only: a logit without a value)
     out = sum exp(s - m) v / l  -> q's dtype,  lse = m + log(l)  (natural log)
 
 Subtracting the running max keeps exp() exact at the max: exp(s - lse) in
@@ -89,12 +90,14 @@ def _spans(count: int, step: int):
     return [(start, min(start + step, count)) for start in range(0, count, step)]
 
 
-def _online_attention(queries, blocks, sm_scale, value_dim: int, soft_cap: float = 0.0):
+def _online_attention(queries, blocks, sm_scale, value_dim: int, soft_cap: float = 0.0, sinks=None):
     """queries [G, H, S, g, D] fp32 (S query rows, g query heads per KV head) against key blocks, each
     (keys [G, H, L, D], values [G, H, L, Dv] fp32, 0 at positions not gathered; attended: bool
     [G, 1, S or 1, 1, L]; hides: whether attended hides gathered positions) -> out [G, H, S, g, Dv], lse
     [G, H, S, g]. soft_cap c > 0 caps each scaled logit to c * tanh(s / c). A row attending no key (padding
-    rows; unchecked out-of-contract lengths) gets out 0 and lse -inf, as the native rows give.
+    rows; unchecked out-of-contract lengths) gets out 0 and lse -inf, as the native rows give. sinks [H, g]
+    fp32 (or None): each query head's sink logit joins its softmax's denominator (out 0 where no key is
+    attended, lse the sink's).
 
     Where attended hides no gathered position, the keys a row does not attend hold 0 and p @ v is exact.
     Where it does (causal, a window), p @ v would turn a masked key's 0 * NaN into NaN: the product takes
@@ -132,10 +135,21 @@ def _online_attention(queries, blocks, sm_scale, value_dim: int, soft_cap: float
         product = product.view(groups, heads, rows, group, value_dim)
         acc = acc * rescale + product
         maximum = new_max
+    if sinks is not None:  # one more logit, without a value
+        sink = sinks.view(1, heads, 1, group, 1)
+        new_max = torch.maximum(maximum, sink)
+        rescale = torch.where(maximum == _NEG_INF, 0.0, torch.exp(maximum - new_max))
+        total = total * rescale + torch.exp(sink - new_max)
+        acc, maximum = acc * rescale, new_max
     out = acc / torch.where(total == 0.0, 1.0, total)  # a NaN total stays NaN
     if poisoned is not None:
         out = torch.where(poisoned.view(groups, heads, rows, group, -1), float("nan"), out)
     return out, (maximum + torch.log(total)).squeeze(-1)
+
+
+def _head_sinks(sinks, q_heads: slice, kv_heads: int):
+    """sinks[q_heads] as fp32 [kv_heads, g] (the g query heads of each KV head), or None."""
+    return None if sinks is None else sinks[q_heads].float().view(kv_heads, -1)
 
 
 def _ragged_queries(cu_seqlens, first: int, last: int, span: int, total: int):
@@ -253,7 +267,17 @@ def _paged_blocks(
 
 
 def prefill(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill: ragged self-attention, each sequence padded to max_seqlen with its own tokens."""
     tokens, num_q_heads, head_dim = q.shape
@@ -276,7 +300,10 @@ def prefill(
                         k[:, kv_heads], v[:, kv_heads], ids, valid, rows, chunks[3], causal, window_left
                     )
                     queries = _query_rows(q, q_heads, ids[:, rows], head_last - head_first)
-                    out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, value_dim, logits_soft_cap)
+                    head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
+                    out_rows, lse_rows = _online_attention(
+                        queries, blocks, sm_scale, value_dim, logits_soft_cap, head_sinks
+                    )
                     _store_rows(out, lse, q_heads, ids[:, rows], valid[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
@@ -300,6 +327,7 @@ def decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
     dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window."""
@@ -324,7 +352,8 @@ def decode(
             )
             q_heads = slice(head_first * group, head_last * group)
             queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
-            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap)
+            head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
+            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
             out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
     return out
 
@@ -361,6 +390,7 @@ def prefill_paged(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages."""
     tokens, num_q_heads, head_dim = q.shape
@@ -391,7 +421,10 @@ def prefill_paged(
                         k_heads, v_heads, rows_k, valid_k, chunks[3], query_positions[:, rows], causal, window_left
                     )
                     queries = _query_rows(q, q_heads, ids[:, rows], head_last - head_first)
-                    out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap)
+                    head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
+                    out_rows, lse_rows = _online_attention(
+                        queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks
+                    )
                     _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result

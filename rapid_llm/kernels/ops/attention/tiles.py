@@ -3,6 +3,7 @@
 softmax_step   one online-softmax step over a tile of base-2 logits (running max m, sum l)
 soft_cap       logit soft-capping c * tanh(s / c) of base-2 logits (the cap given in base 2 too)
 soft_cap_base2 the base-2 cap a kernel takes for a logits_soft_cap c (c * LOG2E; 0: none)
+sink_step      an attention sink's logit added to an online softmax (no value)
 attend_tile    one key tile of a prefill query block: logits (one or two products), softmax step, P . V
 paged_rows     cache rows of token positions through a page table (clamped: never out of bounds)
 split_bounds   [start, end) of one split of a sequence's positions, or of its window's (split-K decode)
@@ -58,8 +59,19 @@ def soft_cap_base2(logits_soft_cap: float) -> float:
 def soft_cap(x, cap):
     """cap * tanh(x / cap), tanh as 1 - 2 / (e^(2x / cap) + 1): one exp2, exact limits (+-cap at +-inf), NaN
     kept, absolute error about cap * 2^-23 near 0; the same code on CUDA and in the interpreter."""
-    e = tl.math.exp2(x * (2.0 * LOG2E / cap))
+    e = tl.math.exp2(x * (2.8853900817779268 / cap))  # e^(2x / cap) = 2^(2 log2(e) x / cap)
     return cap * (1.0 - 2.0 / (e + 1.0))
+
+
+@triton.jit
+def sink_step(m_i, l_i, sink):
+    """One base-2 logit `sink` [rows] without a value added to an online softmax (attention sinks): returns
+    (alpha, m', l') with m' = max(m, sink), l' = l alpha + 2^(sink - m'), alpha = 2^(m - m') the factor the
+    accumulators are rescaled by; a sink of -inf changes nothing."""
+    m_new = tl.maximum(m_i, sink)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_safe)
+    return alpha, m_new, l_i * alpha + tl.math.exp2(sink - m_safe)
 
 
 @triton.jit

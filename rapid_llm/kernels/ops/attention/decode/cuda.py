@@ -82,6 +82,7 @@ def decode_fp8_aot(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     return _decode(aot.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
@@ -97,6 +98,7 @@ def decode_fp8_jit(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     return _decode(jit.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 

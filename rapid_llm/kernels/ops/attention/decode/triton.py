@@ -5,7 +5,8 @@ buffer of q's dtype (kv:q_dtype) and, specialised by FP8, an fp8-e4m3 buffer wit
 
 A sliding window (window_left W >= 0) keeps positions j >= seq_lens[b] - 1 - W: the splits cover only
 those (split_bounds), so the bytes read follow the window, not the context. A soft cap c > 0 maps
-each base-2 logit through (c log2 e) tanh(. / (c log2 e)) (tiles.soft_cap) before the softmax.
+each base-2 logit through (c log2 e) tanh(. / (c log2 e)) (tiles.soft_cap) before the softmax. A head's
+sink logit joins split 0's softmax (tiles.sink_step), so the split merge counts it once.
 
 Mapping (memory-bound: the KV read is the cost): one program per (sequence b, KV head, split s). It
 holds all G = Hq / Hk query heads of its KV head as the rows of one [G_PAD, D] tile (G_PAD = G
@@ -45,7 +46,17 @@ import triton.language as tl
 
 from ...fast_launch import LaunchPolicy, cached, next_power_of_2
 from ...launch_fitting import launch_fitting
-from ..tiles import LOG2E, paged_rows, soft_cap, soft_cap_base2, softmax_step, split_bounds, split_head_dim, split_k
+from ..tiles import (
+    LOG2E,
+    paged_rows,
+    sink_step,
+    soft_cap,
+    soft_cap_base2,
+    softmax_step,
+    split_bounds,
+    split_head_dim,
+    split_k,
+)
 from . import launch
 
 
@@ -97,6 +108,7 @@ def _run(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
@@ -105,7 +117,8 @@ def _run(
     plan = _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left)
     if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
         k_scale = v_scale = seq_lens
-    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, out, plan)
+    features = (window_left, logits_soft_cap, sinks)
+    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, *features, out, plan)
     return out
 
 
@@ -120,9 +133,10 @@ def decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    features = (window_left, logits_soft_cap)
+    features = (window_left, logits_soft_cap, sinks)
     return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -137,10 +151,11 @@ def decode_fp8(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    features = (window_left, logits_soft_cap)
+    features = (window_left, logits_soft_cap, sinks)
     return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -155,6 +170,7 @@ def prepare_decode(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/decode's per-step preparation: the launch plan (tiles, split count, constexprs) of the step's
     host-known sizes, computed here once and cached; returns the op's callable that every layer's call runs."""
@@ -173,13 +189,16 @@ def prepare_decode_fp8(
     v_scale=None,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/decode_fp8's per-step preparation, as prepare_decode."""
     _plan_of(True, q, kv_buffer, page_table, page_size, window_left)
     return functools.partial(_run, True)
 
 
-def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, out, plan):
+def _launch(
+    q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, sinks, out, plan
+):
     batch, num_q_heads, _ = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     splits, config = plan
@@ -198,6 +217,7 @@ def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, wind
             partial_lse,
             k_scale,
             v_scale,
+            sinks if sinks is not None else seq_lens,  # a stand-in pointer SINKS=False never reads
             q.stride(0),
             q.stride(1),
             q.stride(2),
@@ -207,6 +227,7 @@ def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, wind
             page_table.stride(0),
             page_table.stride(1),
             seq_lens.stride(0),
+            sinks.stride(0) if sinks is not None else 0,
             num_kv_heads,
             num_q_heads // num_kv_heads,
             float(sm_scale) * LOG2E,
@@ -216,6 +237,7 @@ def _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, wind
             kv_buffer.shape[0],
             page_table.shape[1],
             SOFT_CAP=logits_soft_cap > 0,
+            SINKS=sinks is not None,
             **config,
         )
 
@@ -257,6 +279,7 @@ def _decode_kernel(
     partial_lse_ptr,
     k_scale_ptr,
     v_scale_ptr,
+    sinks_ptr,
     stride_qb,
     stride_qh,
     stride_qd,
@@ -266,6 +289,7 @@ def _decode_kernel(
     table_stride0,
     table_stride1,
     stride_sl,
+    stride_sink,
     num_kv_heads,
     group,
     qk_scale,
@@ -277,6 +301,7 @@ def _decode_kernel(
     PAGE_SIZE: tl.constexpr,
     SINGLE: tl.constexpr,
     SOFT_CAP: tl.constexpr,
+    SINKS: tl.constexpr,
     G_PAD: tl.constexpr,
     D_A: tl.constexpr,
     D_B: tl.constexpr,
@@ -361,6 +386,11 @@ def _decode_kernel(
             )
             acc_b = tl.dot(p.to(q_a.dtype), v_b, acc_b * alpha[:, None], input_precision=PRECISION)
 
+    if SINKS:  # the head's sink logit joins split 0's softmax only (the merge then counts it once)
+        sink = tl.load(sinks_ptr + heads * stride_sink, mask=head_valid, other=0.0) * 1.4426950408889634
+        alpha, m_i, l_i = sink_step(m_i, l_i, tl.where(split == 0, sink, float("-inf")))
+        acc_a = acc_a * alpha[:, None]
+        acc_b = acc_b * alpha[:, None]
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     norm = 1.0 / l_safe
     if FP8:

@@ -103,7 +103,17 @@ def _descriptor(tensor: torch.Tensor, rows: int, layout) -> TensorDescriptor:
 
 
 def prefill_gluon(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/prefill_gluon (unchecked kernel entry: the op's check ran and the row's conditions hold). Launches
     min(SMs, items) persistent programs (launch.gluon's PROGRAMS overrides the grid). Shared memory: Q_SLOTS x

@@ -24,7 +24,8 @@ launch first, and a program past its sequence's end returns at once. Axis 1 (hea
 
 A sliding window (window_left W >= 0) starts a block's key walk at its first query's position - W
 (masked tiles at the window's lower edge, unmasked ones between); a soft cap c > 0 caps the base-2
-logits (tiles.soft_cap) before the softmax.
+logits (tiles.soft_cap) before the softmax. Attention sinks: the head's sink logit joins m and l after
+the last tile (tiles.sink_step), without a value.
 
 Paged (prefill_paged): keys and values are read through the page table from the [rows, 2*Hk, D]
 buffer kvcache.update_kv_buffer writes (K head h at column h, V head at Hk + h); the n_b new
@@ -40,15 +41,25 @@ import triton
 import triton.language as tl
 
 from ...launch_fitting import launch_fitting
-from ..tiles import LOG2E, attend_tile, paged_rows, soft_cap_base2, split_head_dim
+from ..tiles import LOG2E, attend_tile, paged_rows, sink_step, soft_cap_base2, split_head_dim
 from . import launch
 
 
 def prefill(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/prefill (unchecked kernel entry: the op's check ran)."""
-    features = (window_left, logits_soft_cap)
+    features = (window_left, logits_soft_cap, sinks)
     return _ragged("native/prefill", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, *features)
 
 
@@ -73,6 +84,7 @@ def prefill_paged(
     return_lse=False,
     window_left=-1,
     logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/prefill_paged (unchecked kernel entry): K and V are strided views of the buffer's heads."""
     num_kv_heads = kv_buffer.shape[1] // 2
@@ -96,12 +108,15 @@ def prefill_paged(
         causal=causal,
         window_left=window_left,
         logits_soft_cap=logits_soft_cap,
+        sinks=sinks,
         paged=True,
     )
     return (out, lse) if return_lse else out
 
 
-def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap):
+def _ragged(
+    row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, window_left, logits_soft_cap, sinks=None
+):
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device) if return_lse else None
     _launch(
@@ -121,6 +136,7 @@ def _ragged(row, q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse, 
         causal=causal,
         window_left=window_left,
         logits_soft_cap=logits_soft_cap,
+        sinks=sinks,
         paged=False,
     )
     return (out, lse) if return_lse else out
@@ -144,6 +160,7 @@ def _launch(
     causal,
     window_left,
     logits_soft_cap,
+    sinks,
     paged,
 ):
     tokens, num_q_heads, head_dim = q.shape
@@ -168,6 +185,7 @@ def _launch(
         cu_seqlens_q,
         seq_lens if paged else dummy,
         page_table if paged else dummy,
+        sinks if sinks is not None else dummy,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -185,6 +203,7 @@ def _launch(
         seq_lens.stride(0) if paged else 0,
         page_table.stride(0) if paged else 0,
         page_table.stride(1) if paged else 0,
+        sinks.stride(0) if sinks is not None else 0,
         batch,
         num_blocks,
         num_q_heads // num_kv_heads,
@@ -199,6 +218,7 @@ def _launch(
         CAUSAL=causal,
         WINDOW=window_left >= 0,
         SOFT_CAP=logits_soft_cap > 0,
+        SINKS=sinks is not None,
         WRITE_LSE=lse is not None,
         D_A=d_a,
         D_B=d_b,
@@ -244,6 +264,7 @@ def _prefill_kernel(
     cu_q_ptr,
     seq_lens_ptr,
     page_table_ptr,
+    sinks_ptr,
     stride_qt,
     stride_qh,
     stride_qd,
@@ -261,6 +282,7 @@ def _prefill_kernel(
     stride_sl,
     table_stride0,
     table_stride1,
+    stride_sink,
     batch,
     num_blocks,
     group,
@@ -275,6 +297,7 @@ def _prefill_kernel(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SOFT_CAP: tl.constexpr,
+    SINKS: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     D_A: tl.constexpr,
     D_B: tl.constexpr,
@@ -432,6 +455,10 @@ def _prefill_kernel(
             SOFT_CAP,
         )
 
+    if SINKS:  # the head's sink logit (natural log units) joins the denominator, base 2 here
+        sink = tl.load(sinks_ptr + head * stride_sink) * 1.4426950408889634
+        alpha, m_i, l_i = sink_step(m_i, l_i, tl.full((BLOCK_M,), 0.0, tl.float32) + sink)
+        acc = acc * alpha[:, None]
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
     out_index = q_start + tl.where(row_valid, offs_m, 0).to(tl.int64)

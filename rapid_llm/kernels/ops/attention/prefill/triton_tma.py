@@ -35,7 +35,17 @@ from . import launch
 
 
 def prefill_tma(
-    q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    sm_scale,
+    causal=True,
+    return_lse=False,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
 ):
     """native/prefill_tma (unchecked kernel entry: the op's check ran and the row's conditions hold)."""
     return _prefill("native/prefill_tma", q, k, v, cu_seqlens, max_seqlen, sm_scale, causal, return_lse)
