@@ -57,6 +57,8 @@ _SPLIT_ROWS = [
     ("native/decode", DECODE, "window_20_soft_cap_30_head_dim_256"),
     ("native/decode", DECODE, "sinks_that_dominate"),
     ("native/decode_fp8", DECODE, "fp8_kv_sinks_window_20"),
+    ("native/decode", DECODE, "with_lse"),
+    ("native/decode_fp8", DECODE, "fp8_kv_with_lse_sinks_window"),
     ("native/mla_decode", MLA_DECODE, "window_70_soft_cap_15"),
     *((row, MLA_DECODE, "ragged_page64") for row in _native_rows(MLA_DECODE)),
     ("native/mla_decode", MLA_DECODE, "page_size_16"),
@@ -90,8 +92,11 @@ def test_split_k_merge_matches_the_oracle(row, op, case_id, splits):
     with launch_override(row, splits=splits):
         got = planned(*args)
     want = ORACLES[op](*args)
-    atol, rtol = TOLERANCES[(op, dtype)][0]
-    torch.testing.assert_close(got.double(), want.double(), atol=atol, rtol=rtol)
+    pairs = (
+        zip(got, want, TOLERANCES[(op, dtype)]) if isinstance(got, tuple) else [(got, want, TOLERANCES[(op, dtype)][0])]
+    )
+    for mine, theirs, (atol, rtol) in pairs:  # out, then lse (return_lse: the merge's log-sum-exp)
+        torch.testing.assert_close(mine.double(), theirs.double(), atol=atol, rtol=rtol)
 
 
 def _bad_index_calls():

@@ -209,7 +209,7 @@ def test_a_compiled_step_calling_the_ops_has_no_graph_break():
 
     def step(x, residual, weight, *decode_args):
         OPS.fused_add_rms_norm(x, residual, weight, eps)
-        return OPS.silu_and_mul(OPS.rms_norm(residual, weight, eps)), OPS.decode(*decode_args)
+        return OPS.silu_and_mul(OPS.rms_norm(residual, weight, eps)), OPS.decode(*decode_args)[0]
 
     eager_x, eager_residual = x.clone(), residual.clone()
     eager = step(eager_x, eager_residual, weight, *decode_args)
@@ -294,7 +294,7 @@ def layer(x, residual, positions, loc, kv, table, lens):
     q, k = qkv[:, : hq * d], qkv[:, hq * d : (hq + hk) * d]
     ops.rotary(positions, q, k, d, cos_sin, True)
     ops.update_kv_buffer(qkv[:, hq * d :].reshape(-1, 2 * hk, d), loc, kv)
-    attended = ops.decode(q.reshape(-1, hq, d), kv, table, lens, page, d ** -0.5)
+    (attended,) = ops.decode(q.reshape(-1, hq, d), kv, table, lens, page, d ** -0.5)
     x = attended.reshape(-1, hq * d) @ w["o"].T
     ops.fused_add_rms_norm(x, residual, w["post"], 1e-6)
     return ops.silu_and_mul(x @ w["gate_up"].T) @ w["down"].T, residual

@@ -640,3 +640,48 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
         graph_safe=graph_safe,
         flops=flops,
     )
+
+
+# attention.merge_states: two parts of a decode batch's results (a cached prefix and fresh tokens), merged
+MERGE_CASES = ((64, 32, 128), (4096, 32, 128), (64, 128, 512))
+
+
+@pytest.mark.parametrize(
+    "arm,case",
+    [(arm, case) for arm in _contenders("attention.merge_states") for case in MERGE_CASES],
+    ids=lambda value: value if isinstance(value, str) else f"N{value[0]}-h{value[1]}-d{value[2]}-bf16",
+)
+def test_merge_states(benchmark, gpu_session, arm, case):
+    import torch
+
+    op, dtype = "attention.merge_states", "bf16"
+    tokens, heads, dim = case
+    generator = torch.Generator(device="cuda").manual_seed(tokens + heads)
+    args = []
+    for _ in range(2):
+        args.append(torch.randn((tokens, heads, dim), device="cuda", generator=generator).to(torch.bfloat16))
+        args.append(torch.randn((tokens, heads), device="cuda", generator=generator) * 4)
+    shape = {"num_tokens": tokens, "num_heads": heads, "head_dim": dim}
+    checked, row = load_row(op, arm, dtype=dtype, shape=shape, layout=())
+    reference_name, reference = reference_row(op)
+    case_id = f"N{tokens}-h{heads}-d{dim}"
+    check = check_against_reference(
+        op, dtype, checked(*args), reference(*args), arm=arm, reference=reference_name, case=case_id
+    )
+    benchmark.extra_info.update(
+        op=op,
+        row=arm,
+        case=case_id,
+        dtype=dtype,
+        correctness=describe_check(check, reference_name),
+        bytes_formula="both parts' v and s read + v and s written",
+    )
+    bytes_moved = 3 * tokens * heads * (dim * 2 + 4)
+    gpu_timing.record_case(
+        benchmark,
+        gpu_session,
+        lambda: checked.impl(*args),
+        bytes_moved=bytes_moved,
+        graph_safe=row.graph_safe,
+        graph=True,
+    )

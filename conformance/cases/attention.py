@@ -14,7 +14,16 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, index_view, randn as _randn
-from rapid_llm.kernels.ops.attention import DECODE, FINITE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED, checks
+from rapid_llm.kernels.ops.attention import (
+    DECODE,
+    FINITE,
+    MERGE_STATES,
+    MLA_DECODE,
+    MLA_PREFILL,
+    PREFILL,
+    PREFILL_PAGED,
+    checks,
+)
 
 _HALF_AND_FP32 = frozenset({"fp32", "fp16", "bf16"})
 
@@ -164,9 +173,10 @@ def _decode_case(
     fp8=False,
     features=(),
     sinks=None,
+    return_lse=False,
 ):
     """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults); sinks:
-    the mean of per-head sink logits drawn around it (appended after the features)."""
+    the mean of per-head sink logits drawn around it (appended after the features); return_lse last."""
 
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
@@ -183,6 +193,8 @@ def _decode_case(
             q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
+        if return_lse:
+            tail = (*(tail or (-1, 0.0)), *((None,) if len(tail) < 3 else ()), True)
         args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale, *tail)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
@@ -328,10 +340,12 @@ def decode_oracle(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
         rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
         kv = kv_buffer[rows].double()
@@ -340,8 +354,8 @@ def decode_oracle(
             keys, values = keys * float(k_scale), values * float(v_scale)
         visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
         expanded = (_expand(keys, group), _expand(values, group))
-        out[b : b + 1], _ = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap, sinks)
-    return out.to(q.dtype)
+        out[b : b + 1], lse[b : b + 1] = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap, sinks)
+    return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
 def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
@@ -385,6 +399,36 @@ def prefill_paged_oracle(
         expanded = (_expand(kv[:, :heads], group), _expand(kv[:, heads:], group))
         out[start:end], lse[start:end] = _attend64(q[start:end], *expanded, sm_scale, visible, logits_soft_cap, sinks)
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
+
+
+def _merge_case(tokens, heads, dim, *, spread=4.0, empty=(), strided=False):
+    """Two parts' (v, s): s ~ N(0, spread) (large spreads: one part dominates); `empty` ("a", "b", "both") sets a
+    part's s to -inf on every other token; strided: v as every-other-head views, s as column views."""
+
+    def make(dtype, device, generator):
+        parts = []
+        for name in ("a", "b"):
+            width = 2 * heads if strided else heads
+            v = _randn((tokens, width, dim), dtype, device, generator)[:, :: 2 if strided else 1]
+            s = (torch.randn((tokens, width), generator=generator) * spread).to(device)[:, :: 2 if strided else 1]
+            if name in empty or "both" in empty:
+                s[::2] = float("-inf")
+            parts += [v, s]
+        args = tuple(parts)
+        _, layout, dims = checks.check_merge_states(*args)
+        return args, dict(dims), layout
+
+    return make
+
+
+def merge_states_oracle(v_a, s_a, v_b, s_b):
+    s = torch.logaddexp(s_a.double(), s_b.double())
+    safe = torch.where(s == float("-inf"), 0.0, s)
+    v = (
+        v_a.double() * torch.exp(s_a.double() - safe)[..., None]
+        + v_b.double() * torch.exp(s_b.double() - safe)[..., None]
+    )
+    return v.to(v_a.dtype), s.float()
 
 
 # ---------------------------------------------------------------------------
@@ -487,6 +531,13 @@ DECODE_CASES = (
     Case("fp8_kv_window_soft_cap", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 10.0))),
     Case("window_4096_context_32k", _decode_case((32768, 5000), 32, 8, 128, 16, features=(4095, 0.0)), gpu_only=True),
     Case("sinks", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=0.0)),
+    Case("with_lse", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, return_lse=True)),
+    Case("with_lse_large_logits", _decode_case((50, 9), 4, 2, 64, 16, scale=40.0, return_lse=True)),
+    Case(
+        "fp8_kv_with_lse_sinks_window",
+        _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0, return_lse=True),
+    ),
+    Case("with_lse_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, return_lse=True), gpu_only=True),
     Case("sinks_that_dominate", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=12.0)),
     Case(
         "fp8_kv_sinks_window_20", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0)
@@ -544,12 +595,23 @@ PREFILL_PAGED_CASES = (
     ),
 )
 
+MERGE_STATES_CASES = (
+    Case("tokens_7_heads_4_d64", _merge_case(7, 4, 64)),
+    Case("one_part_dominates", _merge_case(9, 2, 128, spread=60.0)),
+    Case("empty_parts", _merge_case(8, 4, 64, empty=("a",))),
+    Case("both_parts_empty", _merge_case(6, 2, 64, empty=("both",))),
+    Case("strided_views_d512", _merge_case(5, 3, 512, strided=True)),
+    Case("no_tokens", _merge_case(0, 4, 64)),
+    Case("tokens_4096_heads_32_d128", _merge_case(4096, 32, 128), gpu_only=True),
+)
+
 CASES = {
     PREFILL: PREFILL_CASES,
     MLA_PREFILL: MLA_PREFILL_CASES,
     DECODE: DECODE_CASES,
     MLA_DECODE: MLA_DECODE_CASES,
     PREFILL_PAGED: PREFILL_PAGED_CASES,
+    MERGE_STATES: MERGE_STATES_CASES,
 }
 
 ORACLES = {
@@ -558,6 +620,7 @@ ORACLES = {
     DECODE: decode_oracle,
     MLA_DECODE: mla_decode_oracle,
     PREFILL_PAGED: prefill_paged_oracle,
+    MERGE_STATES: merge_states_oracle,
 }
 
 # Outputs are convex combinations of values of magnitude ~1-4. Library kernels round the softmax

@@ -38,8 +38,9 @@ an input or a view of one, so an op returns only the tensors it allocates:
 - an op with `out=` (`silu_and_mul`, `gelu_tanh_and_mul`, the fp8 GEMMs) is two
   ops: `<name>(...)` without `out`, returning a new tensor, and
   `<name>_out(..., out)`, which writes `out` and returns None.
-- `prefill`, `mla_prefill` and `prefill_paged` return a list (one return type
-  for both forms): `[out]`, or `[out, lse]` with `return_lse=True`.
+- `prefill`, `mla_prefill`, `prefill_paged` and `decode` return a list (one
+  return type for both forms): `[out]`, or `[out, lse]` with `return_lse=True`;
+  `merge_states` returns `[v, s]`.
 
 In an engine's compiled model, in-place ops are called for their effect,
 and the list of prefill is unpacked:
@@ -47,6 +48,7 @@ and the list of prefill is unpacked:
     ops.fused_add_rms_norm(hidden, residual, weight, eps)  # hidden, residual updated
     ops.update_kv_buffer(kv, loc, kv_buffer)
     (out,) = ops.prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, True, False)
+    (attended,) = ops.decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale)
 
 Python ints become `SymInt` in the schemas (torch's inference; a compiled
 graph may pass them symbolically, the real implementation gets ints). No
@@ -352,9 +354,38 @@ def _decode(
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
     sinks: Tensor | None = None,
-) -> Tensor:
+    return_lse: bool = False,
+) -> list[Tensor]:
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return kernels.decode(*args, sinks)
+    return _with_lse(kernels.decode(*args, sinks, return_lse), return_lse)
+
+
+def _decode_fake(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale=None,
+    v_scale=None,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    sinks=None,
+    return_lse=False,
+) -> list[Tensor]:
+    """out [B, Hq, D] of q's dtype, then lse [B, Hq] fp32 with return_lse."""
+    out = _new(q.shape, q)
+    return [out, _new(q.shape[:2], q, torch.float32)] if return_lse else [out]
+
+
+def _merge_states(v_a: Tensor, s_a: Tensor, v_b: Tensor, s_b: Tensor) -> list[Tensor]:
+    return list(kernels.merge_states(v_a, s_a, v_b, s_b))
+
+
+def _merge_states_fake(v_a, s_a, v_b, s_b) -> list[Tensor]:
+    """v [N, H, D] of v_a's dtype, s [N, H] fp32."""
+    return [_new(v_a.shape, v_a), _new(v_a.shape[:2], v_a, torch.float32)]
 
 
 def _mla_decode(
@@ -575,7 +606,8 @@ CUSTOM_OPS = (
     CustomOp("prefill", _prefill, _ragged_fake),
     CustomOp("mla_prefill", _mla_prefill, _ragged_fake),
     CustomOp("prefill_paged", _prefill_paged, _prefill_paged_fake),
-    CustomOp("decode", _decode, _same_shape_fake),
+    CustomOp("decode", _decode, _decode_fake),
+    CustomOp("merge_states", _merge_states, _merge_states_fake),
     CustomOp("mla_decode", _mla_decode, _mla_decode_fake),
     CustomOp("mm", _mm, _mm_fake),
     CustomOp("w8a16_mm", _w8a16_mm, _w8a16_mm_fake),

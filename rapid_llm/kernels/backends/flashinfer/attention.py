@@ -320,6 +320,7 @@ def decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
     variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
@@ -435,6 +436,7 @@ def step_decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """flashinfer/paged_decode's per-step preparation: plan_decode once, in CUDA-graph mode."""
     return _layer_call(plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, cuda_graph=True))

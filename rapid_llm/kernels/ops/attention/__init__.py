@@ -4,7 +4,7 @@ Files: checks.py (the ops' argument checks), reference.py (the torch rows), tile
 helpers), gluon_tiles.py (shared Gluon helpers), splits.py (split-K host rules), and one folder per op
 with several native kernels, one module per kernel (each its own row below) and launch.py (their launch
 policies): prefill/ (triton.py, triton_tma.py, gluon.py), decode/ (triton.py, cuda.py), mla_decode/
-(triton.py, triton_tma.py, gluon.py, gluon_pingpong.py). The external libraries' adapters live in
+(triton.py, triton_tma.py, gluon.py, gluon_pingpong.py); merge_states.py (attention.merge_states's kernel). The external libraries' adapters live in
 rapid_llm/kernels/backends/<library>/attention.py.
 
 Shared conventions of every attention op:
@@ -51,6 +51,7 @@ PREFILL_PAGED = "attention.prefill_paged"
 DECODE = "attention.decode"
 MLA_DECODE = "attention.mla_decode"
 MLA_PREFILL = "attention.mla_prefill"
+MERGE_STATES = "attention.merge_states"
 _HERE = __name__
 _BACKENDS = "rapid_llm.kernels.backends"
 
@@ -97,6 +98,7 @@ LAYOUT_TAGS = {
     "window:none": "window_left == -1: no sliding window (what rows without window masking serve)",
     "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
     "sinks:none": "sinks is None: no per-head sink logit in the softmax (what rows without sinks serve)",
+    "lse:none": "decode's return_lse is False: no log-sum-exp output (what decode rows without it serve)",
     # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
     "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
     "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
@@ -109,16 +111,24 @@ _RAGGED_PARAMETERS = ("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "ca
 _FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
 _SINK_PARAMETERS = (*_FEATURE_PARAMETERS, "sinks")
 #: {feature: the tag its check derives when it is off, which a row that does not implement it requires}
-_OFF_TAG = {"window": "window:none", "softcap": "softcap:none", "sinks": "sinks:none"}
+_OFF_TAG = {"window": "window:none", "softcap": "softcap:none", "sinks": "sinks:none", "lse": "lse:none"}
 #: The tags every op's check derives for its features being off (LAYOUT_TAGS).
 _FEATURES_OFF = ("window:none", "softcap:none")
 _SINK_FEATURES_OFF = (*_FEATURES_OFF, "sinks:none")
+#: {op: its optional features (_OFF_TAG's names)}
+_OP_FEATURES = {
+    PREFILL: ("window", "softcap", "sinks"),
+    PREFILL_PAGED: ("window", "softcap", "sinks"),
+    DECODE: ("window", "softcap", "sinks", "lse"),
+    MLA_PREFILL: ("window", "softcap"),
+    MLA_DECODE: ("window", "softcap"),
+    MERGE_STATES: (),
+}
 
 
 def _features_off(op: str, implemented=()) -> tuple[str, ...]:
     """The tags a row of `op` requires for the op's features (_OFF_TAG's names) it does not implement."""
-    features = ("window", "softcap") if op in (MLA_PREFILL, MLA_DECODE) else tuple(_OFF_TAG)
-    return tuple(_OFF_TAG[feature] for feature in features if feature not in implemented)
+    return tuple(_OFF_TAG[feature] for feature in _OP_FEATURES[op] if feature not in implemented)
 
 
 CONTRACTS = (
@@ -148,7 +158,7 @@ CONTRACTS = (
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
         doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False,
-        window_left=-1, logits_soft_cap=0.0, sinks=None) -> out, or (out, lse) with return_lse
+        window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False) -> out, or (out, lse), or (out, lse) with return_lse
 
 Ragged (packed, unpadded) self-attention of a batch of B sequences:
 q: [T, Hq, D]; k: [T, Hk, D]; v: [T, Hk, Dv]; one dtype (fp32/fp16/bf16), one
@@ -256,6 +266,7 @@ entries of page_table are not read.""",
             "k_scale",
             "v_scale",
             *_SINK_PARAMETERS,
+            "return_lse",
         ),
         dtypes=ATTENTION_DTYPES,
         # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
@@ -266,10 +277,18 @@ entries of page_table are not read.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_SINK_FEATURES_OFF),
+        layouts=(
+            "q:heads",
+            "kv:paged",
+            "index:contiguous",
+            "kv:q_dtype",
+            "kv:fp8_e4m3",
+            *_SINK_FEATURES_OFF,
+            "lse:none",
+        ),
         check=f"{_HERE}.checks:check_decode",
         doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None,
-       window_left=-1, logits_soft_cap=0.0, sinks=None) -> out
+       window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False) -> out, or (out, lse)
 
 One query token per sequence against its paged KV (page_size >= 1; 1 is
 token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
@@ -280,7 +299,8 @@ likewise; positive and finite, checked like the index values); the scales must
 be None for a buffer of q's dtype. rows a multiple of page_size; page_table:
 int32 [B, max_pages]; seq_lens: int32 [B]. Query b attends KV positions
 0 .. seq_lens[b]-1 (its own K/V already written). out: new [B, Hq, D] of q's
-dtype.
+dtype; lse (return_lse): new [B, Hq] fp32, natural log (merge a cached
+prefix's part with a fresh part by attention.merge_states).
 {_FEATURES}
 {_SINKS}
 {_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
@@ -306,6 +326,23 @@ over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
 [B, Hq, 512] of q's dtype.
 {_FEATURES}
 {_VALUES}: as attention.decode.""",
+    ),
+    OpContract(
+        op=MERGE_STATES,
+        parameters=("v_a", "s_a", "v_b", "s_b"),
+        dtypes=ATTENTION_DTYPES,
+        dims=(("num_tokens", TOKEN_BUCKETS), ("num_heads", EXACT), ("head_dim", EXACT)),
+        check=f"{_HERE}.checks:check_merge_states",
+        doc="""merge_states(v_a, s_a, v_b, s_b) -> (v, s)
+
+Two attention results over disjoint key sets of the same queries (a cached
+prefix and the fresh tokens: cascade attention, split prefill) merged into the
+result over their union. v_a, v_b: [N, H, D] of one float dtype, any strides;
+s_a, s_b: fp32 [N, H], their natural-log log-sum-exps (what return_lse gives).
+    s = log(e^s_a + e^s_b),  v = v_a e^(s_a - s) + v_b e^(s_b - s)   (fp32)
+v: new [N, H, D] of v_a's dtype; s: new [N, H] fp32. Both parts empty
+(s_a = s_b = -inf): v = 0, s = -inf. A NaN in a part's s makes its token's v
+and s NaN.""",
     ),
 )
 
@@ -441,6 +478,21 @@ ROWS = (
     _reference(PREFILL_PAGED, "prefill_paged"),
     _reference(DECODE, "decode"),
     _reference(MLA_DECODE, "mla_decode"),
+    reference_row(
+        MERGE_STATES,
+        f"{_HERE}.reference:merge_states",
+        ATTENTION_DTYPES,
+        description="fp32 PyTorch: each part weighed by exp(s_part - logaddexp(s_a, s_b))",
+    ),
+    native_row(
+        "native/merge_states",
+        MERGE_STATES,
+        f"{_HERE}.merge_states:merge_states",
+        dtypes=ATTENTION_DTYPES,
+        parity=None,
+        priority=10,
+        description="Triton: one program per (token, head), both parts' rows in registers, one exp each",
+    ),
     # attention.prefill: FA3 (20) ranks above ours at the long sequences, ours between FA3 and FlashInfer.
     _native_row(
         "native/prefill",
@@ -522,7 +574,7 @@ ROWS = (
         priority=30,
         description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge",
         step="decode.triton:prepare_decode",
-        features=("window", "softcap", "sinks"),
+        features=("window", "softcap", "sinks", "lse"),
     ),
     _native_row(
         "native/decode_fp8",
@@ -536,7 +588,7 @@ ROWS = (
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
         step="decode.triton:prepare_decode_fp8",
-        features=("window", "softcap", "sinks"),
+        features=("window", "softcap", "sinks", "lse"),
     ),
     # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
     *extension_rows(

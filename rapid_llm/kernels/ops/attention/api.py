@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ...dispatcher.plan import call_op as _call
-from . import DECODE, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED
+from . import DECODE, MERGE_STATES, MLA_DECODE, MLA_PREFILL, PREFILL, PREFILL_PAGED
 
-__all__ = ["prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill"]
+__all__ = ["prefill", "prefill_paged", "decode", "mla_decode", "mla_prefill", "merge_states"]
 
 
 def prefill(
@@ -59,11 +59,18 @@ def decode(
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
     sinks=None,
+    return_lse: bool = False,
 ):
     """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
-    out [B, Hq, D]. Contract: attention.decode."""
+    out [B, Hq, D] (and lse [B, Hq] with return_lse). Contract: attention.decode."""
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return _call(DECODE, (*args, sinks))
+    return _call(DECODE, (*args, sinks, return_lse))
+
+
+def merge_states(v_a, s_a, v_b, s_b):
+    """Two attention results over disjoint key sets merged: (v [N, H, D], s [N, H] fp32). Contract:
+    attention.merge_states."""
+    return _call(MERGE_STATES, (v_a, s_a, v_b, s_b))
 
 
 def mla_decode(

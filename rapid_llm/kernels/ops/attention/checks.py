@@ -19,6 +19,7 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   window:none       window_left == -1 (no sliding window)
   softcap:none      logits_soft_cap == 0 (no tanh soft cap)
   sinks:none        sinks is None (prefill, prefill_paged, decode)
+  lse:none          decode's return_lse is False
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..checks import (
     tag_table,
     values_checked,
 )
-from . import DECODE, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
+from . import DECODE, MERGE_STATES, MLA_DECODE, MLA_LATENT_DIM, MLA_PREFILL, MLA_VALUE_DIM, PREFILL, PREFILL_PAGED
 
 _ALIGN_BYTES = 16
 _FEATURE_TAGS = ("window:none", "softcap:none")
@@ -52,7 +53,7 @@ _RAGGED_TAGS = tag_table(
 )
 _PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS, "sinks:none")
 _DECODE_TAGS = tag_table(
-    "q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS, "sinks:none"
+    "q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS, "sinks:none", "lse:none"
 )
 _LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURE_TAGS)
 
@@ -371,12 +372,14 @@ def check_decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
     fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
-    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
+    _expect_flag(op, "return_lse", return_lse)
+    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q), not return_lse)
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
@@ -496,3 +499,24 @@ def check_prefill_paged(
         ("page_size", page_size),
     )
     return q, tags, dims
+
+
+def check_merge_states(v_a, s_a, v_b, s_b):
+    """attention.merge_states's check: (v_a, no tags, (num_tokens, num_heads, head_dim))."""
+    op = MERGE_STATES
+    expect_float_tensor(op, "v_a", v_a)
+    if v_a.dim() != 3:
+        raise OpInputError(op, "v_a", "shape [N, H, D]", f"shape {list(v_a.shape)}")
+    expect_float_tensor(op, "v_b", v_b)
+    if v_b.shape != v_a.shape:
+        raise OpInputError(op, "v_b", f"v_a's shape {list(v_a.shape)}", f"shape {list(v_b.shape)}")
+    _expect_same_dtype(op, "v_b", v_b, "v_a", v_a)
+    expect_same_device(op, "v_b", v_b, "v_a", v_a)
+    for name, lse in (("s_a", s_a), ("s_b", s_b)):
+        expect_tensor(op, name, lse)
+        if lse.dtype != torch.float32 or lse.shape != v_a.shape[:2]:
+            expected = f"a torch.float32 tensor {list(v_a.shape[:2])} (v_a's tokens and heads)"
+            raise OpInputError(op, name, expected, f"{lse.dtype} of shape {list(lse.shape)}")
+        expect_same_device(op, name, lse, "v_a", v_a)
+    dims = (("num_tokens", v_a.shape[0]), ("num_heads", v_a.shape[1]), ("head_dim", v_a.shape[2]))
+    return v_a, frozenset(), dims

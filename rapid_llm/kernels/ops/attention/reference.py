@@ -328,6 +328,7 @@ def decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
     dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window."""
@@ -336,6 +337,7 @@ def decode(
     group = num_q_heads // num_kv_heads
     width = page_table.shape[1] * page_size
     out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, num_q_heads), dtype=torch.float32, device=q.device)
     budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
     chunks = _plan(budget, batch, num_kv_heads, 1, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
     for first, last in _spans(batch, chunks[0]):
@@ -353,9 +355,10 @@ def decode(
             q_heads = slice(head_first * group, head_last * group)
             queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
             head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
-            out_rows, _ = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
+            out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
             out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
-    return out
+            lse[first:last, q_heads] = lse_rows.reshape(last - first, -1)
+    return (out, lse) if return_lse else out
 
 
 def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
@@ -428,3 +431,16 @@ def prefill_paged(
                     _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
+
+
+def merge_states(v_a, s_a, v_b, s_b):
+    """attention.merge_states: s = logaddexp(s_a, s_b), v = v_a e^(s_a - s) + v_b e^(s_b - s) in fp32; both
+    parts empty (-inf): v 0, s -inf; a NaN s stays NaN."""
+    top = torch.maximum(s_a, s_b)
+    safe = torch.where(top == _NEG_INF, 0.0, top)  # both empty: weights e^-inf = 0, not e^(-inf + inf)
+    weight_a, weight_b = torch.exp(s_a - safe), torch.exp(s_b - safe)
+    total = weight_a + weight_b
+    merged = (v_a.float() * weight_a[..., None] + v_b.float() * weight_b[..., None]) / torch.where(
+        total == 0.0, 1.0, total
+    )[..., None]
+    return merged.to(v_a.dtype), safe + torch.log(total)

@@ -152,19 +152,21 @@ def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_le
     return start, tl.minimum(start + chunk, seq_len)
 
 
-def split_k(out, splits: int, launch):
+def split_k(out, splits: int, launch, lse=None):
     """Run `launch(partial, partial_lse)` (a kernel over `splits` splits writing `out` [B, H, Dv] directly with
-    one split, else fp32 partials) and merge the partials into `out`; returns `out`."""
+    one split, else fp32 partials) and merge the partials into `out` (and their log-sum-exp into `lse` [B, H],
+    natural log, when given; with one split the kernel writes it); returns `out`."""
     partial, partial_lse = split_partials(out, splits)
     launch(partial, partial_lse)
     if splits > 1:
-        merge_splits(partial, partial_lse, out)
+        merge_splits(partial, partial_lse, out, lse)
     return out
 
 
-def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor) -> None:
+def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor, lse=None) -> None:
     """out[b, h] = sum_s w_s partial[b, h, s] / sum_s w_s, w_s = exp2(lse_s - max_s lse_s) (base-2 lse).
-    partial [B, H, S, Dv] fp32 contiguous, partial_lse [B, H, S]; out [B, H, Dv] any strides.
+    partial [B, H, S, Dv] fp32 contiguous, partial_lse [B, H, S]; out [B, H, Dv] any strides; lse (optional)
+    new contiguous fp32 [B, H]: log(sum_s 2^lse_s), natural log (-inf where every split is empty).
     Grid (B, H, Dv / MERGE_BLOCK_D): a small batch still spreads the partials' read over many SMs
     (B=1, 16 MLA heads, 128 splits: 4 MiB of partials in 64 programs, not 16)."""
     batch, heads, splits, width = partial.shape
@@ -173,6 +175,7 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
         partial,
         partial_lse,
         out,
+        lse if lse is not None else partial_lse,
         out.stride(0),
         out.stride(1),
         out.stride(2),
@@ -181,6 +184,7 @@ def merge_splits(partial: torch.Tensor, partial_lse: torch.Tensor, out: torch.Te
         width,
         SPLITS_PAD=next_power_of_2(splits),
         BLOCK_D=block_d,
+        WRITE_LSE=lse is not None,
         num_warps=4,
     )
 
@@ -191,6 +195,7 @@ def _merge_kernel(
     partial_ptr,
     partial_lse_ptr,
     out_ptr,
+    lse_ptr,
     stride_ob,
     stride_oh,
     stride_od,
@@ -199,6 +204,7 @@ def _merge_kernel(
     width,
     SPLITS_PAD: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     sequence = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -210,6 +216,9 @@ def _merge_kernel(
     top = tl.where(top == float("-inf"), 0.0, top)
     weights = tl.math.exp2(lse - top)
     total = tl.sum(weights, 0)
+    if WRITE_LSE:  # once per (sequence, head): the first head-dim chunk's program
+        merged_lse = tl.where(total == 0.0, float("-inf"), (top + tl.math.log2(total)) * 0.6931471805599453)
+        tl.store(lse_ptr + slot, merged_lse, mask=chunk == 0)
     weights = weights / tl.where(total == 0.0, 1.0, total)  # a NaN partial stays NaN
     offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
     values = tl.load(

@@ -83,6 +83,7 @@ def decode_fp8_aot(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     return _decode(aot.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
@@ -99,6 +100,7 @@ def decode_fp8_jit(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     return _decode(jit.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 

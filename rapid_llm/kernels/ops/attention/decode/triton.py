@@ -109,6 +109,7 @@ def _run(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
@@ -117,9 +118,10 @@ def _run(
     plan = _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left)
     if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
         k_scale = v_scale = seq_lens
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     features = (window_left, logits_soft_cap, sinks)
-    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, *features, out, plan)
-    return out
+    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, *features, out, lse, plan)
+    return (out, lse) if return_lse else out
 
 
 def decode(
@@ -134,9 +136,10 @@ def decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    features = (window_left, logits_soft_cap, sinks)
+    features = (window_left, logits_soft_cap, sinks, return_lse)
     return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -152,10 +155,11 @@ def decode_fp8(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    features = (window_left, logits_soft_cap, sinks)
+    features = (window_left, logits_soft_cap, sinks, return_lse)
     return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -171,6 +175,7 @@ def prepare_decode(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """native/decode's per-step preparation: the launch plan (tiles, split count, constexprs) of the step's
     host-known sizes, computed here once and cached; returns the op's callable that every layer's call runs."""
@@ -190,6 +195,7 @@ def prepare_decode_fp8(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    return_lse=False,
 ):
     """native/decode_fp8's per-step preparation, as prepare_decode."""
     _plan_of(True, q, kv_buffer, page_table, page_size, window_left)
@@ -197,7 +203,7 @@ def prepare_decode_fp8(
 
 
 def _launch(
-    q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, sinks, out, plan
+    q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, sinks, out, lse, plan
 ):
     batch, num_q_heads, _ = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
@@ -213,6 +219,7 @@ def _launch(
             page_table,
             seq_lens,
             out,
+            lse if lse is not None else partial_lse,
             partial,
             partial_lse,
             k_scale,
@@ -238,10 +245,11 @@ def _launch(
             page_table.shape[1],
             SOFT_CAP=logits_soft_cap > 0,
             SINKS=sinks is not None,
+            WRITE_LSE=lse is not None,
             **config,
         )
 
-    split_k(out, splits, launch_kernel)
+    split_k(out, splits, launch_kernel, lse)
 
 
 @triton.jit
@@ -275,6 +283,7 @@ def _decode_kernel(
     table_ptr,
     seq_lens_ptr,
     out_ptr,
+    lse_ptr,
     partial_ptr,
     partial_lse_ptr,
     k_scale_ptr,
@@ -302,6 +311,7 @@ def _decode_kernel(
     SINGLE: tl.constexpr,
     SOFT_CAP: tl.constexpr,
     SINKS: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
     G_PAD: tl.constexpr,
     D_A: tl.constexpr,
     D_B: tl.constexpr,
@@ -403,6 +413,9 @@ def _decode_kernel(
         tl.store(out_rows + offs_da[None, :], out_a.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
         if D_B > 0:
             tl.store(out_rows + offs_db[None, :], out_b.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
+        if WRITE_LSE:  # lse: new contiguous [B, Hq] fp32, natural log
+            lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+            tl.store(lse_ptr + sequence * (num_kv_heads * group) + heads, lse, mask=head_valid)
     else:
         # partial [B, Hq, S, D] and partial_lse [B, Hq, S], contiguous
         slots = (sequence * (num_kv_heads * group) + heads) * num_splits + split
