@@ -174,9 +174,11 @@ def _decode_case(
     features=(),
     sinks=None,
     return_lse=False,
+    q_tokens=1,
 ):
     """features: (window_left, logits_soft_cap) appended to the arguments (default: the op's defaults); sinks:
-    the mean of per-head sink logits drawn around it (appended after the features); return_lse last."""
+    the mean of per-head sink logits drawn around it (appended after the features); then return_lse and
+    q_tokens (num_q_tokens: q has q_tokens rows per sequence)."""
 
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=share_prefix)
@@ -187,14 +189,15 @@ def _decode_case(
         else:
             buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
             k_scale = v_scale = None
+        rows = len(seq_lens) * q_tokens
         if strided_q:
-            q = _randn((len(seq_lens), num_q_heads, 2 * head_dim), dtype, device, generator, scale)[..., head_dim:]
+            q = _randn((rows, num_q_heads, 2 * head_dim), dtype, device, generator, scale)[..., head_dim:]
         else:
-            q = _randn((len(seq_lens), num_q_heads, head_dim), dtype, device, generator, scale)
+            q = _randn((rows, num_q_heads, head_dim), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
         tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
-        if return_lse:
-            tail = (*(tail or (-1, 0.0)), *((None,) if len(tail) < 3 else ()), True)
+        if return_lse or q_tokens > 1:
+            tail = (*(tail or (-1, 0.0)), *((None,) if len(tail) < 3 else ()), return_lse, q_tokens)
         args = (q, buffer, table, lens, page_size, head_dim**-0.5, k_scale, v_scale, *tail)
         _, layout, dims = checks.check_decode(*args)
         return args, dict(dims), layout
@@ -341,9 +344,11 @@ def decode_oracle(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
+    n = num_q_tokens
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
@@ -352,9 +357,10 @@ def decode_oracle(
         keys, values = kv[:, :heads], kv[:, heads:]
         if k_scale is not None:  # an fp8 buffer: dequantize (exact in float64)
             keys, values = keys * float(k_scale), values * float(v_scale)
-        visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
+        visible = _visible(torch.arange(length - n, length, device=q.device), length, True, window_left)
         expanded = (_expand(keys, group), _expand(values, group))
-        out[b : b + 1], lse[b : b + 1] = _attend64(q[b : b + 1], *expanded, sm_scale, visible, logits_soft_cap, sinks)
+        rows = slice(b * n, (b + 1) * n)
+        out[rows], lse[rows] = _attend64(q[rows], *expanded, sm_scale, visible, logits_soft_cap, sinks)
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
@@ -538,6 +544,14 @@ DECODE_CASES = (
         _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0, return_lse=True),
     ),
     Case("with_lse_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, return_lse=True), gpu_only=True),
+    # several query tokens per sequence (speculative decoding, MTP): causal among themselves
+    Case("q_tokens_2", _decode_case((3, 17, 100, 33), 4, 2, 64, 16, q_tokens=2)),
+    Case("q_tokens_4_with_lse", _decode_case((4, 17, 100, 33), 4, 1, 64, 16, q_tokens=4, return_lse=True)),
+    Case("q_tokens_8_page_size_1", _decode_case((8, 17, 40), 4, 2, 64, 1, q_tokens=8)),
+    Case("q_tokens_3_window_5_soft_cap", _decode_case((3, 17, 100, 33), 4, 2, 64, 16, features=(5, 20.0), q_tokens=3)),
+    Case("q_tokens_4_sinks", _decode_case((4, 17, 100, 33), 8, 2, 128, 16, sinks=1.0, q_tokens=4, return_lse=True)),
+    Case("fp8_kv_q_tokens_4", _decode_case((4, 17, 100, 33), 8, 2, 64, 16, fp8=True, q_tokens=4)),
+    Case("q_tokens_4_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, q_tokens=4), gpu_only=True),
     Case("sinks_that_dominate", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=12.0)),
     Case(
         "fp8_kv_sinks_window_20", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0)

@@ -355,9 +355,10 @@ def _decode(
     logits_soft_cap: float = 0.0,
     sinks: Tensor | None = None,
     return_lse: bool = False,
+    num_q_tokens: int = 1,
 ) -> list[Tensor]:
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return _with_lse(kernels.decode(*args, sinks, return_lse), return_lse)
+    return _with_lse(kernels.decode(*args, sinks, return_lse, num_q_tokens), return_lse)
 
 
 def _decode_fake(
@@ -373,8 +374,10 @@ def _decode_fake(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ) -> list[Tensor]:
-    """out [B, Hq, D] of q's dtype, then lse [B, Hq] fp32 with return_lse."""
+    """out [B * num_q_tokens, Hq, D] of q's dtype (q's shape), then lse [B * num_q_tokens, Hq] fp32 with
+    return_lse."""
     out = _new(q.shape, q)
     return [out, _new(q.shape[:2], q, torch.float32)] if return_lse else [out]
 

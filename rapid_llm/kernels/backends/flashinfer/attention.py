@@ -321,6 +321,7 @@ def decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """attention.decode through BatchDecodeWithPagedKVCacheWrapper (CUDA-core kernel: faster than its tensor-core
     variant at GQA 4 on the H200, ../shared/ANCHORS.md). The row requires kv:q_dtype: the scales are
@@ -437,6 +438,7 @@ def step_decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """flashinfer/paged_decode's per-step preparation: plan_decode once, in CUDA-graph mode."""
     return _layer_call(plan_decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, cuda_graph=True))

@@ -99,6 +99,8 @@ LAYOUT_TAGS = {
     "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
     "sinks:none": "sinks is None: no per-head sink logit in the softmax (what rows without sinks serve)",
     "lse:none": "decode's return_lse is False: no log-sum-exp output (what decode rows without it serve)",
+    "q:one_token": "decode's num_q_tokens is 1: one query token per sequence (what rows without multi-token "
+    "decode serve)",
     # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
     "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
     "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
@@ -111,7 +113,13 @@ _RAGGED_PARAMETERS = ("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "ca
 _FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
 _SINK_PARAMETERS = (*_FEATURE_PARAMETERS, "sinks")
 #: {feature: the tag its check derives when it is off, which a row that does not implement it requires}
-_OFF_TAG = {"window": "window:none", "softcap": "softcap:none", "sinks": "sinks:none", "lse": "lse:none"}
+_OFF_TAG = {
+    "window": "window:none",
+    "softcap": "softcap:none",
+    "sinks": "sinks:none",
+    "lse": "lse:none",
+    "tokens": "q:one_token",
+}
 #: The tags every op's check derives for its features being off (LAYOUT_TAGS).
 _FEATURES_OFF = ("window:none", "softcap:none")
 _SINK_FEATURES_OFF = (*_FEATURES_OFF, "sinks:none")
@@ -119,7 +127,7 @@ _SINK_FEATURES_OFF = (*_FEATURES_OFF, "sinks:none")
 _OP_FEATURES = {
     PREFILL: ("window", "softcap", "sinks"),
     PREFILL_PAGED: ("window", "softcap", "sinks"),
-    DECODE: ("window", "softcap", "sinks", "lse"),
+    DECODE: ("window", "softcap", "sinks", "lse", "tokens"),
     MLA_PREFILL: ("window", "softcap"),
     MLA_DECODE: ("window", "softcap"),
     MERGE_STATES: (),
@@ -158,7 +166,8 @@ CONTRACTS = (
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
         doc=f"""prefill(q, k, v, cu_seqlens, max_seqlen, sm_scale, causal=True, return_lse=False,
-        window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False) -> out, or (out, lse), or (out, lse) with return_lse
+        window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False, num_q_tokens=1)
+    -> out, or (out, lse), or (out, lse) with return_lse
 
 Ragged (packed, unpadded) self-attention of a batch of B sequences:
 q: [T, Hq, D]; k: [T, Hk, D]; v: [T, Hk, Dv]; one dtype (fp32/fp16/bf16), one
@@ -267,6 +276,7 @@ entries of page_table are not read.""",
             "v_scale",
             *_SINK_PARAMETERS,
             "return_lse",
+            "num_q_tokens",
         ),
         dtypes=ATTENTION_DTYPES,
         # num_tokens: one query token per sequence, so the batch size (bucketed like every token count)
@@ -285,10 +295,12 @@ entries of page_table are not read.""",
             "kv:fp8_e4m3",
             *_SINK_FEATURES_OFF,
             "lse:none",
+            "q:one_token",
         ),
         check=f"{_HERE}.checks:check_decode",
         doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None,
-       window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False) -> out, or (out, lse)
+       window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False, num_q_tokens=1)
+    -> out, or (out, lse)
 
 One query token per sequence against its paged KV (page_size >= 1; 1 is
 token-granular). q: [B, Hq, D], any strides; kv_buffer: [rows, 2*Hk, D] of q's
@@ -301,6 +313,10 @@ int32 [B, max_pages]; seq_lens: int32 [B]. Query b attends KV positions
 0 .. seq_lens[b]-1 (its own K/V already written). out: new [B, Hq, D] of q's
 dtype; lse (return_lse): new [B, Hq] fp32, natural log (merge a cached
 prefix's part with a fresh part by attention.merge_states).
+num_q_tokens n in 1..8 (speculative decoding's verification step, MTP): q is
+[B * n, Hq, D], row b * n + t the t-th of sequence b's last n tokens (position
+seq_lens[b] - n + t, K/V already written); it attends positions <= its own
+(and its window); out and lse have q's B * n rows; seq_lens[b] >= n.
 {_FEATURES}
 {_SINKS}
 {_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
@@ -574,7 +590,7 @@ ROWS = (
         priority=30,
         description="Triton paged decode: a KV head's query heads in one tile, split-K with an lse merge",
         step="decode.triton:prepare_decode",
-        features=("window", "softcap", "sinks", "lse"),
+        features=("window", "softcap", "sinks", "lse", "tokens"),
     ),
     _native_row(
         "native/decode_fp8",
@@ -588,7 +604,7 @@ ROWS = (
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
         step="decode.triton:prepare_decode_fp8",
-        features=("window", "softcap", "sinks", "lse"),
+        features=("window", "softcap", "sinks", "lse", "tokens"),
     ),
     # CUDA sm89+ (the e4m3 -> f16x2 conversion); page sizes: powers of two up to 1024
     *extension_rows(

@@ -60,11 +60,12 @@ def decode(
     logits_soft_cap: float = 0.0,
     sinks=None,
     return_lse: bool = False,
+    num_q_tokens: int = 1,
 ):
-    """One query token per sequence against its paged KV (q's dtype, or fp8 e4m3 with k_scale/v_scale);
-    out [B, Hq, D] (and lse [B, Hq] with return_lse). Contract: attention.decode."""
+    """The last num_q_tokens tokens of each sequence against its paged KV (q's dtype, or fp8 e4m3 with
+    k_scale/v_scale); out [B * num_q_tokens, Hq, D] (and lse with return_lse). Contract: attention.decode."""
     args = (q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, window_left, logits_soft_cap)
-    return _call(DECODE, (*args, sinks, return_lse))
+    return _call(DECODE, (*args, sinks, return_lse, num_q_tokens))
 
 
 def merge_states(v_a, s_a, v_b, s_b):

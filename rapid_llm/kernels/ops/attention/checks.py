@@ -20,6 +20,7 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   softcap:none      logits_soft_cap == 0 (no tanh soft cap)
   sinks:none        sinks is None (prefill, prefill_paged, decode)
   lse:none          decode's return_lse is False
+  q:one_token       decode's num_q_tokens is 1
 """
 
 from __future__ import annotations
@@ -53,8 +54,18 @@ _RAGGED_TAGS = tag_table(
 )
 _PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS, "sinks:none")
 _DECODE_TAGS = tag_table(
-    "q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_FEATURE_TAGS, "sinks:none", "lse:none"
+    "q:heads",
+    "kv:paged",
+    "index:contiguous",
+    "kv:q_dtype",
+    "kv:fp8_e4m3",
+    *_FEATURE_TAGS,
+    "sinks:none",
+    "lse:none",
+    "q:one_token",
 )
+#: Query tokens per sequence a decode call may take (speculative decoding's drafts, MTP).
+MAX_Q_TOKENS = 8
 _LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURE_TAGS)
 
 
@@ -373,19 +384,33 @@ def check_decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
     fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
     _expect_flag(op, "return_lse", return_lse)
-    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q), not return_lse)
-    batch, num_q_heads, head_dim = q.shape
+    expect_int(op, "num_q_tokens", num_q_tokens, minimum=1)
+    if num_q_tokens > MAX_Q_TOKENS or q.shape[0] % num_q_tokens:
+        expected = f"an int in 1..{MAX_Q_TOKENS} dividing q's {q.shape[0]} rows (B * num_q_tokens)"
+        raise OpInputError(op, "num_q_tokens", expected, repr(num_q_tokens))
+    features_off = (
+        *_features_off(op, window_left, logits_soft_cap),
+        _sinks_off(op, sinks, q),
+        not return_lse,
+        num_q_tokens == 1,
+    )
+    rows, num_q_heads, head_dim = q.shape
+    batch = rows // num_q_tokens
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
-    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 1, "lengths >= 1")
+    minimum = "lengths >= 1"
+    if num_q_tokens > 1:
+        minimum = f"lengths >= num_q_tokens ({num_q_tokens}: the queries' positions are in the cache)"
+    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], num_q_tokens, minimum)
     tags = _DECODE_TAGS[
         (
             heads_aligned(q),

@@ -329,9 +329,26 @@ def decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
-    dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window."""
+    dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window. Several
+    query tokens per sequence: rows of one step, each masked past its own position (and its window)."""
+    if num_q_tokens > 1:
+        features = (window_left, logits_soft_cap, sinks)
+        return _multi_token_decode(
+            q,
+            kv_buffer,
+            page_table,
+            seq_lens,
+            page_size,
+            sm_scale,
+            k_scale,
+            v_scale,
+            *features,
+            return_lse,
+            num_q_tokens,
+        )
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     group = num_q_heads // num_kv_heads
@@ -358,6 +375,63 @@ def decode(
             out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
             out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
             lse[first:last, q_heads] = lse_rows.reshape(last - first, -1)
+    return (out, lse) if return_lse else out
+
+
+def _multi_token_decode(
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    k_scale,
+    v_scale,
+    window_left,
+    logits_soft_cap,
+    sinks,
+    return_lse,
+    tokens,
+):
+    """decode with `tokens` query rows per sequence: q [B * tokens, Hq, D], row b * tokens + t at position
+    seq_lens[b] - tokens + t, causal among the sequence's rows and windowed per row."""
+    rows, num_q_heads, head_dim = q.shape
+    batch = rows // tokens
+    num_kv_heads = kv_buffer.shape[1] // 2
+    group = num_q_heads // num_kv_heads
+    width = page_table.shape[1] * page_size
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
+    chunks = _plan(budget, batch, num_kv_heads, tokens, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
+    steps = torch.arange(tokens, device=q.device)
+    for first, last in _spans(batch, chunks[0]):
+        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
+        positions = (seq_lens[first:last].long() - tokens).unsqueeze(1) + steps  # [G, tokens]
+        for head_first, head_last in _spans(num_kv_heads, chunks[1]):
+            blocks = _paged_blocks(
+                kv_buffer[:, head_first:head_last],
+                kv_buffer[:, num_kv_heads + head_first : num_kv_heads + head_last],
+                ids,
+                valid,
+                chunks[3],
+                positions,
+                True,
+                window_left,
+                k_scale,
+                v_scale,
+            )
+            q_heads = slice(head_first * group, head_last * group)
+            kv_count = head_last - head_first
+            queries = q[first * tokens : last * tokens, q_heads].float()
+            queries = queries.view(last - first, tokens, kv_count, group, head_dim).permute(0, 2, 1, 3, 4)
+            head_sinks = _head_sinks(sinks, q_heads, kv_count)
+            out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
+            # [G, Hk, tokens, g, D] -> rows b * tokens + t
+            out[first * tokens : last * tokens, q_heads] = (
+                out_rows.permute(0, 2, 1, 3, 4).reshape(-1, kv_count * group, head_dim).to(q.dtype)
+            )
+            lse[first * tokens : last * tokens, q_heads] = lse_rows.permute(0, 2, 1, 3).reshape(-1, kv_count * group)
     return (out, lse) if return_lse else out
 
 

@@ -141,12 +141,13 @@ def paged_rows(
 
 
 @triton.jit
-def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N: tl.constexpr):
-    """[start, end) of split `split` of `sequence`: NUM_SPLITS equal chunks of the positions its query
-    attends (0 .. seq_len - 1, or with window_left >= 0 the last window_left + 1 of them), each rounded up
-    to whole BLOCK_N tiles (a split past the end is empty: end <= start)."""
+def split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, q_tokens, BLOCK_N: tl.constexpr):
+    """[start, end) of split `split` of `sequence`: NUM_SPLITS equal chunks of the positions its q_tokens
+    queries (the last q_tokens positions) attend: 0 .. seq_len - 1, or with window_left >= 0 from the first
+    query's position - window_left on; each chunk rounded up to whole BLOCK_N tiles (a split past the end is
+    empty: end <= start)."""
     seq_len = tl.load(seq_lens_ptr + sequence * stride_sl)
-    first = tl.where(window_left >= 0, tl.maximum(seq_len - 1 - window_left, 0), 0)
+    first = tl.where(window_left >= 0, tl.maximum(seq_len - q_tokens - window_left, 0), 0)
     chunk = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
     start = first + split * chunk
     return start, tl.minimum(start + chunk, seq_len)

@@ -84,6 +84,7 @@ def decode_fp8_aot(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     return _decode(aot.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 
@@ -101,6 +102,7 @@ def decode_fp8_jit(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     return _decode(jit.op("decode"), q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale)
 

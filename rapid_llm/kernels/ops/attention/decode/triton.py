@@ -3,6 +3,10 @@ buffer of q's dtype (kv:q_dtype) and, specialised by FP8, an fp8-e4m3 buffer wit
 
     out[b, h] = sum_j softmax_j(q[b, h] . k[j, h // G] * sm_scale) v[j, h // G],  j < seq_lens[b]
 
+Several query tokens per sequence (num_q_tokens n: speculative decoding's verification, MTP): the tile's
+rows are the n tokens' G heads each (n G rows), every K/V tile is read once for all of them, and each row
+masks the positions after its own (seq_lens[b] - n + t) and before its window.
+
 A sliding window (window_left W >= 0) keeps positions j >= seq_lens[b] - 1 - W: the splits cover only
 those (split_bounds), so the bytes read follow the window, not the context. A soft cap c > 0 maps
 each base-2 logit through (c log2 e) tanh(. / (c log2 e)) (tiles.soft_cap) before the softmax. A head's
@@ -60,7 +64,9 @@ from ..tiles import (
 from . import launch
 
 
-def _plan(fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, dtype, device) -> tuple[int, dict]:
+def _plan(
+    fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, dtype, device, q_tokens=1
+) -> tuple[int, dict]:
     """(splits, the kernel's keyword arguments) of a call: the launch policy's knobs (launch.decode or
     launch.decode_fp8, which apply launch_override) and the constexprs derived from the sizes."""
     if fp8:
@@ -72,7 +78,9 @@ def _plan(fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, 
     constants = {
         "PAGE_SIZE": page_size,
         "SINGLE": splits == 1,
-        "G_PAD": max(16, next_power_of_2(num_q_heads // num_kv_heads)),
+        # the tile's rows: each query token's G = Hq / Hk heads of the KV head
+        "G_PAD": max(16, next_power_of_2(q_tokens * (num_q_heads // num_kv_heads))),
+        "MULTI": q_tokens > 1,
         "D_A": d_a,
         "D_B": d_b,
         "D_B_PAD": max(d_b, 16),
@@ -86,14 +94,14 @@ def _plan(fp8, batch, num_q_heads, num_kv_heads, head_dim, capacity, page_size, 
 _PLANS = LaunchPolicy(None, _plan)
 
 
-def _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left=-1) -> tuple[int, dict]:
-    batch, num_q_heads, head_dim = q.shape
+def _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left=-1, q_tokens=1) -> tuple[int, dict]:
+    rows, num_q_heads, head_dim = q.shape
     page_size = int(page_size)
     capacity = page_table.shape[1] * page_size
-    if window_left >= 0:  # a query reads at most window_left + 1 positions: split that many
-        capacity = min(capacity, window_left + 1)
-    sizes = (fp8, batch, num_q_heads, kv_buffer.shape[1] // 2, head_dim, capacity, page_size, q.dtype, q.device)
-    return _PLANS.get(sizes)
+    if window_left >= 0:  # a sequence's queries read at most window_left + q_tokens positions: split that many
+        capacity = min(capacity, window_left + q_tokens)
+    sizes = (fp8, rows // q_tokens, num_q_heads, kv_buffer.shape[1] // 2, head_dim, capacity, page_size, q.dtype)
+    return _PLANS.get((*sizes, q.device, q_tokens))
 
 
 def _run(
@@ -110,17 +118,18 @@ def _run(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0:
         return out
     # the plan of this call's own sizes (a cache lookup), so a layer's call never runs with another's constexprs
-    plan = _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left)
+    plan = _plan_of(fp8, q, kv_buffer, page_table, page_size, window_left, num_q_tokens)
     if not fp8:  # seq_lens stands in for the scale pointers, which a launch without FP8 never reads
         k_scale = v_scale = seq_lens
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     features = (window_left, logits_soft_cap, sinks)
-    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, *features, out, lse, plan)
+    _launch(q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, *features, num_q_tokens, out, lse, plan)
     return (out, lse) if return_lse else out
 
 
@@ -137,9 +146,10 @@ def decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """native/decode: a KV buffer of q's dtype (unchecked kernel entry: the op's check ran; no scales)."""
-    features = (window_left, logits_soft_cap, sinks, return_lse)
+    features = (window_left, logits_soft_cap, sinks, return_lse, num_q_tokens)
     return _run(False, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -156,10 +166,11 @@ def decode_fp8(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """native/decode_fp8: an fp8-e4m3 KV buffer; k_scale and v_scale its one-element fp32 dequantization scales
     (device tensors, read by the kernel). Unchecked kernel entry: the op's check ran."""
-    features = (window_left, logits_soft_cap, sinks, return_lse)
+    features = (window_left, logits_soft_cap, sinks, return_lse, num_q_tokens)
     return _run(True, q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale, v_scale, *features)
 
 
@@ -176,10 +187,11 @@ def prepare_decode(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """native/decode's per-step preparation: the launch plan (tiles, split count, constexprs) of the step's
     host-known sizes, computed here once and cached; returns the op's callable that every layer's call runs."""
-    _plan_of(False, q, kv_buffer, page_table, page_size, window_left)
+    _plan_of(False, q, kv_buffer, page_table, page_size, window_left, num_q_tokens)
     return functools.partial(_run, False)
 
 
@@ -196,16 +208,30 @@ def prepare_decode_fp8(
     logits_soft_cap=0.0,
     sinks=None,
     return_lse=False,
+    num_q_tokens=1,
 ):
     """native/decode_fp8's per-step preparation, as prepare_decode."""
-    _plan_of(True, q, kv_buffer, page_table, page_size, window_left)
+    _plan_of(True, q, kv_buffer, page_table, page_size, window_left, num_q_tokens)
     return functools.partial(_run, True)
 
 
 def _launch(
-    q, kv_buffer, page_table, seq_lens, sm_scale, k_scale, v_scale, window_left, logits_soft_cap, sinks, out, lse, plan
+    q,
+    kv_buffer,
+    page_table,
+    seq_lens,
+    sm_scale,
+    k_scale,
+    v_scale,
+    window_left,
+    logits_soft_cap,
+    sinks,
+    q_tokens,
+    out,
+    lse,
+    plan,
 ):
-    batch, num_q_heads, _ = q.shape
+    batch, num_q_heads = q.shape[0] // q_tokens, q.shape[1]
     num_kv_heads = kv_buffer.shape[1] // 2
     splits, config = plan
 
@@ -240,6 +266,7 @@ def _launch(
             float(sm_scale) * LOG2E,
             int(window_left),
             soft_cap_base2(logits_soft_cap),
+            q_tokens,
             splits,
             kv_buffer.shape[0],
             page_table.shape[1],
@@ -304,11 +331,13 @@ def _decode_kernel(
     qk_scale,
     window_left,
     cap,
+    q_tokens,
     num_splits,
     num_rows,
     max_pages,
     PAGE_SIZE: tl.constexpr,
     SINGLE: tl.constexpr,
+    MULTI: tl.constexpr,
     SOFT_CAP: tl.constexpr,
     SINKS: tl.constexpr,
     WRITE_LSE: tl.constexpr,
@@ -324,13 +353,20 @@ def _decode_kernel(
     sequence = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, q_tokens, BLOCK_N)
 
-    heads = kv_head * group + tl.arange(0, G_PAD)
-    head_valid = tl.arange(0, G_PAD) < group
+    # tile row r: query token r // G of the sequence (q row sequence * q_tokens + r // G), head r % G of the group
+    tile_rows = tl.arange(0, G_PAD)
+    token = tile_rows // group
+    heads = kv_head * group + tile_rows % group
+    head_valid = tile_rows < q_tokens * group
+    q_index = sequence * q_tokens + token
+    if MULTI:  # each query token sees positions up to its own (the last q_tokens positions), within its window
+        query_position = tl.load(seq_lens_ptr + sequence * stride_sl) - q_tokens + token
+        lowest = tl.where(window_left >= 0, query_position - window_left, 0)
     offs_da = tl.arange(0, D_A)
     offs_db = D_A + tl.arange(0, D_B_PAD)
-    q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
+    q_rows = q_ptr + q_index[:, None] * stride_qb + heads[:, None] * stride_qh
     q_a = tl.load(q_rows + offs_da[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
     if D_B > 0:
         q_b = tl.load(q_rows + offs_db[None, :] * stride_qd, mask=head_valid[:, None], other=0.0)
@@ -377,7 +413,12 @@ def _decode_kernel(
         qk = qk * qk_scale
         if SOFT_CAP:
             qk = soft_cap(qk, cap)
-        qk = tl.where(valid[None, :], qk, float("-inf"))
+        visible = valid[None, :]
+        if MULTI:
+            visible = (
+                visible & (positions[None, :] <= query_position[:, None]) & (positions[None, :] >= lowest[:, None])
+            )
+        qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
         v_a = _kv_to(
@@ -408,17 +449,17 @@ def _decode_kernel(
     out_a = acc_a * norm[:, None]
     out_b = acc_b * norm[:, None]
     if SINGLE:
-        # out: new contiguous [B, Hq, D]
-        out_rows = out_ptr + sequence * (num_kv_heads * group) * (D_A + D_B) + heads[:, None] * (D_A + D_B)
+        # out: new contiguous [B * q_tokens, Hq, D]
+        out_rows = out_ptr + (q_index * (num_kv_heads * group) + heads)[:, None] * (D_A + D_B)
         tl.store(out_rows + offs_da[None, :], out_a.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
         if D_B > 0:
             tl.store(out_rows + offs_db[None, :], out_b.to(out_ptr.dtype.element_ty), mask=head_valid[:, None])
         if WRITE_LSE:  # lse: new contiguous [B, Hq] fp32, natural log
             lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
-            tl.store(lse_ptr + sequence * (num_kv_heads * group) + heads, lse, mask=head_valid)
+            tl.store(lse_ptr + q_index * (num_kv_heads * group) + heads, lse, mask=head_valid)
     else:
         # partial [B, Hq, S, D] and partial_lse [B, Hq, S], contiguous
-        slots = (sequence * (num_kv_heads * group) + heads) * num_splits + split
+        slots = (q_index * (num_kv_heads * group) + heads) * num_splits + split
         partial_rows = partial_ptr + slots[:, None] * (D_A + D_B)
         tl.store(partial_rows + offs_da[None, :], out_a, mask=head_valid[:, None])
         if D_B > 0:

@@ -180,7 +180,7 @@ def _mla_decode_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     head_valid = heads < num_q_heads
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, window_left, 1, BLOCK_N)
 
     offs_v = tl.arange(0, DV)
     offs_r = DV + tl.arange(0, DR)

@@ -167,7 +167,7 @@ def _mla_decode_tma_kernel(
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
     head_valid = heads < num_q_heads
-    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, -1, BLOCK_N)
+    start, end = split_bounds(seq_lens_ptr, sequence, stride_sl, num_splits, split, -1, 1, BLOCK_N)
 
     offs_h = tl.arange(0, HALF)
     q_rows = q_ptr + sequence * stride_qb + heads[:, None] * stride_qh
