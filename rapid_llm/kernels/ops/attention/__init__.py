@@ -112,7 +112,8 @@ _RAGGED_PARAMETERS = ("q", "k", "v", "cu_seqlens", "max_seqlen", "sm_scale", "ca
 #: The optional features' parameters: every op's, then the sinks of the non-MLA ops.
 _FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
 _SINK_PARAMETERS = (*_FEATURE_PARAMETERS, "sinks")
-#: {feature: the tag its check derives when it is off, which a row that does not implement it requires}
+#: {feature: the tag its check derives when it is off (a contract's layouts list its features'), which a row that
+#: does not implement it requires}
 _OFF_TAG = {
     "window": "window:none",
     "softcap": "softcap:none",
@@ -120,9 +121,6 @@ _OFF_TAG = {
     "lse": "lse:none",
     "tokens": "q:one_token",
 }
-#: The tags every op's check derives for its features being off (LAYOUT_TAGS).
-_FEATURES_OFF = ("window:none", "softcap:none")
-_SINK_FEATURES_OFF = (*_FEATURES_OFF, "sinks:none")
 #: {op: its optional features (_OFF_TAG's names)}
 _OP_FEATURES = {
     PREFILL: ("window", "softcap", "sinks"),
@@ -161,7 +159,7 @@ CONTRACTS = (
             "q:tma",
             "kv:tma",
             "scale:positive",
-            *_SINK_FEATURES_OFF,
+            *_features_off(PREFILL),
         ),
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_prefill",
@@ -204,7 +202,7 @@ length <= max_seqlen.""",
             "q:tma",
             "kv:tma",
             "scale:positive",
-            *_FEATURES_OFF,
+            *_features_off(MLA_PREFILL),
         ),
         promises=(FINITE,),
         check=f"{_HERE}.checks:check_mla_prefill",
@@ -239,7 +237,7 @@ lse: [T, H] fp32, natural log.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=("q:heads", "kv:paged", "index:contiguous", *_SINK_FEATURES_OFF),
+        layouts=("q:heads", "kv:paged", "index:contiguous", *_features_off(PREFILL_PAGED)),
         check=f"{_HERE}.checks:check_prefill_paged",
         doc=f"""prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size,
               sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0, sinks=None)
@@ -287,16 +285,7 @@ entries of page_table are not read.""",
             ("head_dim", EXACT),
             ("page_size", EXACT),
         ),
-        layouts=(
-            "q:heads",
-            "kv:paged",
-            "index:contiguous",
-            "kv:q_dtype",
-            "kv:fp8_e4m3",
-            *_SINK_FEATURES_OFF,
-            "lse:none",
-            "q:one_token",
-        ),
+        layouts=("q:heads", "kv:paged", "index:contiguous", "kv:q_dtype", "kv:fp8_e4m3", *_features_off(DECODE)),
         check=f"{_HERE}.checks:check_decode",
         doc=f"""decode(q, kv_buffer, page_table, seq_lens, page_size, sm_scale, k_scale=None, v_scale=None,
        window_left=-1, logits_soft_cap=0.0, sinks=None, return_lse=False, num_q_tokens=1)
@@ -327,7 +316,7 @@ uses < rows / page_size; other entries of page_table are not read.""",
         parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale", *_FEATURE_PARAMETERS),
         dtypes=ATTENTION_DTYPES,
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("head_dim", EXACT), ("page_size", EXACT)),
-        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURES_OFF),
+        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_features_off(MLA_DECODE)),
         check=f"{_HERE}.checks:check_mla_decode",
         doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1,
            logits_soft_cap=0.0) -> out

@@ -138,7 +138,7 @@ def _expect_scale(op, sm_scale) -> None:
         raise OpInputError(op, "sm_scale", "a finite number", repr(sm_scale))
 
 
-def _features_off(op, window_left, logits_soft_cap) -> tuple[bool, bool]:
+def _window_and_cap_off(op, window_left, logits_soft_cap) -> tuple[bool, bool]:
     """Checks the optional features (window_left an int >= -1; logits_soft_cap a finite number >= 0) and
     returns the flags of their off-tags (window:none, softcap:none)."""
     expect_int(op, "window_left", window_left, minimum=-1)
@@ -214,7 +214,7 @@ def _check_ragged(
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
     # mla_prefill takes no sinks: its check never derives sinks:none
-    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q) and op == PREFILL)
+    features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q) and op == PREFILL)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
     tags = _RAGGED_TAGS[
         (
@@ -396,7 +396,7 @@ def check_decode(
         expected = f"an int in 1..{MAX_Q_TOKENS} dividing q's {q.shape[0]} rows (B * num_q_tokens)"
         raise OpInputError(op, "num_q_tokens", expected, repr(num_q_tokens))
     features_off = (
-        *_features_off(op, window_left, logits_soft_cap),
+        *_window_and_cap_off(op, window_left, logits_soft_cap),
         _sinks_off(op, sinks, q),
         not return_lse,
         num_q_tokens == 1,
@@ -435,7 +435,7 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale,
     """attention.mla_decode's check: (q, tags, (num_tokens = B, num_q_heads, head_dim, page_size))."""
     op = MLA_DECODE
     _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale)
-    features_off = _features_off(op, window_left, logits_soft_cap)
+    features_off = _window_and_cap_off(op, window_left, logits_soft_cap)
     batch, num_q_heads, head_dim = q.shape
     if head_dim != MLA_LATENT_DIM:
         raise OpInputError(
@@ -495,7 +495,7 @@ def check_prefill_paged(
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
-    features_off = (*_features_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
+    features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
     new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
     if new_tokens is not None and batch:
         short = seq_lens.to("cpu", torch.int64) < new_tokens

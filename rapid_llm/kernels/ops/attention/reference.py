@@ -333,69 +333,10 @@ def decode(
 ):
     """attention.decode: each query against the positions 0..seq_lens[b]-1 of its pages (an fp8 buffer
     dequantized by its scales), those before seq_lens[b] - 1 - window_left left out of a window. Several
-    query tokens per sequence: rows of one step, each masked past its own position (and its window)."""
-    if num_q_tokens > 1:
-        features = (window_left, logits_soft_cap, sinks)
-        return _multi_token_decode(
-            q,
-            kv_buffer,
-            page_table,
-            seq_lens,
-            page_size,
-            sm_scale,
-            k_scale,
-            v_scale,
-            *features,
-            return_lse,
-            num_q_tokens,
-        )
-    batch, num_q_heads, head_dim = q.shape
-    num_kv_heads = kv_buffer.shape[1] // 2
-    group = num_q_heads // num_kv_heads
-    width = page_table.shape[1] * page_size
-    out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, num_q_heads), dtype=torch.float32, device=q.device)
-    budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
-    chunks = _plan(budget, batch, num_kv_heads, 1, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
-    for first, last in _spans(batch, chunks[0]):
-        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last, window_left)
-        for head_first, head_last in _spans(num_kv_heads, chunks[1]):
-            blocks = _paged_blocks(
-                kv_buffer[:, head_first:head_last],
-                kv_buffer[:, num_kv_heads + head_first : num_kv_heads + head_last],
-                ids,
-                valid,
-                chunks[3],
-                k_scale=k_scale,
-                v_scale=v_scale,
-            )
-            q_heads = slice(head_first * group, head_last * group)
-            queries = q[first:last, q_heads].float().reshape(last - first, head_last - head_first, 1, group, head_dim)
-            head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
-            out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
-            out[first:last, q_heads] = out_rows.reshape(last - first, -1, head_dim).to(q.dtype)
-            lse[first:last, q_heads] = lse_rows.reshape(last - first, -1)
-    return (out, lse) if return_lse else out
-
-
-def _multi_token_decode(
-    q,
-    kv_buffer,
-    page_table,
-    seq_lens,
-    page_size,
-    sm_scale,
-    k_scale,
-    v_scale,
-    window_left,
-    logits_soft_cap,
-    sinks,
-    return_lse,
-    tokens,
-):
-    """decode with `tokens` query rows per sequence: q [B * tokens, Hq, D], row b * tokens + t at position
-    seq_lens[b] - tokens + t, causal among the sequence's rows and windowed per row."""
+    query tokens per sequence (q [B * n, Hq, D], row b * n + t at position seq_lens[b] - n + t): rows of one
+    step, each masked past its own position and before its window."""
     rows, num_q_heads, head_dim = q.shape
+    tokens = num_q_tokens
     batch = rows // tokens
     num_kv_heads = kv_buffer.shape[1] // 2
     group = num_q_heads // num_kv_heads
@@ -404,10 +345,11 @@ def _multi_token_decode(
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * out.element_size())
     chunks = _plan(budget, batch, num_kv_heads, tokens, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
-    steps = torch.arange(tokens, device=q.device)
+    # one token: its window is part of the positions' validity (gathered as 0); several: a mask per row
+    row_window, steps = (window_left, None) if tokens == 1 else (-1, torch.arange(tokens, device=q.device))
     for first, last in _spans(batch, chunks[0]):
-        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last)
-        positions = (seq_lens[first:last].long() - tokens).unsqueeze(1) + steps  # [G, tokens]
+        ids, valid = _paged_rows(page_table, seq_lens, page_size, kv_buffer.shape[0], first, last, row_window)
+        positions = None if steps is None else (seq_lens[first:last].long() - tokens).unsqueeze(1) + steps
         for head_first, head_last in _spans(num_kv_heads, chunks[1]):
             blocks = _paged_blocks(
                 kv_buffer[:, head_first:head_last],
@@ -423,15 +365,17 @@ def _multi_token_decode(
             )
             q_heads = slice(head_first * group, head_last * group)
             kv_count = head_last - head_first
-            queries = q[first * tokens : last * tokens, q_heads].float()
-            queries = queries.view(last - first, tokens, kv_count, group, head_dim).permute(0, 2, 1, 3, 4)
+            token_rows = slice(first * tokens, last * tokens)
+            queries = q[token_rows, q_heads].float().view(last - first, tokens, kv_count, group, head_dim)
             head_sinks = _head_sinks(sinks, q_heads, kv_count)
-            out_rows, lse_rows = _online_attention(queries, blocks, sm_scale, head_dim, logits_soft_cap, head_sinks)
-            # [G, Hk, tokens, g, D] -> rows b * tokens + t
-            out[first * tokens : last * tokens, q_heads] = (
+            out_rows, lse_rows = _online_attention(
+                queries.permute(0, 2, 1, 3, 4), blocks, sm_scale, head_dim, logits_soft_cap, head_sinks
+            )
+            # [G, Hk, tokens, g, ...] -> rows b * tokens + t
+            out[token_rows, q_heads] = (
                 out_rows.permute(0, 2, 1, 3, 4).reshape(-1, kv_count * group, head_dim).to(q.dtype)
             )
-            lse[first * tokens : last * tokens, q_heads] = lse_rows.permute(0, 2, 1, 3).reshape(-1, kv_count * group)
+            lse[token_rows, q_heads] = lse_rows.permute(0, 2, 1, 3).reshape(-1, kv_count * group)
     return (out, lse) if return_lse else out
 
 
