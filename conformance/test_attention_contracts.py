@@ -63,8 +63,20 @@ def test_decode_unused_page_table_entries_are_not_read():
     assert torch.isfinite(rk.decode(*args)).all()
 
 
-def test_decode_zero_length_sequence():
-    _expect(rk.decode, _decode_args(lens=(0, 9)), "attention.decode", "seq_lens", "lengths >= 1")
+def test_decode_empty_sequence_is_zeros_with_lse_minus_inf():
+    """Catches an empty request (seq_lens 0: an engine's padding) rejected, or answered with NaN (0 / 0) or
+    another sequence's values instead of FlashInfer's zeros and lse -inf."""
+    out, lse = rk.decode(*_decode_args(lens=(0, 9)), return_lse=True)
+    assert (out[0] == 0).all() and (lse[0] == float("-inf")).all()
+    assert torch.isfinite(out[1]).all() and torch.isfinite(lse[1]).all()
+
+
+def test_decode_length_below_the_query_tokens():
+    """Catches num_q_tokens = 2 with a sequence of 1 position (its queries' K/V not all in the cache)."""
+    args = _decode_args(batch=4, lens=(0, 1, 4, 9), pages=16)
+    args[2] = torch.arange(6, dtype=torch.int32).view(2, 3)
+    args[3] = torch.tensor([1, 9], dtype=torch.int32)
+    _expect(rk.decode, [*args, None, None, -1, 0.0, None, False, 2], "attention.decode", "seq_lens", "lengths 0")
 
 
 def test_decode_heads_that_do_not_divide():
@@ -163,6 +175,55 @@ def test_mla_decode_needs_576_wide_rows():
     table = torch.zeros(2, 2, dtype=torch.int32)
     args = [q, cache, table, torch.tensor([3, 4], dtype=torch.int32), 8, 0.1]
     _expect(rk.mla_decode, args, "attention.mla_decode", "q", "576")
+
+
+def _mla_args(batch=2, heads=4, lens=(3, 4), fp8=False):
+    q = torch.randn(batch, heads, 576)
+    cache = torch.randn(32, 576)
+    scale = None
+    if fp8:
+        cache, scale = cache.to(torch.float8_e4m3fn), torch.ones(1)
+    table = torch.arange(2 * batch, dtype=torch.int32).view(batch, 2)
+    return [q, cache, table, torch.tensor(lens, dtype=torch.int32), 8, 0.1, -1, 0.0, 1, scale]
+
+
+@pytest.mark.parametrize(
+    "change,argument,fragment",
+    [
+        ({9: None}, "latent_scale", "one-element torch.float32"),
+        ({9: torch.ones(2)}, "latent_scale", "one-element"),
+        ({9: torch.ones(1, dtype=torch.float16)}, "latent_scale", "torch.float32"),
+        ({9: torch.full((1,), float("inf"))}, "latent_scale", "positive, finite"),
+        ({9: torch.zeros(1)}, "latent_scale", "positive, finite"),
+        ({8: 3}, "num_q_tokens", "dividing q's 2 rows"),
+        ({8: 9}, "num_q_tokens", "1..8"),
+    ],
+)
+def test_mla_decode_fp8_scale_and_query_tokens(change, argument, fragment):
+    """Catches an fp8 latent cache read without its scale (or with a malformed, zero or infinite one: every
+    output scaled wrong), and a num_q_tokens that does not split q's rows into whole sequences."""
+    args = _mla_args(fp8=True)
+    for index, value in change.items():
+        args[index] = value
+    _expect(rk.mla_decode, args, "attention.mla_decode", argument, fragment)
+
+
+def test_mla_decode_scale_with_a_cache_of_q_dtype():
+    """Catches a latent_scale silently ignored (or applied) on a cache of q's dtype."""
+    args = _mla_args()
+    args[9] = torch.ones(1)
+    _expect(rk.mla_decode, args, "attention.mla_decode", "latent_scale", "None (scales belong to an fp8 cache)")
+
+
+def test_mla_decode_fp8_cache_named_in_the_dtype_error():
+    args = _mla_args()
+    args[1] = args[1].half()
+    _expect(rk.mla_decode, args, "attention.mla_decode", "latent_cache", "float8_e4m3fn (with latent_scale)")
+
+
+def test_mla_decode_empty_sequence_is_zeros():
+    out = rk.mla_decode(*_mla_args(lens=(0, 4)))
+    assert (out[0] == 0).all() and torch.isfinite(out[1]).all() and out[1].abs().sum() > 0
 
 
 def test_prefill_paged_fewer_kv_positions_than_new_tokens():

@@ -206,18 +206,47 @@ def _decode_case(
 
 
 def _mla_decode_case(
-    seq_lens, num_q_heads, page_size, *, scale=1.0, strided_q=False, strided_index=False, row_pad=0, features=()
+    seq_lens,
+    num_q_heads,
+    page_size,
+    *,
+    scale=1.0,
+    strided_q=False,
+    strided_index=False,
+    row_pad=0,
+    features=(),
+    q_tokens=1,
+    fp8=False,
 ):
+    """features: (window_left, logits_soft_cap); q_tokens: num_q_tokens (q has q_tokens rows per sequence);
+    fp8: the e4m3 latent cache kvcache.update_mla_buffer_fp8 writes (N(0, 1) latents, scale absmax / 448)
+    with its latent_scale (an offset view into a scale table with strided_index)."""
+
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
-        cache = _cache(pages * page_size, (576,), dtype, device, generator, row_pad)
-        if strided_q:
-            q = _randn((len(seq_lens), 2 * num_q_heads, 576), dtype, device, generator, scale)[:, ::2]
+        latent_scale = None
+        if fp8:
+            values = _cache(pages * page_size, (576,), torch.float32, "cpu", generator, row_pad)
+            latent_scale = values.abs().amax().clamp_min(1e-6).reshape(1) / 448.0
+            quantized = torch.zeros((values.shape[0], 576 + row_pad), dtype=torch.float8_e4m3fn)
+            quantized[:, :576] = (values / latent_scale).to(torch.float8_e4m3fn)
+            cache = quantized.to(device)[:, :576]
+            latent_scale = latent_scale.to(device)
+            if strided_index:
+                latent_scale = torch.tensor([9.0, float(latent_scale)], device=device)[1:]
         else:
-            q = _randn((len(seq_lens), num_q_heads, 576), dtype, device, generator, scale)
+            cache = _cache(pages * page_size, (576,), dtype, device, generator, row_pad)
+        rows = len(seq_lens) * q_tokens
+        if strided_q:
+            q = _randn((rows, 2 * num_q_heads, 576), dtype, device, generator, scale)[:, ::2]
+        else:
+            q = _randn((rows, num_q_heads, 576), dtype, device, generator, scale)
         table, lens = _index_views(table, seq_lens, device, strided_index)
+        tail = tuple(features)
+        if q_tokens > 1 or fp8:
+            tail = (*(tail or (-1, 0.0)), q_tokens, latent_scale)
         # sm_scale of DeepSeek-V3 (1 / sqrt(192), the un-absorbed q/k head dim)
-        args = (q, cache, table, lens, page_size, 192**-0.5, *features)
+        args = (q, cache, table, lens, page_size, 192**-0.5, *tail)
         _, layout, dims = checks.check_mla_decode(*args)
         return args, dict(dims), layout
 
@@ -276,7 +305,8 @@ def _attend64(q, k, v, scale, visible, soft_cap=0.0, sinks=None):
         logits = torch.cat([logits, column], dim=-1)
         v = torch.cat([v.double(), torch.zeros_like(v[:1], dtype=torch.float64)], dim=0)
     lse = torch.logsumexp(logits, dim=-1)
-    weights = torch.softmax(logits, dim=-1)
+    # a query attending nothing (an empty sequence, no sink): out 0, lse -inf (softmax would give NaN)
+    weights = torch.softmax(logits, dim=-1).masked_fill((lse == float("-inf")).unsqueeze(-1), 0.0)
     return torch.einsum("hqk,khd->qhd", weights, v.double()), lse.t()
 
 
@@ -352,7 +382,9 @@ def decode_oracle(
     out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
-        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
+        rows = torch.tensor(
+            _gather_positions(page_table[b].tolist(), length, page_size), dtype=torch.long, device=q.device
+        )
         kv = kv_buffer[rows].double()
         keys, values = kv[:, :heads], kv[:, heads:]
         if k_scale is not None:  # an fp8 buffer: dequantize (exact in float64)
@@ -364,13 +396,31 @@ def decode_oracle(
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
 
 
-def mla_decode_oracle(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def mla_decode_oracle(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
+    n = num_q_tokens
     out = torch.empty((q.shape[0], q.shape[1], 512), dtype=torch.float64, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
-        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
-        latent = latent_cache[rows].unsqueeze(1).expand(length, q.shape[1], 576)
-        visible = _visible(torch.tensor([length - 1], device=q.device), length, True, window_left)
-        out[b : b + 1], _ = _attend64(q[b : b + 1], latent, latent[..., :512], sm_scale, visible, logits_soft_cap)
+        rows = torch.tensor(
+            _gather_positions(page_table[b].tolist(), length, page_size), dtype=torch.long, device=q.device
+        )
+        latent = latent_cache[rows].double()
+        if latent_scale is not None:  # an fp8 cache: dequantize (exact in float64)
+            latent = latent * float(latent_scale)
+        latent = latent.unsqueeze(1).expand(length, q.shape[1], 576)
+        visible = _visible(torch.arange(length - n, length, device=q.device), length, True, window_left)
+        token_rows = slice(b * n, (b + 1) * n)
+        out[token_rows], _ = _attend64(q[token_rows], latent, latent[..., :512], sm_scale, visible, logits_soft_cap)
     return out.to(q.dtype)
 
 
@@ -398,7 +448,9 @@ def prefill_paged_oracle(
         start, end = offsets[b], offsets[b + 1]
         if end == start:
             continue
-        rows = torch.tensor(_gather_positions(page_table[b].tolist(), length, page_size), device=q.device)
+        rows = torch.tensor(
+            _gather_positions(page_table[b].tolist(), length, page_size), dtype=torch.long, device=q.device
+        )
         kv = kv_buffer[rows]
         query_pos = torch.arange(length - (end - start), length, device=q.device)
         visible = _visible(query_pos, length, causal, window_left)
@@ -553,6 +605,20 @@ DECODE_CASES = (
     Case("fp8_kv_q_tokens_4", _decode_case((4, 17, 100, 33), 8, 2, 64, 16, fp8=True, q_tokens=4)),
     Case("q_tokens_4_batch_64_len_4096", _decode_case((4096,) * 64, 32, 8, 128, 16, q_tokens=4), gpu_only=True),
     Case("sinks_that_dominate", _decode_case((1, 17, 100, 33), 4, 2, 64, 16, sinks=12.0)),
+    # empty sequences (an engine's padding requests): out 0, lse -inf (with sinks: the sink's logit)
+    Case("empty_sequences_with_lse", _decode_case((0, 17, 0, 33), 4, 2, 64, 16, return_lse=True)),
+    Case("every_sequence_empty", _decode_case((0, 0, 0), 4, 1, 64, 16, return_lse=True)),
+    Case("fp8_kv_empty_sequences", _decode_case((0, 17, 100, 0), 8, 2, 64, 16, fp8=True)),
+    Case(
+        "q_tokens_4_empty_sequences_sinks",
+        _decode_case((0, 17, 0, 33), 4, 2, 64, 16, sinks=1.0, q_tokens=4, return_lse=True),
+    ),
+    Case("empty_sequences_d128_page_size_1", _decode_case((0, 40, 0), 8, 1, 128, 1)),
+    Case(
+        "empty_sequences_batch_64_len_4096",
+        _decode_case((0, 4096) * 32, 32, 8, 128, 16, return_lse=True),
+        gpu_only=True,
+    ),
     Case(
         "fp8_kv_sinks_window_20", _decode_case((1, 17, 100, 33), 8, 2, 64, 16, fp8=True, features=(20, 0.0), sinks=1.0)
     ),
@@ -576,6 +642,30 @@ MLA_DECODE_CASES = (
     Case("long_context_32k", _mla_decode_case((32768,), 16, 64), gpu_only=True),
     Case("window_70_soft_cap_15", _mla_decode_case((1, 65, 200), 16, 64, features=(70, 15.0))),
     Case("window_5_page_size_1", _mla_decode_case((1, 20, 9), 16, 1, features=(5, 0.0))),
+    # empty sequences (an engine's padding requests): out 0
+    Case("empty_sequences", _mla_decode_case((0, 65, 0, 200), 16, 64)),
+    Case("every_sequence_empty", _mla_decode_case((0, 0), 16, 16)),
+    # several query tokens per sequence (DeepSeek-V3's MTP, speculative decoding): causal among themselves
+    Case("q_tokens_2", _mla_decode_case((2, 65, 200), 16, 64, q_tokens=2)),
+    Case("q_tokens_4_page_size_1_strided", _mla_decode_case((4, 20, 9), 8, 1, q_tokens=4, strided_q=True)),
+    Case("q_tokens_3_window_5_soft_cap", _mla_decode_case((3, 65, 70), 16, 16, features=(5, 20.0), q_tokens=3)),
+    Case("q_tokens_4_empty_sequences", _mla_decode_case((0, 65, 0, 33), 16, 16, q_tokens=4)),
+    # the fp8 e4m3 latent cache kvcache.update_mla_buffer_fp8 writes, with its per-tensor scale
+    Case("fp8_latent_ragged_page64", _mla_decode_case((1, 65, 200), 16, 64, fp8=True)),
+    Case(
+        "fp8_latent_page_size_1_strided",
+        _mla_decode_case((1, 20, 9), 16, 1, fp8=True, strided_q=True, strided_index=True, row_pad=64),
+    ),
+    Case(
+        "fp8_latent_q_tokens_4_window_20",
+        _mla_decode_case((4, 65, 200), 16, 16, fp8=True, q_tokens=4, features=(20, 0.0)),
+    ),
+    Case("fp8_latent_empty_sequences_soft_cap", _mla_decode_case((0, 65, 200), 16, 64, fp8=True, features=(-1, 15.0))),
+    Case("fp8_latent_batch_64_len_4096_heads_16", _mla_decode_case((4096,) * 64, 16, 64, fp8=True), gpu_only=True),
+    Case("q_tokens_4_batch_64_len_4096_heads_16", _mla_decode_case((4096,) * 64, 16, 64, q_tokens=4), gpu_only=True),
+    Case(
+        "fp8_latent_heads_128_q_tokens_2", _mla_decode_case((100, 3000), 128, 64, fp8=True, q_tokens=2), gpu_only=True
+    ),
 )
 
 PREFILL_PAGED_CASES = (

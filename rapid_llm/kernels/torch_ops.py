@@ -400,8 +400,11 @@ def _mla_decode(
     sm_scale: float,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    num_q_tokens: int = 1,
+    latent_scale: Tensor | None = None,
 ) -> Tensor:
-    return kernels.mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap)
+    args = (q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap)
+    return kernels.mla_decode(*args, num_q_tokens, latent_scale)
 
 
 def _mla_decode_fake(q, *args, **kwargs) -> Tensor:

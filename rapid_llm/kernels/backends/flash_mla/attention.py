@@ -51,7 +51,18 @@ def _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule
     return out.squeeze(1)
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """attention.mla_decode on FlashMLA's dense legacy kernel (its schedule computed inside the call)."""
     schedule, _ = get_mla_metadata()
     return _decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, schedule)
@@ -101,7 +112,18 @@ def plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, 
     return run
 
 
-def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def step_mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """flash_mla/dense_decode's per-step preparation (KernelSpec.step): the split schedule once, from seq_lens
     (plan_mla_decode); every layer's call of the step reuses it, and update() refreshes it for new lengths. The
     step guarantees the page table, sequence lengths and scale are the planned ones, so the callable reads only

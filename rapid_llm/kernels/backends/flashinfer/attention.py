@@ -395,7 +395,18 @@ def _run_paged_prefill(wrapper, q, kv_buffer, page_size, return_lse):
     return out, lse * _LN2
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """attention.mla_decode through BatchMLAPagedAttentionWrapper: q split into its 512 latent and 64 rope
     dims, the latent cache into ckv [pages, page_size, 512] and kpe [pages, page_size, 64] views (no copies:
     FlashInfer reads their page and token strides, csrc/batch_mla_sm90_run.cu)."""
@@ -466,6 +477,17 @@ def step_prefill_paged(
     return _layer_call(run)
 
 
-def step_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def step_mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """flashinfer/mla_decode's per-step preparation: plan_mla_decode once (its CUDA-graph mode)."""
     return _layer_call(plan_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale))

@@ -75,6 +75,11 @@ logit per query head that joins every softmax of that head without a value
 (gpt-oss): out[t, h] = sum_j e^(s_j) v_j / (e^(sinks[h]) + sum_j e^(s_j)),
 lse = log(e^(sinks[h]) + sum_j e^(s_j)); a query attending no key gets 0."""
 
+#: Empty requests of the decode ops (an engine's padded batch).
+_EMPTY = """An empty sequence (seq_lens[b] == 0: a padding request of a batch captured at
+a fixed size) reads no page and gets out 0 and lse -inf in its n rows (with
+sinks: lse = the sink logit), on every row; no call-site special case."""
+
 _VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
 unspecified output otherwise)"""
 
@@ -99,8 +104,10 @@ LAYOUT_TAGS = {
     "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
     "sinks:none": "sinks is None: no per-head sink logit in the softmax (what rows without sinks serve)",
     "lse:none": "decode's return_lse is False: no log-sum-exp output (what decode rows without it serve)",
-    "q:one_token": "decode's num_q_tokens is 1: one query token per sequence (what rows without multi-token "
-    "decode serve)",
+    "q:one_token": "decode's or mla_decode's num_q_tokens is 1: one query token per sequence (what rows without "
+    "multi-token decode serve)",
+    "latent:q_dtype": "the MLA latent cache holds q's dtype (no scale)",
+    "latent:fp8_e4m3": "the MLA latent cache is float8_e4m3fn with its per-tensor latent_scale",
     # a promise (dispatcher/contract.py): stated by the call site when it plans, never derived by a check
     "qkv:finite": "the call site promises q, k and v hold no NaN or inf: kernels that multiply whole K/V tiles "
     "across sequence boundaries (0 * NaN) would carry a non-finite value into another sequence",
@@ -127,7 +134,7 @@ _OP_FEATURES = {
     PREFILL_PAGED: ("window", "softcap", "sinks"),
     DECODE: ("window", "softcap", "sinks", "lse", "tokens"),
     MLA_PREFILL: ("window", "softcap"),
-    MLA_DECODE: ("window", "softcap"),
+    MLA_DECODE: ("window", "softcap", "tokens"),
     MERGE_STATES: (),
 }
 
@@ -305,30 +312,58 @@ prefix's part with a fresh part by attention.merge_states).
 num_q_tokens n in 1..8 (speculative decoding's verification step, MTP): q is
 [B * n, Hq, D], row b * n + t the t-th of sequence b's last n tokens (position
 seq_lens[b] - n + t, K/V already written); it attends positions <= its own
-(and its window); out and lse have q's B * n rows; seq_lens[b] >= n.
+(and its window); out and lse have q's B * n rows.
+{_EMPTY}
 {_FEATURES}
 {_SINKS}
-{_VALUES}: 1 <= seq_lens[b] <= max_pages * page_size; the page ids a sequence
-uses < rows / page_size; other entries of page_table are not read.""",
+{_VALUES}: seq_lens[b] == 0 or n <= seq_lens[b] <= max_pages * page_size; the
+page ids a sequence uses < rows / page_size; other entries of page_table are
+not read.""",
     ),
     OpContract(
         op=MLA_DECODE,
-        parameters=("q", "latent_cache", "page_table", "seq_lens", "page_size", "sm_scale", *_FEATURE_PARAMETERS),
+        parameters=(
+            "q",
+            "latent_cache",
+            "page_table",
+            "seq_lens",
+            "page_size",
+            "sm_scale",
+            *_FEATURE_PARAMETERS,
+            "num_q_tokens",
+            "latent_scale",
+        ),
         dtypes=ATTENTION_DTYPES,
         dims=(("num_tokens", TOKEN_BUCKETS), ("num_q_heads", EXACT), ("head_dim", EXACT), ("page_size", EXACT)),
-        layouts=("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_features_off(MLA_DECODE)),
+        layouts=(
+            "q:heads",
+            "latent:rows",
+            "index:contiguous",
+            "latent:tma",
+            "latent:q_dtype",
+            "latent:fp8_e4m3",
+            *_features_off(MLA_DECODE),
+        ),
         check=f"{_HERE}.checks:check_mla_decode",
         doc=f"""mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1,
-           logits_soft_cap=0.0) -> out
+           logits_soft_cap=0.0, num_q_tokens=1, latent_scale=None) -> out
 
 DeepSeek MLA decode in absorbed form: every query head attends the one shared
 latent cache. q: [B, Hq, 576] (512 latent dims, then 64 rope dims), any
-strides; latent_cache: [rows, 576] of q's dtype (one latent + rope row per
-token slot; rows a multiple of page_size), paged as in attention.decode;
+strides; latent_cache: [rows, 576] of q's dtype (layout tag latent:q_dtype;
+one latent + rope row per token slot; rows a multiple of page_size), or
+float8_e4m3fn (latent:fp8_e4m3: the cache kvcache.update_mla_buffer_fp8
+writes) with latent_scale its one-element fp32 per-tensor scale on q's device
+(c = cache.float() * latent_scale; positive and finite, checked like the
+index values; None for a cache of q's dtype); paged as in attention.decode;
 page_table: int32 [B, max_pages]; seq_lens: int32 [B].
     out[b, h] = sum_j softmax_j(q[b, h] . c[j] * sm_scale) c[j, :512]
 over the token rows c[j] of positions 0 .. seq_lens[b]-1. out: new
 [B, Hq, 512] of q's dtype.
+num_q_tokens n in 1..8 (DeepSeek-V3's MTP, speculative decoding): as in
+attention.decode, q is [B * n, Hq, 576], row b * n + t at position
+seq_lens[b] - n + t, attending positions <= its own; out [B * n, Hq, 512].
+{_EMPTY}
 {_FEATURES}
 {_VALUES}: as attention.decode.""",
     ),
@@ -413,7 +448,7 @@ def _library_row(
 
 _RAGGED = ("q:heads", "kv:heads", "index:contiguous")
 _PAGED = ("q:heads", "kv:paged", "index:contiguous")
-_LATENT = ("q:heads", "latent:rows", "index:contiguous")
+_LATENT = ("q:heads", "latent:rows", "index:contiguous", "latent:q_dtype")
 _HEAD_DIMS = ShapeConstraint("head_dim", one_of=(64, 128, 256))
 
 #: Head dims the native kernels take: a power of two, or the sum of two with the smaller >= 16 (two
@@ -620,18 +655,30 @@ ROWS = (
         "native/mla_decode",
         "mla_decode.triton:mla_decode",
         MLA_DECODE,
+        layout=("latent:q_dtype",),
         parity=(0.015625, "h200.attention.parity.native_mla_decode"),
         priority=10,
-        description="Triton MLA decode by pointer loads: BLOCK_H heads share each latent tile, split-K with "
-        "an lse merge; any page size, fp32",
-        features=("window", "softcap"),
+        description="Triton MLA decode by pointer loads: BLOCK_H (token, head) rows share each latent tile, "
+        "split-K with an lse merge; any page size, fp32",
+        features=("window", "softcap", "tokens"),
+    ),
+    _native_row(
+        "native/mla_decode_fp8",
+        "mla_decode.triton:mla_decode_fp8",
+        MLA_DECODE,
+        layout=("latent:fp8_e4m3",),
+        capability=TRITON_FP8_READ_DEVICES,
+        priority=10,
+        description="Triton MLA decode over an fp8-e4m3 latent cache: fp16 products (inline-PTX e4m3 "
+        "conversion), the scale folded into the softmax and the output",
+        features=("window", "softcap", "tokens"),
     ),
     _native_row(
         "native/mla_decode_tma",
         "mla_decode.triton_tma:mla_decode_tma",
         MLA_DECODE,
         shape=(_WHOLE_TILE_PAGES,),
-        layout=("latent:tma",),
+        layout=("latent:tma", "latent:q_dtype"),
         capability=_SM90_PLUS,
         libraries=(_TRITON_TMA,),
         dtypes=_HALF_DTYPES,
@@ -644,7 +691,7 @@ ROWS = (
         "mla_decode.gluon:mla_decode_gluon",
         MLA_DECODE,
         shape=(_WHOLE_TILE_PAGES, ShapeConstraint("num_q_heads", max=63)),
-        layout=("latent:tma",),
+        layout=("latent:tma", "latent:q_dtype"),
         capability=_SM90,
         libraries=(_GLUON,),
         dtypes=_HALF_DTYPES,
@@ -658,7 +705,7 @@ ROWS = (
         "mla_decode.gluon_pingpong:mla_decode_gluon_pingpong",
         MLA_DECODE,
         shape=(_WHOLE_TILE_PAGES, ShapeConstraint("num_q_heads", min=64)),
-        layout=("latent:tma",),
+        layout=("latent:tma", "latent:q_dtype"),
         capability=_SM90,
         libraries=(_GLUON,),
         dtypes=_HALF_DTYPES,

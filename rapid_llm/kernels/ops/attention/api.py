@@ -83,9 +83,13 @@ def mla_decode(
     sm_scale: float,
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
+    num_q_tokens: int = 1,
+    latent_scale=None,
 ):
-    """Absorbed MLA decode over the paged latent cache; out [B, Hq, 512]. Contract: attention.mla_decode."""
-    return _call(MLA_DECODE, (q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap))
+    """Absorbed MLA decode over the paged latent cache (q's dtype, or fp8 e4m3 with latent_scale); out
+    [B * num_q_tokens, Hq, 512]. Contract: attention.mla_decode."""
+    args = (q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left, logits_soft_cap)
+    return _call(MLA_DECODE, (*args, num_q_tokens, latent_scale))
 
 
 def mla_prefill(

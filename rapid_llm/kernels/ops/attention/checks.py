@@ -20,7 +20,9 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   softcap:none      logits_soft_cap == 0 (no tanh soft cap)
   sinks:none        sinks is None (prefill, prefill_paged, decode)
   lse:none          decode's return_lse is False
-  q:one_token       decode's num_q_tokens is 1
+  q:one_token       decode's or mla_decode's num_q_tokens is 1
+  latent:q_dtype    mla_decode's latent cache holds q's dtype (no scale)
+  latent:fp8_e4m3   mla_decode's latent cache is float8_e4m3fn, with its latent_scale
 """
 
 from __future__ import annotations
@@ -66,7 +68,16 @@ _DECODE_TAGS = tag_table(
 )
 #: Query tokens per sequence a decode call may take (speculative decoding's drafts, MTP).
 MAX_Q_TOKENS = 8
-_LATENT_TAGS = tag_table("q:heads", "latent:rows", "index:contiguous", "latent:tma", *_FEATURE_TAGS)
+_LATENT_TAGS = tag_table(
+    "q:heads",
+    "latent:rows",
+    "index:contiguous",
+    "latent:tma",
+    "latent:q_dtype",
+    "latent:fp8_e4m3",
+    *_FEATURE_TAGS,
+    "q:one_token",
+)
 
 
 def heads_aligned(t) -> bool:
@@ -277,13 +288,14 @@ def check_mla_prefill(
 
 
 def _check_pages(op, page_table, seq_lens, page_size, rows, min_lens, min_lens_text) -> None:
-    """seq_lens in [min_lens, max_pages * page_size] and the used page ids < rows / page_size."""
+    """seq_lens 0 (an empty sequence) or in [min_lens, max_pages * page_size], and the used page ids
+    < rows / page_size."""
     if not values_checked(seq_lens) or seq_lens.numel() == 0:
         return
     lens = seq_lens.to("cpu", torch.int64)
     table = page_table.to("cpu", torch.int64)
     capacity = table.shape[1] * page_size
-    low_ok = lens >= min_lens
+    low_ok = (lens >= min_lens) | (lens == 0)
     if not bool(low_ok.all()):
         bad = int(torch.nonzero(~low_ok)[0, 0])
         raise OpInputError(op, "seq_lens", min_lens_text, f"seq_lens[{bad}] = {int(lens[bad])}")
@@ -307,13 +319,14 @@ def _check_pages(op, page_table, seq_lens, page_size, rows, min_lens, min_lens_t
         )
 
 
-def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale, allow_fp8=False):
+def _check_paged_common(op, q, cache, cache_name, page_table, seq_lens, page_size, sm_scale, fp8_scales=""):
+    """fp8_scales: the scale arguments an fp8 e4m3 cache comes with ("" where the op takes none)."""
     expect_float_tensor(op, "q", q)
     if q.dim() != 3 or q.shape[1] == 0 or q.shape[2] == 0:
         raise OpInputError(op, "q", "shape [N, Hq, D] with Hq, D > 0", f"shape {list(q.shape)}")
     expect_tensor(op, cache_name, cache)
-    if cache.dtype != q.dtype and not (allow_fp8 and cache.dtype == torch.float8_e4m3fn):
-        expected = f"q's dtype ({q.dtype})" + (" or torch.float8_e4m3fn (with k_scale, v_scale)" if allow_fp8 else "")
+    if cache.dtype != q.dtype and not (fp8_scales and cache.dtype == torch.float8_e4m3fn):
+        expected = f"q's dtype ({q.dtype})" + (f" or torch.float8_e4m3fn (with {fp8_scales})" if fp8_scales else "")
         raise OpInputError(op, cache_name, expected, str(cache.dtype))
     expect_same_device(op, cache_name, cache, "q", q)
     expect_int(op, "page_size", page_size, minimum=1)
@@ -345,16 +358,19 @@ def _kv_buffer_heads(op, kv_buffer, num_q_heads: int, head_dim: int) -> int:
 
 def _check_kv_scales(op, kv_buffer, k_scale, v_scale, q) -> bool:
     """True for an fp8 buffer with valid scales; False for a buffer of q's dtype without scales."""
-    fp8 = kv_buffer.dtype == torch.float8_e4m3fn
-    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+    return _check_cache_scales(op, kv_buffer, (("k_scale", k_scale), ("v_scale", v_scale)), q)
+
+
+def _check_cache_scales(op, cache, scales, q) -> bool:
+    """True for an fp8 cache with valid (name, scale) pairs; False for a cache of q's dtype without scales."""
+    fp8 = cache.dtype == torch.float8_e4m3fn
+    for name, scale in scales:
         if not fp8:
             if scale is not None:
-                raise OpInputError(op, name, "None (scales belong to an fp8 kv_buffer)", type(scale).__name__)
+                raise OpInputError(op, name, "None (scales belong to an fp8 cache)", type(scale).__name__)
             continue
         if scale is None:
-            raise OpInputError(
-                op, name, "a one-element torch.float32 tensor (an fp8 kv_buffer's dequant scale)", "None"
-            )
+            raise OpInputError(op, name, "a one-element torch.float32 tensor (an fp8 cache's dequant scale)", "None")
         expect_tensor(op, name, scale)
         if scale.dtype != torch.float32 or scale.numel() != 1:
             raise OpInputError(
@@ -388,29 +404,22 @@ def check_decode(
 ):
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
-    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, allow_fp8=True)
+    _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, "k_scale, v_scale")
     fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
     _expect_flag(op, "return_lse", return_lse)
-    expect_int(op, "num_q_tokens", num_q_tokens, minimum=1)
-    if num_q_tokens > MAX_Q_TOKENS or q.shape[0] % num_q_tokens:
-        expected = f"an int in 1..{MAX_Q_TOKENS} dividing q's {q.shape[0]} rows (B * num_q_tokens)"
-        raise OpInputError(op, "num_q_tokens", expected, repr(num_q_tokens))
+    batch = _expect_q_tokens(op, num_q_tokens, q)
     features_off = (
         *_window_and_cap_off(op, window_left, logits_soft_cap),
         _sinks_off(op, sinks, q),
         not return_lse,
         num_q_tokens == 1,
     )
-    rows, num_q_heads, head_dim = q.shape
-    batch = rows // num_q_tokens
+    _, num_q_heads, head_dim = q.shape
     num_kv_heads = _kv_buffer_heads(op, kv_buffer, num_q_heads, head_dim)
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
-    minimum = "lengths >= 1"
-    if num_q_tokens > 1:
-        minimum = f"lengths >= num_q_tokens ({num_q_tokens}: the queries' positions are in the cache)"
-    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], num_q_tokens, minimum)
+    _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], num_q_tokens, _min_lens(num_q_tokens))
     tags = _DECODE_TAGS[
         (
             heads_aligned(q),
@@ -431,12 +440,41 @@ def check_decode(
     return q, tags, dims
 
 
-def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def _expect_q_tokens(op, num_q_tokens, q) -> int:
+    """num_q_tokens an int in 1..MAX_Q_TOKENS dividing q's rows; returns the batch B = rows / num_q_tokens."""
+    expect_int(op, "num_q_tokens", num_q_tokens, minimum=1)
+    if num_q_tokens > MAX_Q_TOKENS or q.shape[0] % num_q_tokens:
+        expected = f"an int in 1..{MAX_Q_TOKENS} dividing q's {q.shape[0]} rows (B * num_q_tokens)"
+        raise OpInputError(op, "num_q_tokens", expected, repr(num_q_tokens))
+    return q.shape[0] // num_q_tokens
+
+
+def _min_lens(num_q_tokens: int) -> str:
+    if num_q_tokens == 1:
+        return "lengths >= 0"
+    return f"lengths 0 (empty) or >= num_q_tokens ({num_q_tokens}: the queries' positions are in the cache)"
+
+
+def check_mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """attention.mla_decode's check: (q, tags, (num_tokens = B, num_q_heads, head_dim, page_size))."""
     op = MLA_DECODE
-    _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale)
-    features_off = _window_and_cap_off(op, window_left, logits_soft_cap)
-    batch, num_q_heads, head_dim = q.shape
+    scale = "latent_scale"
+    _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale, scale)
+    fp8 = _check_cache_scales(op, latent_cache, (("latent_scale", latent_scale),), q)
+    batch = _expect_q_tokens(op, num_q_tokens, q)
+    features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), num_q_tokens == 1)
+    _, num_q_heads, head_dim = q.shape
     if head_dim != MLA_LATENT_DIM:
         raise OpInputError(
             op,
@@ -449,13 +487,15 @@ def check_mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale,
     if page_table.dim() != 2 or page_table.shape[0] != batch:
         raise OpInputError(op, "page_table", f"shape [{batch}, max_pages]", f"shape {list(page_table.shape)}")
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
-    _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], 1, "lengths >= 1")
+    _check_pages(op, page_table, seq_lens, page_size, latent_cache.shape[0], num_q_tokens, _min_lens(num_q_tokens))
     tags = _LATENT_TAGS[
         (
             heads_aligned(q),
             heads_aligned(latent_cache),
             page_table.is_contiguous() and seq_lens.is_contiguous(),
             tma_rows(latent_cache, MLA_LATENT_DIM),
+            not fp8,
+            fp8,
             *features_off,
         )
     ]

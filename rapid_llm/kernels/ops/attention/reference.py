@@ -379,22 +379,57 @@ def decode(
     return (out, lse) if return_lse else out
 
 
-def mla_decode(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
-    """attention.mla_decode: absorbed MLA; every query head is a row against the one gathered latent (its
-    rows are the keys, their first 512 dims the values), windowed as attention.decode."""
-    batch, num_q_heads, dim = q.shape
+def mla_decode(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
+    """attention.mla_decode: absorbed MLA; every (query token, head) is a row against the one gathered latent
+    (its rows are the keys, their first 512 dims the values; an fp8 cache dequantized by latent_scale),
+    windowed and masked per token as attention.decode."""
+    rows, num_q_heads, dim = q.shape
+    tokens = num_q_tokens
+    batch = rows // tokens
     width = page_table.shape[1] * page_size
-    out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
+    out = torch.empty((rows, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
     budget = _step_budget(q, latent_cache, page_table, out_bytes=out.numel() * out.element_size())
-    chunks = _plan(budget, batch, 1, num_q_heads, width, _key_bytes(dim, MLA_VALUE_DIM, shared=True), _row_key_bytes(1))
+    per_key = _key_bytes(dim, MLA_VALUE_DIM, shared=True)
+    chunks = _plan(budget, batch, 1, tokens * num_q_heads, width, per_key, _row_key_bytes(1))
     latent_rows = latent_cache.unsqueeze(1)  # [rows, 1, 576]: the one KV head
+    # a sequence's query rows r = t * Hq + h: token t at position seq_lens[b] - n + t
+    queries_all = q.reshape(batch, tokens * num_q_heads, dim)
+    out_all = out.view(batch, tokens * num_q_heads, MLA_VALUE_DIM)
+    row_token = torch.arange(tokens * num_q_heads, device=q.device) // num_q_heads
+    # one token: its window is part of the positions' validity (gathered as 0); several: a mask per row
+    row_window = window_left if tokens == 1 else -1
     for first, last in _spans(batch, chunks[0]):
-        ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last, window_left)
-        for head_first, head_last in _spans(num_q_heads, chunks[2]):
-            blocks = _paged_blocks(latent_rows, None, ids, valid, chunks[3], value_dim=MLA_VALUE_DIM)
-            queries = q[first:last, head_first:head_last].float()[:, None, :, None, :]  # [G, 1, H, 1, 576]
+        ids, valid = _paged_rows(page_table, seq_lens, page_size, latent_cache.shape[0], first, last, row_window)
+        for row_first, row_last in _spans(tokens * num_q_heads, chunks[2]):
+            positions = None
+            if tokens > 1:
+                positions = (seq_lens[first:last].long() - tokens).unsqueeze(1) + row_token[row_first:row_last]
+            blocks = _paged_blocks(
+                latent_rows,
+                None,
+                ids,
+                valid,
+                chunks[3],
+                positions,
+                True,
+                window_left,
+                latent_scale,
+                value_dim=MLA_VALUE_DIM,
+            )
+            queries = queries_all[first:last, row_first:row_last].float()[:, None, :, None, :]  # [G, 1, R, 1, 576]
             out_rows, _ = _online_attention(queries, blocks, sm_scale, MLA_VALUE_DIM, logits_soft_cap)
-            out[first:last, head_first:head_last] = out_rows.reshape(last - first, -1, MLA_VALUE_DIM).to(q.dtype)
+            out_all[first:last, row_first:row_last] = out_rows.reshape(last - first, -1, MLA_VALUE_DIM).to(q.dtype)
     return out
 
 

@@ -10,6 +10,9 @@ split_bounds   [start, end) of one split of a sequence's positions, or of its wi
 merge_splits   the split-K merge: out = sum_s w_s partial_s / sum_s w_s, w_s = exp2(lse_s - max lse)
 split_k        a split-K launch: the partial buffers, the kernel, then the merge
 split_head_dim a head dim as D_A + D_B (two tensor-core products per tile instead of padding)
+e4m3_to_fp16   fp8 e4m3 -> fp16 by inline PTX (sm89+), two elements an instruction
+widen_fp8      a loaded fp8 cache tile in the product dtype (e4m3_to_fp16, or a plain conversion)
+fp16_range_scale  the power of two that puts a bf16 query's largest element in fp16's [2^14, 2^15)
 """
 
 from __future__ import annotations
@@ -125,6 +128,40 @@ def attend_tile(
         v = tl.load(v_rows + offs_dv[None, :])
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=precision)
     return acc, m_new, l_i
+
+
+@triton.jit
+def e4m3_to_fp16(x):
+    """e4m3 -> fp16 (exact) with PTX's cvt.rn.f16x2.e4m3x2 (sm89+): two elements per instruction on four
+    packed bytes, fewer integer instructions than the compiler's conversion. Opaque to the compiler."""
+    return tl.inline_asm_elementwise(
+        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        constraints="=r,=r,r",
+        args=[x.to(tl.uint8, bitcast=True)],
+        dtype=tl.float16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def widen_fp8(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
+    """A loaded cache tile in the product dtype: e4m3 through e4m3_to_fp16 when CVT_ASM (CUDA, fp16
+    products), else a plain conversion (the interpreter; fp32 products; a tile already of dtype: no-op)."""
+    if CVT_ASM:
+        return e4m3_to_fp16(x)
+    return x.to(dtype)
+
+
+@triton.jit
+def fp16_range_scale(q_max):
+    """2^s with q_max * 2^s in [2^14, 2^15): a bf16 query times it is exact in fp16 down to 2^-14 (2^28 below
+    its largest element; fp16's 11 significant bits hold bf16's 8), so an fp8 cache's products can run in
+    fp16; 1 for q_max 0 or subnormal."""
+    exponent = (q_max.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased: 2^(e-127) <= q_max
+    scale_bits = tl.minimum(tl.maximum(268 - exponent, 1), 254)  # 2^(141 - e) as an fp32 exponent
+    scale_bits = tl.where(exponent == 0, 127, scale_bits)
+    return (scale_bits << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit

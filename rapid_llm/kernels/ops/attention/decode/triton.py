@@ -52,6 +52,7 @@ from ...fast_launch import LaunchPolicy, cached, next_power_of_2
 from ...launch_fitting import launch_fitting
 from ..tiles import (
     LOG2E,
+    fp16_range_scale,
     paged_rows,
     sink_step,
     soft_cap,
@@ -60,6 +61,7 @@ from ..tiles import (
     split_bounds,
     split_head_dim,
     split_k,
+    widen_fp8,
 )
 from . import launch
 
@@ -279,29 +281,6 @@ def _launch(
     split_k(out, splits, launch_kernel, lse)
 
 
-@triton.jit
-def _e4m3_to_fp16(x):
-    """e4m3 -> fp16 (exact) with PTX's cvt.rn.f16x2.e4m3x2 (sm89+): two elements per instruction on four
-    packed bytes, fewer integer instructions than the compiler's conversion. Opaque to the compiler."""
-    return tl.inline_asm_elementwise(
-        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
-        constraints="=r,=r,r",
-        args=[x.to(tl.uint8, bitcast=True)],
-        dtype=tl.float16,
-        is_pure=True,
-        pack=4,
-    )
-
-
-@triton.jit
-def _kv_to(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
-    """A loaded K/V tile in the product dtype: e4m3 through _e4m3_to_fp16 when CVT_ASM (CUDA, fp16
-    products), else a plain conversion (the interpreter; fp32 products; a bf16/fp16 buffer: no-op)."""
-    if CVT_ASM:
-        return _e4m3_to_fp16(x)
-    return x.to(dtype)
-
-
 @cached
 @triton.jit
 def _decode_kernel(
@@ -377,10 +356,7 @@ def _decode_kernel(
             q_max = tl.max(tl.max(tl.abs(q_a.to(tl.float32)), 1), 0)
             if D_B > 0:
                 q_max = tl.maximum(q_max, tl.max(tl.max(tl.abs(q_b.to(tl.float32)), 1), 0))
-            exponent = (q_max.to(tl.int32, bitcast=True) >> 23) & 0xFF  # biased: 2^(e-127) <= q_max
-            scale_bits = tl.minimum(tl.maximum(268 - exponent, 1), 254)  # 2^(141 - e) as an fp32 exponent
-            scale_bits = tl.where(exponent == 0, 127, scale_bits)  # q == 0 (or subnormal): no scaling
-            scale = (scale_bits << 23).to(tl.float32, bitcast=True)
+            scale = fp16_range_scale(q_max)
             q_a = (q_a.to(tl.float32) * scale).to(tl.float16)
             if D_B > 0:
                 q_b = (q_b.to(tl.float32) * scale).to(tl.float16)
@@ -401,14 +377,14 @@ def _decode_kernel(
         )
         k_a = tl.load(k_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None], other=0.0)
         if FP8:
-            k_a = _kv_to(k_a, q_a.dtype, CVT_ASM)
+            k_a = widen_fp8(k_a, q_a.dtype, CVT_ASM)
         qk = tl.dot(q_a, tl.trans(k_a), input_precision=PRECISION)
         if D_B > 0:
             k_b = tl.load(
                 k_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None], other=0.0
             )
             if FP8:
-                k_b = _kv_to(k_b, q_a.dtype, CVT_ASM)
+                k_b = widen_fp8(k_b, q_a.dtype, CVT_ASM)
             qk += tl.dot(q_b, tl.trans(k_b), input_precision=PRECISION)
         qk = qk * qk_scale
         if SOFT_CAP:
@@ -421,14 +397,14 @@ def _decode_kernel(
         qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i)
         # q_a.dtype is the product dtype: q's, or fp16 for a bf16 q with an fp8 buffer
-        v_a = _kv_to(
+        v_a = widen_fp8(
             tl.load(v_base + rows[:, None] * stride_row + offs_da[None, :] * stride_d, mask=valid[:, None], other=0.0),
             q_a.dtype,
             CVT_ASM,
         )
         acc_a = tl.dot(p.to(q_a.dtype), v_a, acc_a * alpha[:, None], input_precision=PRECISION)
         if D_B > 0:
-            v_b = _kv_to(
+            v_b = widen_fp8(
                 tl.load(
                     v_base + rows[:, None] * stride_row + offs_db[None, :] * stride_d, mask=valid[:, None], other=0.0
                 ),

@@ -67,7 +67,18 @@ def _layouts(dtype: torch.dtype) -> dict:
     }
 
 
-def mla_decode_gluon(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def mla_decode_gluon(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """native/mla_decode_gluon (unchecked kernel entry: the op's check ran and the row's conditions hold)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)

@@ -76,7 +76,16 @@ def _layouts(dtype: torch.dtype) -> dict:
 
 
 def mla_decode_gluon_pingpong(
-    q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
 ):
     """native/mla_decode_gluon_pingpong (unchecked kernel entry: the op's check ran and the row's conditions
     hold). Launch over (B, cdiv(Hq, 64), splits) with 4 warps and one 4-warp worker."""

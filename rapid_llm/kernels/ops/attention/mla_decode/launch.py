@@ -32,21 +32,23 @@ def _knobs(tiles, batch, num_q_heads, capacity, device, **extra) -> dict:
     return {"BLOCK_H": block_h, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, **extra, "splits": splits}
 
 
-def pointer(batch: int, num_q_heads: int, capacity: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """native/mla_decode: the pointer kernel (any page size, fp32, any CUDA sm80+, the interpreter). Hq < 64
+def pointer(batch: int, rows: int, capacity: int, dtype: torch.dtype, device: torch.device, fp8: bool = False) -> dict:
+    """native/mla_decode and native/mla_decode_fp8 (fp8): the pointer kernel (any page size, fp32, any CUDA
+    sm80+, the interpreter) over `rows` = num_q_tokens * Hq (token, head) rows a sequence. Below 64 rows it
     takes 64-position tiles on long splits and 32 on short ones (B=1's many splits); fp32 halves BLOCK_H and
-    takes one stage (IEEE products, twice the bytes). UNMASKED_BODY: whole tiles load without masks."""
+    takes one stage (IEEE products, twice the bytes). UNMASKED_BODY: whole tiles load without masks. fp8:
+    CVT_ASM, the inline-PTX e4m3 -> fp16 conversion, on CUDA with fp16 products (a bf16 or fp16 q)."""
+    row = "native/mla_decode_fp8" if fp8 else "native/mla_decode"
     if device.type != "cuda":
-        return apply(
-            "native/mla_decode", _knobs(_INTERPRETER, batch, num_q_heads, capacity, device, UNMASKED_BODY=True)
-        )
-    tiles = _MANY_HEADS if num_q_heads >= 64 else _FEW_HEADS_LONG
+        return apply(row, _knobs(_INTERPRETER, batch, rows, capacity, device, UNMASKED_BODY=True))
+    tiles = _MANY_HEADS if rows >= 64 else _FEW_HEADS_LONG
     if dtype == torch.float32:
         tiles = (max(16, tiles[0] // 2), tiles[1], tiles[2], 1, tiles[4])
-    knobs = _knobs(tiles, batch, num_q_heads, capacity, device, UNMASKED_BODY=True)
-    if num_q_heads < 64 and capacity // knobs["splits"] <= SHORT_SPLIT_POSITIONS:
+    extra = {"CVT_ASM": dtype != torch.float32} if fp8 else {}
+    knobs = _knobs(tiles, batch, rows, capacity, device, UNMASKED_BODY=True, **extra)
+    if rows < 64 and capacity // knobs["splits"] <= SHORT_SPLIT_POSITIONS:
         knobs["BLOCK_N"] = _FEW_HEADS_SHORT[1]
-    return apply("native/mla_decode", knobs)
+    return apply(row, knobs)
 
 
 def tma(batch: int, num_q_heads: int, capacity: int, device: torch.device) -> dict:

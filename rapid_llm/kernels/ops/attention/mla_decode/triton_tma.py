@@ -28,7 +28,18 @@ from ..tiles import LOG2E, paged_rows, softmax_step, split_bounds, split_k
 from . import VALUE_HALF, launch
 
 
-def mla_decode_tma(q, latent_cache, page_table, seq_lens, page_size, sm_scale, window_left=-1, logits_soft_cap=0.0):
+def mla_decode_tma(
+    q,
+    latent_cache,
+    page_table,
+    seq_lens,
+    page_size,
+    sm_scale,
+    window_left=-1,
+    logits_soft_cap=0.0,
+    num_q_tokens=1,
+    latent_scale=None,
+):
     """native/mla_decode_tma (unchecked kernel entry: the op's check ran and the row's conditions hold)."""
     batch, num_q_heads, _ = q.shape
     out = torch.empty((batch, num_q_heads, MLA_VALUE_DIM), dtype=q.dtype, device=q.device)
