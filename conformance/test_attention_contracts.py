@@ -244,3 +244,48 @@ def test_unchecked_bad_page_ids_give_a_result_not_a_crash():
     with value_checks(False):
         out = rk.decode(*args)
     assert out.shape == (2, 4, 16)
+
+
+def _one_sequence_paged(new_tokens=2, length=10):
+    q = torch.randn(new_tokens, 2, 16)
+    buffer = torch.randn(16, 4, 16)  # 16 rows: 2 KV heads of K, then 2 of V
+    table = torch.tensor([[0, 1]], dtype=torch.int32)
+    cu = torch.tensor([0, new_tokens], dtype=torch.int32)
+    lens = torch.tensor([length], dtype=torch.int32)
+    return [q, buffer, table, cu, lens, new_tokens, 8, 0.25, True, False, -1, 0.0, None]
+
+
+def test_tree_mask_bit_order_is_flashinfers_little_endian():
+    """Catches the packed mask read in another bit order or layout than FlashInfer's packed_custom_mask: query 0
+    may see only position 9 (element 9: byte 1, bit 1), query 1 only position 0 (element 10: byte 1, bit 2), so
+    each output is exactly that position's V row."""
+    args = _one_sequence_paged()
+    out = rk.prefill_paged(
+        *args, torch.tensor([0x00, 0x06, 0x00], dtype=torch.uint8), torch.tensor([0, 3], dtype=torch.int32)
+    )
+    values = args[1][:, 2:]  # rows 0..9 are positions 0..9 (pages 0 and 1)
+    torch.testing.assert_close(out[0], values[9], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out[1], values[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mask,indptr,argument,fragment",
+    [
+        (torch.zeros(3, dtype=torch.uint8), None, "mask_indptr", "comes with custom_mask"),
+        (None, torch.tensor([0, 3], dtype=torch.int32), "custom_mask", "comes with mask_indptr"),
+        (torch.zeros(3, dtype=torch.bool), torch.tensor([0, 3], dtype=torch.int32), "custom_mask", "torch.uint8"),
+        (torch.zeros(3, dtype=torch.uint8), torch.tensor([0, 2], dtype=torch.int32), "mask_indptr", "3 for sequence 0"),
+        (
+            torch.zeros(3, dtype=torch.uint8),
+            torch.tensor([1, 4], dtype=torch.int32),
+            "mask_indptr",
+            "<= custom_mask's 3",
+        ),
+        (torch.zeros(3, dtype=torch.uint8), torch.tensor([0, 3], dtype=torch.int64), "mask_indptr", "torch.int32"),
+    ],
+)
+def test_tree_mask_arguments(mask, indptr, argument, fragment):
+    """Catches a tree mask without its offsets (or the reverse), an unpacked bool mask taken as bytes, and a
+    segment shorter than its n_b * seq_lens[b] bits or past the mask's end (a kernel reading past it)."""
+    args = _one_sequence_paged() + [mask, indptr]
+    _expect(rk.prefill_paged, args, "attention.prefill_paged", argument, fragment)

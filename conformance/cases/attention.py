@@ -269,7 +269,11 @@ def _paged_prefill_case(
     scale=1.0,
     features=(),
     sinks=None,
+    tree=None,
 ):
+    """tree: "tree" (each sequence's new tokens a random draft tree of depth <= 4 after its history) or "random"
+    (every bit drawn; rows that see nothing included): a bit-packed custom mask appended after the sinks."""
+
     def make(dtype, device, generator):
         table, pages = _pages_for(seq_lens, page_size, generator, share_prefix=True)
         buffer = _cache(pages * page_size, (2 * num_kv_heads, head_dim), dtype, device, generator, row_pad)
@@ -280,11 +284,59 @@ def _paged_prefill_case(
         cu = _cu_seqlens(new_tokens, device, strided_index)
         longest = max(new_tokens, default=0)
         tail = _features_and_sinks(features, sinks, num_q_heads, device, generator)
+        if tree is not None:
+            masks = [_tree_mask(n, length, tree, generator) for n, length in zip(new_tokens, seq_lens)]
+            tail = (
+                *(tail or (-1, 0.0)),
+                *((None,) if len(tail) < 3 else ()),
+                *_pack_masks(masks, device, strided_index),
+            )
         args = (q, buffer, table, cu, lens, longest, page_size, head_dim**-0.5, causal, return_lse, *tail)
         _, layout, dims = checks.check_prefill_paged(*args)
         return args, dict(dims), layout
 
     return make
+
+
+def _tree_mask(new_tokens, length, kind, generator):
+    """bool [n, length]: "tree": the history (the first length - n positions) seen by every new token, and
+    among the new tokens each sees itself and its ancestors (token 0 the root, token i's parent drawn among
+    the earlier tokens of depth < 4); "random": every bit drawn with probability 1/2."""
+    if kind == "random":
+        return torch.rand((new_tokens, length), generator=generator) < 0.5
+    history = length - new_tokens
+    mask = torch.zeros((new_tokens, length), dtype=torch.bool)
+    mask[:, :history] = True
+    depth = []
+    for i in range(new_tokens):
+        mask[i, history + i] = True
+        shallow = [p for p in range(i) if depth[p] < 3]
+        if i and shallow:
+            parent = shallow[int(torch.randint(len(shallow), (1,), generator=generator))]
+            mask[i, history : history + i] |= mask[parent, history : history + i]
+            depth.append(depth[parent] + 1)
+        else:
+            depth.append(0)
+    return mask
+
+
+def _pack_masks(masks, device, strided):
+    """(custom_mask uint8, mask_indptr int32): each [n_b, L_b] matrix flattened row-major, bit e of a segment
+    in byte e // 8 at bit e % 8, segments whole bytes, one junk byte between them (offsets, not lengths, locate
+    a segment); strided: both as every-other-element views."""
+    chunks, offsets = [], [0]
+    for mask in masks:
+        bits = mask.flatten()
+        bits = torch.cat([bits, torch.zeros((-bits.numel()) % 8, dtype=torch.bool)])
+        weights = 2 ** torch.arange(8)
+        packed = (bits.view(-1, 8).long() * weights).sum(-1).to(torch.uint8)
+        chunks += [packed, torch.tensor([0xA5], dtype=torch.uint8)]
+        offsets.append(offsets[-1] + packed.numel() + 1)
+    custom = torch.cat(chunks).to(device) if chunks else torch.zeros(0, dtype=torch.uint8, device=device)
+    indptr = torch.tensor(offsets, dtype=torch.int32, device=device)
+    return index_view(custom, "every_other" if strided else None), index_view(
+        indptr, "every_other" if strided else None
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -438,12 +490,15 @@ def prefill_paged_oracle(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
     heads = kv_buffer.shape[1] // 2
     group = q.shape[1] // heads
     out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
     lse = torch.zeros(q.shape[:2], dtype=torch.float64, device=q.device)
     offsets = cu_seqlens_q.tolist()
+    mask_bytes = None if custom_mask is None else custom_mask.tolist()
     for b, length in enumerate(seq_lens.tolist()):
         start, end = offsets[b], offsets[b + 1]
         if end == start:
@@ -453,7 +508,11 @@ def prefill_paged_oracle(
         )
         kv = kv_buffer[rows]
         query_pos = torch.arange(length - (end - start), length, device=q.device)
-        visible = _visible(query_pos, length, causal, window_left)
+        visible = _visible(query_pos, length, causal and mask_bytes is None, window_left)
+        if mask_bytes is not None:  # bit e of the segment: query e // length, key e % length
+            first = int(mask_indptr[b]) * 8
+            tree = [(mask_bytes[(first + e) // 8] >> ((first + e) % 8)) & 1 for e in range((end - start) * length)]
+            visible = visible & torch.tensor(tree, dtype=torch.bool, device=q.device).view(end - start, length)
         expanded = (_expand(kv[:, :heads], group), _expand(kv[:, heads:], group))
         out[start:end], lse[start:end] = _attend64(q[start:end], *expanded, sm_scale, visible, logits_soft_cap, sinks)
     return (out.to(q.dtype), lse.float()) if return_lse else out.to(q.dtype)
@@ -691,6 +750,26 @@ PREFILL_PAGED_CASES = (
     Case(
         "sinks_window_5_with_lse",
         _paged_prefill_case((40, 17, 100), (8, 17, 1), 4, 2, 64, 16, return_lse=True, features=(5, 0.0), sinks=1.0),
+    ),
+    # tree masks (speculative decoding's draft trees, FlashInfer's packed custom mask)
+    Case("draft_trees_after_history", _paged_prefill_case((40, 17, 100), (8, 5, 16), 4, 2, 64, 16, tree="tree")),
+    Case(
+        "draft_trees_strided_with_lse",
+        _paged_prefill_case((40, 9), (6, 9), 4, 1, 64, 1, tree="tree", return_lse=True, strided_index=True),
+    ),
+    Case(
+        "random_mask_sinks_soft_cap",
+        _paged_prefill_case((33, 12), (7, 12), 4, 2, 64, 16, tree="random", sinks=1.0, features=(-1, 20.0)),
+    ),
+    Case(
+        "random_mask_window_4_with_lse",
+        _paged_prefill_case((40, 17), (8, 3), 4, 2, 64, 16, tree="random", return_lse=True, features=(4, 0.0)),
+    ),
+    Case("tree_with_empty_chunk", _paged_prefill_case((40, 0, 17), (8, 0, 3), 4, 2, 64, 16, tree="tree")),
+    Case(
+        "draft_trees_64_tokens_prefix_4096",
+        _paged_prefill_case((4160, 1088), (64, 64), 32, 8, 128, 16, tree="tree", return_lse=True),
+        gpu_only=True,
     ),
     Case(
         "long_prefix_4096_chunk_512",

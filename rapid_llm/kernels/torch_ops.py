@@ -317,9 +317,12 @@ def _prefill_paged(
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
     sinks: Tensor | None = None,
+    custom_mask: Tensor | None = None,
+    mask_indptr: Tensor | None = None,
 ) -> list[Tensor]:
     args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
-    return _with_lse(kernels.prefill_paged(*args, window_left, logits_soft_cap, sinks), return_lse)
+    features = (window_left, logits_soft_cap, sinks, custom_mask, mask_indptr)
+    return _with_lse(kernels.prefill_paged(*args, *features), return_lse)
 
 
 def _prefill_paged_fake(
@@ -336,6 +339,8 @@ def _prefill_paged_fake(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ) -> list[Tensor]:
     """out [T, Hq, D] of q's dtype, then lse [T, Hq] fp32 with return_lse."""
     out = _new(q.shape, q)

@@ -379,6 +379,8 @@ def prefill_paged(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
     """attention.prefill_paged through BatchPrefillWithPagedKVCacheWrapper (causal mask aligned bottom-right:
     the new tokens are the last of each sequence, as our contract says)."""
@@ -469,6 +471,8 @@ def step_prefill_paged(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
     """flashinfer/paged_prefill's per-step preparation: plan_prefill_paged once, in CUDA-graph mode."""
     run = plan_prefill_paged(

@@ -80,6 +80,20 @@ _EMPTY = """An empty sequence (seq_lens[b] == 0: a padding request of a batch ca
 a fixed size) reads no page and gets out 0 and lse -inf in its n rows (with
 sinks: lse = the sink logit), on every row; no call-site special case."""
 
+#: prefill_paged's custom (tree) mask, FlashInfer's packed_custom_mask.
+_TREE_MASK = """custom_mask, mask_indptr: None (default), or a bit-packed boolean mask per
+sequence (speculative decoding's draft tree; FlashInfer's packed_custom_mask
+and its mask_indptr): custom_mask uint8 [bytes], mask_indptr int32 [B + 1],
+both on q's device, any stride. Sequence b's mask is an [n_b, seq_lens[b]]
+boolean matrix M_b, row-major, whose element e = i * seq_lens[b] + j is bit
+e % 8 (little-endian) of byte mask_indptr[b] + e // 8: query i attends KV
+position j iff M_b[i, j]. It replaces the causal mask (causal is ignored); the
+window still applies. A query attending no position gets out 0 and lse -inf
+(with sinks: the sink's logit). Packing one sequence's bool matrix m:
+bits = m.flatten() padded with False to a multiple of 8, then
+(bits.view(-1, 8) * (1 << torch.arange(8))).sum(-1).to(torch.uint8), as
+FlashInfer's segment_packbits(..., bitorder="little") gives."""
+
 _VALUES = """Index values (checked on CPU tensors, and on CUDA under RAPID_LLM_CHECK_BOUNDS=1;
 unspecified output otherwise)"""
 
@@ -103,6 +117,8 @@ LAYOUT_TAGS = {
     "window:none": "window_left == -1: no sliding window (what rows without window masking serve)",
     "softcap:none": "logits_soft_cap == 0: no tanh soft cap of the logits (what rows without capping serve)",
     "sinks:none": "sinks is None: no per-head sink logit in the softmax (what rows without sinks serve)",
+    "mask:none": "prefill_paged's custom_mask is None: the causal (or no) mask, no tree mask (what rows without "
+    "custom masks serve)",
     "lse:none": "decode's return_lse is False: no log-sum-exp output (what decode rows without it serve)",
     "q:one_token": "decode's or mla_decode's num_q_tokens is 1: one query token per sequence (what rows without "
     "multi-token decode serve)",
@@ -127,11 +143,12 @@ _OFF_TAG = {
     "sinks": "sinks:none",
     "lse": "lse:none",
     "tokens": "q:one_token",
+    "mask": "mask:none",
 }
 #: {op: its optional features (_OFF_TAG's names)}
 _OP_FEATURES = {
     PREFILL: ("window", "softcap", "sinks"),
-    PREFILL_PAGED: ("window", "softcap", "sinks"),
+    PREFILL_PAGED: ("window", "softcap", "sinks", "mask"),
     DECODE: ("window", "softcap", "sinks", "lse", "tokens"),
     MLA_PREFILL: ("window", "softcap"),
     MLA_DECODE: ("window", "softcap", "tokens"),
@@ -235,6 +252,8 @@ lse: [T, H] fp32, natural log.""",
             "causal",
             "return_lse",
             *_SINK_PARAMETERS,
+            "custom_mask",
+            "mask_indptr",
         ),
         dtypes=ATTENTION_DTYPES,
         dims=(
@@ -247,7 +266,8 @@ lse: [T, H] fp32, natural log.""",
         layouts=("q:heads", "kv:paged", "index:contiguous", *_features_off(PREFILL_PAGED)),
         check=f"{_HERE}.checks:check_prefill_paged",
         doc=f"""prefill_paged(q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size,
-              sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0, sinks=None)
+              sm_scale, causal=True, return_lse=False, window_left=-1, logits_soft_cap=0.0, sinks=None,
+              custom_mask=None, mask_indptr=None)
     -> out, or (out, lse)
 
 Chunked prefill / prefix caching: the new tokens' queries against each
@@ -263,8 +283,11 @@ i sits at position seq_lens[b] - n_b + i and attends KV positions <= that
 of q's dtype; lse: [T, Hq] fp32, natural log.
 {_FEATURES}
 {_SINKS}
+{_TREE_MASK}
 {_VALUES}: cu_seqlens_q as in attention.prefill (lengths <= max_seqlen_q);
-n_b <= seq_lens[b] <= max_pages * page_size; the page ids a sequence uses
+n_b <= seq_lens[b] <= max_pages * page_size; mask_indptr[0] >= 0,
+mask_indptr[b+1] - mask_indptr[b] >= ceil(n_b * seq_lens[b] / 8),
+mask_indptr[B] <= custom_mask's length; the page ids a sequence uses
 (its first ceil(seq_lens[b] / page_size) entries) < rows / page_size; other
 entries of page_table are not read.""",
     ),
@@ -600,8 +623,9 @@ ROWS = (
         shape=(_NATIVE_POW2_HEAD_DIMS,),
         parity=(0.015625, "h200.attention.parity.native_prefill_paged"),
         priority=20,
-        description="Triton prefill tiles reading K/V through the page table, bottom-right causal",
-        features=("window", "softcap", "sinks"),
+        description="Triton prefill tiles reading K/V through the page table, bottom-right causal or a "
+        "bit-packed tree mask",
+        features=("window", "softcap", "sinks", "mask"),
     ),
     # attention.decode
     _native_row(

@@ -41,10 +41,13 @@ def prefill_paged(
     window_left: int = -1,
     logits_soft_cap: float = 0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
-    """New tokens' queries against each sequence's paged KV. Contract: attention.prefill_paged."""
+    """New tokens' queries against each sequence's paged KV; custom_mask/mask_indptr a bit-packed tree mask
+    per sequence (FlashInfer's packed_custom_mask). Contract: attention.prefill_paged."""
     args = (q, kv_buffer, page_table, cu_seqlens_q, seq_lens, max_seqlen_q, page_size, sm_scale, causal, return_lse)
-    return _call(PREFILL_PAGED, (*args, window_left, logits_soft_cap, sinks))
+    return _call(PREFILL_PAGED, (*args, window_left, logits_soft_cap, sinks, custom_mask, mask_indptr))
 
 
 def decode(

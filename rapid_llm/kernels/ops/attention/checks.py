@@ -19,6 +19,7 @@ Each check returns (q, layout tags, dims). Tags the arguments may provide:
   window:none       window_left == -1 (no sliding window)
   softcap:none      logits_soft_cap == 0 (no tanh soft cap)
   sinks:none        sinks is None (prefill, prefill_paged, decode)
+  mask:none         prefill_paged's custom_mask is None (no tree mask)
   lse:none          decode's return_lse is False
   q:one_token       decode's or mla_decode's num_q_tokens is 1
   latent:q_dtype    mla_decode's latent cache holds q's dtype (no scale)
@@ -54,7 +55,7 @@ _RAGGED_TAGS = tag_table(
     *_FEATURE_TAGS,
     "sinks:none",
 )
-_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS, "sinks:none")
+_PAGED_TAGS = tag_table("q:heads", "kv:paged", "index:contiguous", *_FEATURE_TAGS, "sinks:none", "mask:none")
 _DECODE_TAGS = tag_table(
     "q:heads",
     "kv:paged",
@@ -517,6 +518,8 @@ def check_prefill_paged(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
     """attention.prefill_paged's check: (q, tags, (num_tokens, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = PREFILL_PAGED
@@ -536,6 +539,7 @@ def check_prefill_paged(
     _expect_flag(op, "causal", causal)
     _expect_flag(op, "return_lse", return_lse)
     features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
+    mask_off = _tree_mask_off(op, custom_mask, mask_indptr, batch, q)
     new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")
     if new_tokens is not None and batch:
         short = seq_lens.to("cpu", torch.int64) < new_tokens
@@ -548,12 +552,15 @@ def check_prefill_paged(
                 f"seq_lens[{bad}] = {int(seq_lens[bad])} < {int(new_tokens[bad])} new tokens",
             )
     _check_pages(op, page_table, seq_lens, page_size, kv_buffer.shape[0], 0, "lengths >= 0")
+    if not mask_off and new_tokens is not None and values_checked(mask_indptr):
+        _check_mask_segments(op, custom_mask, mask_indptr, new_tokens, seq_lens)
     tags = _PAGED_TAGS[
         (
             heads_aligned(q),
             heads_aligned(kv_buffer),
             page_table.is_contiguous() and seq_lens.is_contiguous() and cu_seqlens_q.is_contiguous(),
             *features_off,
+            mask_off,
         )
     ]
     dims = (
@@ -564,6 +571,40 @@ def check_prefill_paged(
         ("page_size", page_size),
     )
     return q, tags, dims
+
+
+def _tree_mask_off(op, custom_mask, mask_indptr, batch: int, q) -> bool:
+    """Checks a tree mask (both None, or custom_mask uint8 1-D and mask_indptr int32 [B + 1] on q's device);
+    True when there is none (mask:none)."""
+    if custom_mask is None and mask_indptr is None:
+        return True
+    if custom_mask is None or mask_indptr is None:
+        given, missing = ("custom_mask", "mask_indptr") if mask_indptr is None else ("mask_indptr", "custom_mask")
+        raise OpInputError(op, missing, f"a tensor (it comes with {given})", "None")
+    expect_tensor(op, "custom_mask", custom_mask)
+    if custom_mask.dtype != torch.uint8 or custom_mask.dim() != 1:
+        expected = "a 1-D torch.uint8 tensor (the bit-packed masks)"
+        raise OpInputError(op, "custom_mask", expected, f"{custom_mask.dtype} of shape {list(custom_mask.shape)}")
+    expect_same_device(op, "custom_mask", custom_mask, "q", q)
+    _expect_int32_vector(op, "mask_indptr", mask_indptr, batch + 1, q)
+    return False
+
+
+def _check_mask_segments(op, custom_mask, mask_indptr, new_tokens, seq_lens) -> None:
+    """Each sequence's segment holds its ceil(n_b * seq_lens[b] / 8) bytes inside custom_mask."""
+    offsets = mask_indptr.to("cpu", torch.int64)
+    needed = (new_tokens * seq_lens.to("cpu", torch.int64) + 7) // 8
+    if int(offsets[0]) < 0:
+        raise OpInputError(op, "mask_indptr", "mask_indptr[0] >= 0", f"{int(offsets[0])}")
+    short = (offsets[1:] - offsets[:-1]) < needed
+    if bool(short.any()):
+        bad = int(torch.nonzero(short)[0, 0])
+        got = int(offsets[bad + 1] - offsets[bad])
+        expected = f"segments of ceil(n_b * seq_lens[b] / 8) bytes ({int(needed[bad])} for sequence {bad})"
+        raise OpInputError(op, "mask_indptr", expected, f"{got} bytes")
+    if int(offsets[-1]) > custom_mask.shape[0]:
+        expected = f"mask_indptr[B] <= custom_mask's {custom_mask.shape[0]} bytes"
+        raise OpInputError(op, "mask_indptr", expected, f"{int(offsets[-1])}")
 
 
 def check_merge_states(v_a, s_a, v_b, s_b):

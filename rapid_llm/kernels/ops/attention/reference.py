@@ -249,16 +249,20 @@ def _paged_blocks(
     k_scale=None,
     v_scale=None,
     value_dim=None,
+    tree=None,
 ):
     """Key blocks of a paged step: cache rows ids [G, L] of positions 0..L-1 (valid below seq_lens), attended
-    when valid and, with query_positions [G, S], inside _position_mask. v None: the values are the keys'
-    first value_dim dims (MLA's latent)."""
+    when valid and, with query_positions [G, S], inside _position_mask; tree(first, last): a custom mask's
+    bool [G, 1, S, 1, last - first] of those positions (ANDed in). v None: the values are the keys' first
+    value_dim dims (MLA's latent)."""
     positions = torch.arange(ids.shape[1], device=ids.device)
     for first, last in _spans(ids.shape[1], key_chunk):
         attended = valid[:, None, None, None, first:last]
         mask = None
         if query_positions is not None:
             mask = _position_mask(positions[first:last], query_positions, causal, window)
+        if tree is not None:
+            mask = tree(first, last) if mask is None else mask & tree(first, last)
         if mask is not None:
             attended = attended & mask
         keys = _gather(k, ids[:, first:last], valid[:, first:last], k_scale)
@@ -447,8 +451,11 @@ def prefill_paged(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
-    """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages."""
+    """attention.prefill_paged: the new tokens' queries against the positions of their sequence's pages; a
+    custom (tree) mask's bits replace causality."""
     tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = kv_buffer.shape[1] // 2
     group = num_q_heads // num_kv_heads
@@ -457,6 +464,11 @@ def prefill_paged(
     span = max(int(max_seqlen_q), 1)
     out = torch.zeros((tokens + 1, num_q_heads, head_dim), dtype=torch.float32, device=q.device)
     lse = torch.zeros((tokens + 1, num_q_heads), dtype=torch.float32, device=q.device)
+    bits = None
+    if custom_mask is not None:  # bit e % 8 of byte e // 8, as bool [bytes * 8]
+        shifts = torch.arange(8, device=q.device, dtype=torch.uint8)
+        bits = ((custom_mask.unsqueeze(1) >> shifts) & 1).bool().reshape(-1)
+        causal = False
     if tokens and batch:
         budget = _step_budget(q, kv_buffer, page_table, out_bytes=out.numel() * (4 + q.element_size()))
         chunks = _plan(budget, batch, num_kv_heads, span, width, _key_bytes(head_dim, head_dim), _row_key_bytes(group))
@@ -473,8 +485,17 @@ def prefill_paged(
                 q_heads = slice(head_first * group, head_last * group)
                 for row_first, row_last in _spans(span, chunks[2]):
                     rows = slice(row_first, row_last)
+                    tree = None if bits is None else _tree_bits(bits, mask_indptr, seq_lens, first, last, rows)
                     blocks = _paged_blocks(
-                        k_heads, v_heads, rows_k, valid_k, chunks[3], query_positions[:, rows], causal, window_left
+                        k_heads,
+                        v_heads,
+                        rows_k,
+                        valid_k,
+                        chunks[3],
+                        query_positions[:, rows],
+                        causal,
+                        window_left,
+                        tree=tree,
                     )
                     queries = _query_rows(q, q_heads, ids[:, rows], head_last - head_first)
                     head_sinks = _head_sinks(sinks, q_heads, head_last - head_first)
@@ -484,6 +505,23 @@ def prefill_paged(
                     _store_rows(out, lse, q_heads, ids[:, rows], valid_q[:, rows], out_rows, lse_rows)
     result = out[:tokens].to(q.dtype)
     return (result, lse[:tokens]) if return_lse else result
+
+
+def _tree_bits(bits, mask_indptr, seq_lens, first: int, last: int, rows: slice):
+    """tree(key_first, key_last) -> bool [G, 1, S, 1, L]: M_b[i, j] of sequences first..last-1, query rows
+    `rows` and key positions key_first..key_last-1, bit mask_indptr[b] * 8 + i * seq_lens[b] + j of `bits`
+    (indices clamped into it: an unchecked bad offset gives a wrong answer, never an out-of-bounds read)."""
+    base = mask_indptr[first:last].long().view(-1, 1, 1) * 8
+    lengths = seq_lens[first:last].long().view(-1, 1, 1)
+    queries = torch.arange(rows.start, rows.stop, device=bits.device).view(1, -1, 1)
+
+    def tree(key_first: int, key_last: int):
+        keys = torch.arange(key_first, key_last, device=bits.device).view(1, 1, -1)
+        index = (base + queries * lengths + keys).clamp(0, max(bits.numel() - 1, 0))
+        picked = bits[index] if bits.numel() else torch.zeros(index.shape, dtype=torch.bool, device=bits.device)
+        return picked[:, None, :, None, :]
+
+    return tree
 
 
 def merge_states(v_a, s_a, v_b, s_b):

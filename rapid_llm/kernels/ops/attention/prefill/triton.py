@@ -85,6 +85,8 @@ def prefill_paged(
     window_left=-1,
     logits_soft_cap=0.0,
     sinks=None,
+    custom_mask=None,
+    mask_indptr=None,
 ):
     """native/prefill_paged (unchecked kernel entry): K and V are strided views of the buffer's heads."""
     num_kv_heads = kv_buffer.shape[1] // 2
@@ -110,6 +112,7 @@ def prefill_paged(
         logits_soft_cap=logits_soft_cap,
         sinks=sinks,
         paged=True,
+        tree=(custom_mask, mask_indptr) if custom_mask is not None else None,
     )
     return (out, lse) if return_lse else out
 
@@ -162,7 +165,9 @@ def _launch(
     logits_soft_cap,
     sinks,
     paged,
+    tree=None,
 ):
+    """tree: (custom_mask, mask_indptr) of prefill_paged's custom mask, or None."""
     tokens, num_q_heads, head_dim = q.shape
     head_dim_v = out.shape[2]
     batch = cu_seqlens_q.shape[0] - 1
@@ -173,6 +178,7 @@ def _launch(
     num_blocks = triton.cdiv(max_seqlen_q, knobs["BLOCK_M"])
     grid = (num_blocks * batch, num_q_heads)
     dummy = cu_seqlens_q  # pointer arguments a branch does not read
+    custom_mask, mask_indptr = tree if tree is not None else (dummy, dummy)
     launch_fitting(
         _prefill_kernel,
         grid,
@@ -186,6 +192,8 @@ def _launch(
         seq_lens if paged else dummy,
         page_table if paged else dummy,
         sinks if sinks is not None else dummy,
+        custom_mask,
+        mask_indptr,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -204,6 +212,9 @@ def _launch(
         page_table.stride(0) if paged else 0,
         page_table.stride(1) if paged else 0,
         sinks.stride(0) if sinks is not None else 0,
+        custom_mask.stride(0),
+        mask_indptr.stride(0),
+        custom_mask.shape[0] if tree is not None else 1,
         batch,
         num_blocks,
         num_q_heads // num_kv_heads,
@@ -215,7 +226,8 @@ def _launch(
         page_table.shape[1] if paged else 1,
         PAGE_SIZE=page_size if paged else 1,
         PAGED=paged,
-        CAUSAL=causal,
+        CAUSAL=causal and tree is None,
+        TREE=tree is not None,
         WINDOW=window_left >= 0,
         SOFT_CAP=logits_soft_cap > 0,
         SINKS=sinks is not None,
@@ -265,6 +277,8 @@ def _prefill_kernel(
     seq_lens_ptr,
     page_table_ptr,
     sinks_ptr,
+    mask_ptr,
+    mask_indptr_ptr,
     stride_qt,
     stride_qh,
     stride_qd,
@@ -283,6 +297,9 @@ def _prefill_kernel(
     table_stride0,
     table_stride1,
     stride_sink,
+    stride_mask,
+    stride_mask_indptr,
+    mask_bytes,
     batch,
     num_blocks,
     group,
@@ -295,6 +312,7 @@ def _prefill_kernel(
     PAGE_SIZE: tl.constexpr,
     PAGED: tl.constexpr,
     CAUSAL: tl.constexpr,
+    TREE: tl.constexpr,
     WINDOW: tl.constexpr,
     SOFT_CAP: tl.constexpr,
     SINKS: tl.constexpr,
@@ -366,6 +384,12 @@ def _prefill_kernel(
         last_query = q_offset + tl.minimum((block + 1) * BLOCK_M, q_len) - 1
         masked_start = (tl.maximum(first_query - window_left, 0) // BLOCK_N) * BLOCK_N
         unmasked_start = tl.minimum(tl.cdiv(tl.maximum(last_query - window_left, 0), BLOCK_N) * BLOCK_N, full_end)
+    if TREE:  # every tile from the window's edge (or 0) on is masked by the sequence's bits
+        full_end = masked_start
+        unmasked_start = masked_start
+        # bit i * kv_len + j of the sequence's segment, starting at byte mask_start (clamped into the mask)
+        mask_start = tl.load(mask_indptr_ptr + sequence * stride_mask_indptr).to(tl.int64)
+        mask_bits = offs_m.to(tl.int64)[:, None] * kv_len
     # Tiles every query of the block sees in full: no logit mask; ragged rows are consecutive and inside
     # k/v (clamped above), so their loads are unmasked too.
     for start in range(unmasked_start, full_end, BLOCK_N):
@@ -431,6 +455,11 @@ def _prefill_kernel(
         visible = key_valid[None, :] & row_valid[:, None]
         if CAUSAL:
             visible = visible & (positions[None, :] <= query_pos[:, None])
+        if TREE:
+            bit = mask_bits + positions[None, :]
+            byte = tl.minimum(tl.maximum(mask_start + (bit >> 3), 0), mask_bytes - 1)
+            packed = tl.load(mask_ptr + byte * stride_mask, mask=visible, other=0)
+            visible = visible & (((packed >> (bit & 7).to(tl.uint8)) & 1) != 0)
         if WINDOW:
             visible = visible & (positions[None, :] >= query_pos[:, None] - window_left)
         acc, m_i, l_i = attend_tile(
