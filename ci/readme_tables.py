@@ -8,6 +8,8 @@ Each page keeps its hand-written text; the generator rewrites only what lies bet
 read by id through perf/results/index.json (perf/evidence.py), or from dispatch itself:
 
   docs/support-matrix.md
+    attention-features  per attention op, the rows implementing each optional feature (window, soft cap,
+                        sinks, lse, several query tokens, tree masks): from the table
     support-matrix   `rapid-llm matrix` for the GPU we benchmark on (cuda:sm90, triton 3.6.0 and the external
                      libraries at the versions the H200 image loads) and for a CPU machine with the
                      interpreter opt-in: pure dispatch, no GPU needed
@@ -129,6 +131,38 @@ def support_matrix() -> str:
         "(`--device cpu+triton-interpreter`):\n\n"
         f"```\n{cpu}\n```"
     )
+
+
+#: {feature (the attention package's FEATURE_OFF_TAGS names): the argument a call uses it through}
+_FEATURE_ARGUMENTS = {
+    "window": "window_left",
+    "softcap": "logits_soft_cap",
+    "sinks": "sinks",
+    "lse": "return_lse",
+    "tokens": "num_q_tokens > 1",
+    "mask": "custom_mask",
+}
+
+
+def attention_features_table() -> str:
+    """Per attention op, which row implements which optional feature: a row that does not requires the
+    feature's off-tag, so a call using the feature is served by the rows marked here (dispatch's
+    explain() names the missing tag for the others)."""
+    from rapid_llm.kernels.dispatcher import default_table
+    from rapid_llm.kernels.ops.attention import FEATURE_OFF_TAGS, OP_FEATURES
+
+    table = default_table()
+    sections = []
+    for op, features in OP_FEATURES.items():
+        if not features:
+            continue
+        header = " | ".join(f"`{_FEATURE_ARGUMENTS[feature]}`" for feature in features)
+        lines = [f"`{op}`\n", f"| row | {header} |", "|---|" + "---|" * len(features)]
+        for row in table.rows(op):
+            marks = " | ".join("-" if FEATURE_OFF_TAGS[feature] in row.layout else "✓" for feature in features)
+            lines.append(f"| {row.name} | {marks} |")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections)
 
 
 def _cell(case) -> str:
@@ -686,7 +720,7 @@ def dispatcher_table() -> str:
 
 #: Each page and the generated sections it holds, in page order.
 PAGES = {
-    "docs/support-matrix.md": (("support-matrix", support_matrix),),
+    "docs/support-matrix.md": (("attention-features", attention_features_table), ("support-matrix", support_matrix)),
     "docs/performance.md": (
         ("model-step-table", model_step_table),
         ("host-cost-table", host_cost_table),

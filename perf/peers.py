@@ -35,6 +35,10 @@ FLASHINFER_PLANNED_PREFILL = "peer/flashinfer.prefill(planned)"
 FLASHINFER_PLANNED_MLA_PREFILL = "peer/flashinfer.mla_prefill(planned)"
 #: BatchPrefillWithPagedKVCacheWrapper planned once (a chunk after a paged history).
 FLASHINFER_PLANNED_PREFILL_PAGED = "peer/flashinfer.prefill_paged(planned)"
+#: BatchPrefillWithPagedKVCacheWrapper planned once per step with qo_len = q_tokens per request (cu_seqlens_q
+#: arange(0, B*n + 1, n), causal, aligned bottom-right: speculative verification as engines run it) in its
+#: CUDA-graph mode, run() timed and replayed: attention.decode's several-query-token case.
+FLASHINFER_PLANNED_MULTI_TOKEN_DECODE = "peer/flashinfer.multi_token_decode(planned)"
 #: BatchMLAPagedAttentionWrapper planned once in its CUDA-graph mode, run() timed and replayed.
 FLASHINFER_PLANNED_MLA_DECODE = "peer/flashinfer.mla_decode(planned)"
 #: FlashMLA (sgl-flash-mla, dense legacy kernel) with its split schedule computed once per step from seq_lens
@@ -46,7 +50,7 @@ SDPA = "peer/torch.sdpa"
 #: op -> the arms that run it as an engine does, for the report's ratios (the fastest of them present at a
 #: case, per timer). The FA3 rows count: they launch flash_attn_varlen_func with nothing prepared per step.
 ENGINE_PEERS = {
-    "attention.decode": (FLASHINFER_GRAPH_DECODE, FLASHINFER_PLANNED_DECODE),
+    "attention.decode": (FLASHINFER_GRAPH_DECODE, FLASHINFER_PLANNED_DECODE, FLASHINFER_PLANNED_MULTI_TOKEN_DECODE),
     "attention.prefill": ("flash_attn/varlen_fwd", FLASHINFER_PLANNED_PREFILL),
     "attention.mla_prefill": ("flash_attn/varlen_fwd_mla", FLASHINFER_PLANNED_MLA_PREFILL),
     "attention.prefill_paged": (FLASHINFER_PLANNED_PREFILL_PAGED,),

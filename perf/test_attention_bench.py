@@ -3,6 +3,7 @@ at the shapes of ../shared/ANCHORS.md (Llama-3-8B GQA 32/8 d128; DeepSeek-V3 MLA
 kernels driven as engines drive them.
 
     test_decode[flashinfer/paged_decode-B64-L4096-h32/8-d128-page16-bf16]
+    test_decode_features[native/decode-B16-L32768-h32/8-d128-page16-bf16-win4095]
     test_prefill[flash_attn/varlen_fwd-B4-L4096-h32/8-d128-page16-bf16]
     test_mla_decode[peer/flash_mla.mla_decode(metadata)-B64-L4096-h128/1-d576-page64-bf16]
 
@@ -22,6 +23,10 @@ Every library is timed both ways (DESIGN §6):
       peer/flashinfer.prefill(planned)       BatchPrefillWithRaggedKVCacheWrapper planned once (128/128)
       peer/flashinfer.mla_prefill(planned)   the same at MLA's 192/128
       peer/flashinfer.prefill_paged(planned) BatchPrefillWithPagedKVCacheWrapper planned once
+      peer/flashinfer.multi_token_decode(planned)
+                                             the same with q_tokens queries per request (causal, bottom-right:
+                                             speculative verification) in its CUDA-graph mode, at decode's
+                                             several-query-token case
       peer/flashinfer.mla_decode(planned)    BatchMLAPagedAttentionWrapper planned once in its CUDA-graph mode
       peer/flash_mla.mla_decode(metadata)    FlashMLA with its split schedule computed once per step from
                                              seq_lens (get_mla_decoding_metadata) and reused by every call:
@@ -34,8 +39,12 @@ ENGINE_PEERS) at the same case, per timer.
 Each arm, peers included, is checked against the reference row (conformance's tolerance) before it is timed
 with CUDA events (L2 flushed); capturable arms are also timed in CUDA-graph replay at decode sizes (a peer whose
 capture fails keeps its event timing and records graph_error). Decode also runs with the fp8-e4m3 KV buffer
-kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). The reference rows are the correctness floor, not a contender:
-they are checked against, not timed. Decode bytes = the KV (or latent) bytes the sequences read; prefill and MLA
+kvcache.update_kv_buffer_fp8 writes ("-kvfp8"). test_decode_features times decode's features at issue 32's
+targets (FEATURE_TARGETS: a sliding window "-win", a logits soft cap "-cap", per-head sinks "-sinks", several
+query tokens "-q"); a row without the feature skips with its explain() tree. MLA decode also runs with the fp8
+latent cache kvcache.update_mla_buffer_fp8 writes and with 4 query tokens (the MLA peers skip both). The
+reference rows are the correctness floor, not a contender: they are checked against, not timed. Decode bytes =
+the KV (or latent) bytes the sequences read (a window case: the window's rows); prefill and MLA
 FLOPs count the causal half (prefill) or every position (decode). The MLA cases use the softmax scale engines
 use for DeepSeek-V3's absorbed MLA, 192 ** -0.5 (qk head dim 128 nope + 64 rope), not 576 ** -0.5.
 
@@ -57,6 +66,7 @@ from perf.peers import (
     FLASHINFER_PLANNED_DECODE,
     FLASHINFER_PLANNED_MLA_DECODE,
     FLASHINFER_PLANNED_MLA_PREFILL,
+    FLASHINFER_PLANNED_MULTI_TOKEN_DECODE,
     FLASHINFER_PLANNED_PREFILL,
     FLASHINFER_PLANNED_PREFILL_PAGED,
     FLASH_MLA_METADATA,
@@ -92,7 +102,11 @@ class AttentionShape:
     page_size: int = 16
     new_tokens: int = 0  # prefill_paged: the chunk per sequence (history = length - new_tokens)
     dtype: str = "bf16"
-    kv_fp8: bool = False  # decode: the KV buffer in fp8 e4m3 with per-tensor scales
+    kv_fp8: bool = False  # decode: the KV buffer in fp8 e4m3 with per-tensor scales; mla_decode: the latent cache
+    window_left: int = -1  # decode: a sliding window of window_left keys before each query (-1: none)
+    soft_cap: float = 0.0  # decode: tanh logits soft cap (0: none)
+    sinks: bool = False  # decode: a per-head sink logit (fp32 [Hq])
+    q_tokens: int = 1  # decode, mla_decode: the last q_tokens tokens of each sequence queried (q has B * n rows)
 
     @property
     def id(self) -> str:
@@ -100,8 +114,17 @@ class AttentionShape:
         kv = "-kvfp8" if self.kv_fp8 else ""
         return (
             f"B{self.batch}-L{self.length}{chunk}-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}"
-            f"-page{self.page_size}-{self.dtype}{kv}"
+            f"-page{self.page_size}-{self.dtype}{kv}{self._feature_suffix}"
         )
+
+    @property
+    def _feature_suffix(self) -> str:
+        """The id's -win{W}, -cap{c}, -sinks and -q{n}, each only when its feature is set (plain ids unchanged)."""
+        window = f"-win{self.window_left}" if self.window_left >= 0 else ""
+        cap = f"-cap{self.soft_cap:g}" if self.soft_cap else ""
+        sinks = "-sinks" if self.sinks else ""
+        tokens = f"-q{self.q_tokens}" if self.q_tokens != 1 else ""
+        return f"{window}{cap}{sinks}{tokens}"
 
 
 def _page_table(batch, length, page_size, device):
@@ -250,7 +273,8 @@ DECODE_PEERS = [FLASHINFER_PLANNED_DECODE, FLASHINFER_GRAPH_DECODE]
 
 
 def _decode_inputs(case):
-    """(args of attention.decode, KV bytes read) for the case: a random-permutation page table, K ~ N(0, 1)."""
+    """(args of attention.decode up to v_scale, KV bytes read) for the case: a random-permutation page table,
+    K ~ N(0, 1); q [B * q_tokens, Hq, D]."""
     import torch
 
     from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
@@ -265,7 +289,7 @@ def _decode_inputs(case):
         scale = (buffer.float().abs().amax() / 448.0).reshape(1)
         buffer = (buffer.float() / scale).to(torch.float8_e4m3fn)
         scales = (scale, scale.clone())
-    q = _randn((case.batch, case.num_q_heads, case.head_dim), dtype, generator)
+    q = _randn((case.batch * case.q_tokens, case.num_q_heads, case.head_dim), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
     args = (q, buffer, table, seq_lens, case.page_size, case.head_dim**-0.5, *scales)
     return args, case.batch * case.length * 2 * case.num_kv_heads * case.head_dim * buffer.element_size()
@@ -326,6 +350,100 @@ def test_decode(benchmark, gpu_session, arm, case):
     _record(
         benchmark, gpu_session, fn, peer=arm in DECODE_PEERS, bytes_moved=kv_bytes, graph=True, graph_safe=graph_safe
     )
+
+
+# ---------------------------------------------------------------------------
+# attention.decode with its features (issue 32's targets): sliding window, soft cap, sinks, several query tokens
+# ---------------------------------------------------------------------------
+
+_PLAIN_B16 = AttentionShape(16, 4096, 32, 8, 128)
+_PLAIN_B64 = AttentionShape(64, 4096, 32, 8, 128)  # test_decode's case: the baseline of the cap, sinks, q4 targets
+#: case -> the issue 32 target it measures (Llama-3-8B GQA 32/8 d128, page 16, bf16).
+FEATURE_TARGETS = {
+    _PLAIN_B16: f"baseline of the window target (B16-L32768-win4095 within 10% of {_PLAIN_B16.id})",
+    AttentionShape(16, 32768, 32, 8, 128, window_left=4095): f"within 10% of {_PLAIN_B16.id} (the same KV read)",
+    AttentionShape(64, 4096, 32, 8, 128, soft_cap=30.0): f"<= 5% over test_decode's {_PLAIN_B64.id}",
+    AttentionShape(64, 4096, 32, 8, 128, sinks=True): f"<= 5% over test_decode's {_PLAIN_B64.id}",
+    AttentionShape(64, 4096, 32, 8, 128, q_tokens=4): (
+        f"<= 1.3x test_decode's single-token {_PLAIN_B64.id}, beside {FLASHINFER_PLANNED_MULTI_TOKEN_DECODE}"
+    ),
+}
+FEATURE_SHAPES = list(FEATURE_TARGETS)
+
+
+def _feature_inputs(case):
+    """(the 13 args of attention.decode, KV bytes read): _decode_inputs' args (q [B * q_tokens, Hq, D]) then
+    (window_left, logits_soft_cap, sinks fp32 [Hq] ~ N(0, 1) or None, return_lse False, num_q_tokens). The bytes
+    of a window case are the window's KV, B * min(L, window_left + q_tokens) rows; otherwise every row."""
+    import torch
+
+    args, kv_bytes = _decode_inputs(case)
+    sinks = None
+    if case.sinks:
+        generator = torch.Generator(device="cuda").manual_seed(case.num_q_heads)
+        sinks = torch.randn((case.num_q_heads,), device="cuda", dtype=torch.float32, generator=generator)
+    if case.window_left >= 0:
+        kv_bytes = kv_bytes * min(case.length, case.window_left + case.q_tokens) // case.length
+    return (*args, case.window_left, case.soft_cap, sinks, False, case.q_tokens), kv_bytes
+
+
+def _multi_token_peer(case, args):
+    """(timed fn, extra_info) of FlashInfer's paged prefill driven as speculative verification: planned once per
+    step in its CUDA-graph mode with q_tokens queries per request (causal, aligned bottom-right), run() timed;
+    checked against the decode reference on the full decode args. Skips a single-token case."""
+    import torch
+
+    if case.q_tokens == 1:
+        pytest.skip(
+            f"{FLASHINFER_PLANNED_MULTI_TOKEN_DECODE}: several query tokens only (test_decode's peers time one)"
+        )
+    q, buffer, table, seq_lens = args[:4]
+    cu_seqlens_q = torch.arange(0, q.shape[0] + 1, case.q_tokens, dtype=torch.int32, device="cuda")
+    run = _flashinfer_adapters().plan_prefill_paged(
+        q, buffer, table, cu_seqlens_q, seq_lens, case.page_size, args[5], causal=True, cuda_graph=True
+    )
+    return _peer(
+        DECODE,
+        FLASHINFER_PLANNED_MULTI_TOKEN_DECODE,
+        case.id,
+        case.dtype,
+        args,
+        lambda: run(q, buffer),
+        f"engine: BatchPrefillWithPagedKVCacheWrapper plan() once per step in its CUDA-graph mode (qo_len "
+        f"{case.q_tokens} per request, causal, bottom-right: speculative verification), run() timed and captured",
+    )
+
+
+@pytest.mark.parametrize(
+    "arm,case",
+    [
+        pytest.param(a, c, id=f"{a}-{c.id}")
+        for a in _contenders(DECODE) + [FLASHINFER_PLANNED_MULTI_TOKEN_DECODE]
+        for c in FEATURE_SHAPES
+    ],
+)
+def test_decode_features(benchmark, gpu_session, arm, case):
+    """Decode's features at issue 32's targets (FEATURE_TARGETS); a row without the feature skips (load_row)."""
+    args, kv_bytes = _feature_inputs(case)
+    peer = arm == FLASHINFER_PLANNED_MULTI_TOKEN_DECODE
+    if peer:
+        (fn, info), graph_safe = _multi_token_peer(case, args), True
+    else:
+        fn, graph_safe, info = _run_arm(DECODE, arm, case.id, case.dtype, args)
+    benchmark.extra_info.update(
+        op=DECODE,
+        row=arm,
+        case=case.id,
+        **info,
+        window_left=case.window_left,
+        logits_soft_cap=case.soft_cap,
+        sinks=case.sinks,
+        num_q_tokens=case.q_tokens,
+        target=FEATURE_TARGETS[case],
+        bytes_formula="K and V read once: the window's B*min(L, window_left + q_tokens) rows with a window, else "
+        "every row (q and out are < 1%)",
+    )
+    _record(benchmark, gpu_session, fn, peer=peer, bytes_moved=kv_bytes, graph=True, graph_safe=graph_safe)
 
 
 # ---------------------------------------------------------------------------
@@ -531,6 +649,8 @@ MLA_DECODE_SHAPES = [
     AttentionShape(8, 32768, 128, 1, 576, 64),
     AttentionShape(128, 2048, 128, 1, 576, 64),
     AttentionShape(64, 4096, 64, 1, 576, 64),
+    AttentionShape(64, 4096, 16, 1, 576, 64, kv_fp8=True),  # the fp8 e4m3 latent cache
+    AttentionShape(64, 4096, 16, 1, 576, 64, q_tokens=4),  # several query tokens (speculative verification)
 ]
 MLA_DECODE_PEERS = [FLASH_MLA_METADATA, FLASHINFER_PLANNED_MLA_DECODE]
 
@@ -570,8 +690,19 @@ def _flash_mla_peer(args, case_id, dtype):
     return fn, info
 
 
+def _mla_peer_skip(case):
+    """pytest.skip for the MLA peers at a case their adapters do not drive: an fp8 latent cache or several
+    query tokens (plan_mla_decode and FlashMLA's adapter take a bf16 cache and one query per sequence)."""
+    if case.kv_fp8:
+        pytest.skip("MLA peers: a bf16 latent cache only (their adapters do not drive the fp8 latent cache)")
+    if case.q_tokens != 1:
+        pytest.skip("MLA peers: one query token per sequence only (their adapters do not drive several)")
+
+
 def _mla_decode_inputs(case):
-    """Args of attention.mla_decode: one query per sequence against its latent rows (512 + 64 rope)."""
+    """Args of attention.mla_decode: q [B * q_tokens, Hq, 576] against each sequence's latent rows (512 + 64
+    rope); the 6 base args, then (window_left -1, soft cap 0, num_q_tokens, latent_scale) for an fp8 latent cache
+    (values / scale in e4m3, as kvcache.update_mla_buffer_fp8 writes; scale fp32 [1]) or several query tokens."""
     import torch
 
     from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
@@ -580,9 +711,16 @@ def _mla_decode_inputs(case):
     generator = torch.Generator(device="cuda").manual_seed(case.batch * 3 + case.num_q_heads)
     table, pages = _page_table(case.batch, case.length, case.page_size, "cuda")
     cache = _randn((pages * case.page_size, 576), dtype, generator)
-    q = _randn((case.batch, case.num_q_heads, 576), dtype, generator)
+    scale = None
+    if case.kv_fp8:
+        scale = (cache.float().abs().amax() / 448.0).reshape(1)
+        cache = (cache.float() / scale).to(torch.float8_e4m3fn)
+    q = _randn((case.batch * case.q_tokens, case.num_q_heads, 576), dtype, generator)
     seq_lens = torch.full((case.batch,), case.length, dtype=torch.int32, device="cuda")
-    return (q, cache, table, seq_lens, case.page_size, MLA_SM_SCALE)
+    args = (q, cache, table, seq_lens, case.page_size, MLA_SM_SCALE)
+    if case.kv_fp8 or case.q_tokens != 1:
+        args += (-1, 0.0, case.q_tokens, scale)
+    return args
 
 
 @pytest.mark.parametrize(
@@ -594,9 +732,8 @@ def _mla_decode_inputs(case):
     ],
 )
 def test_mla_decode(benchmark, gpu_session, arm, case):
-    from rapid_llm.kernels.ops.dtypes import TORCH_DTYPES
-
-    dtype = TORCH_DTYPES[case.dtype]
+    if arm in MLA_DECODE_PEERS:
+        _mla_peer_skip(case)
     args = _mla_decode_inputs(case)
     q, cache = args[0], args[1]
     if arm == FLASH_MLA_METADATA:
@@ -617,8 +754,8 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
         graph_safe = True
     else:
         fn, graph_safe, info = _run_arm(MLA_DECODE, arm, case.id, case.dtype, args)
-    latent_bytes = case.batch * case.length * 576 * dtype.itemsize
-    flops = 2 * case.batch * case.num_q_heads * case.length * (576 + 512)
+    latent_bytes = case.batch * case.length * 576 * cache.element_size()
+    flops = 2 * case.batch * case.q_tokens * case.num_q_heads * case.length * (576 + 512)
     benchmark.extra_info.update(
         op=MLA_DECODE,
         row=arm,
@@ -626,7 +763,7 @@ def test_mla_decode(benchmark, gpu_session, arm, case):
         **info,
         sm_scale=MLA_SM_SCALE,
         bytes_formula="the latent cache rows of every sequence read once",
-        flops_formula="2*B*Hq*L*(576 + 512)",
+        flops_formula="2*B*n*Hq*L*(576 + 512), n = q_tokens: every position per query token",
     )
     # every shape also in graph replay: the event timing of a call shorter than the host's enqueue includes the
     # part of that enqueue the L2 flush before it does not hide; engines replay decode steps from CUDA graphs

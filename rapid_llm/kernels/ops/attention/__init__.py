@@ -137,7 +137,7 @@ _FEATURE_PARAMETERS = ("window_left", "logits_soft_cap")
 _SINK_PARAMETERS = (*_FEATURE_PARAMETERS, "sinks")
 #: {feature: the tag its check derives when it is off (a contract's layouts list its features'), which a row that
 #: does not implement it requires}
-_OFF_TAG = {
+FEATURE_OFF_TAGS = {
     "window": "window:none",
     "softcap": "softcap:none",
     "sinks": "sinks:none",
@@ -145,8 +145,8 @@ _OFF_TAG = {
     "tokens": "q:one_token",
     "mask": "mask:none",
 }
-#: {op: its optional features (_OFF_TAG's names)}
-_OP_FEATURES = {
+#: {op: its optional features (FEATURE_OFF_TAGS's names)}
+OP_FEATURES = {
     PREFILL: ("window", "softcap", "sinks"),
     PREFILL_PAGED: ("window", "softcap", "sinks", "mask"),
     DECODE: ("window", "softcap", "sinks", "lse", "tokens"),
@@ -157,8 +157,8 @@ _OP_FEATURES = {
 
 
 def _features_off(op: str, implemented=()) -> tuple[str, ...]:
-    """The tags a row of `op` requires for the op's features (_OFF_TAG's names) it does not implement."""
-    return tuple(_OFF_TAG[feature] for feature in _OP_FEATURES[op] if feature not in implemented)
+    """The tags a row of `op` requires for the op's features (FEATURE_OFF_TAGS's names) it does not implement."""
+    return tuple(FEATURE_OFF_TAGS[feature] for feature in OP_FEATURES[op] if feature not in implemented)
 
 
 CONTRACTS = (
@@ -508,7 +508,7 @@ def _native_row(
     features=(),
 ):
     """A native kernel's row (target "<module>:<function>" under this package, e.g. "prefill.gluon:prefill_gluon");
-    features: the optional features (_OFF_TAG's names) its kernel implements.
+    features: the optional features (FEATURE_OFF_TAGS's names) its kernel implements.
     Every tensor is read through its strides; no host sync and no per-call host data (split counts come from
     host-known sizes): capturable in a CUDA graph. The kernels multiply tiles with tl.dot: TRITON_DOT_DEVICES."""
     return native_row(
