@@ -22,6 +22,10 @@ SHORT_SPLIT_POSITIONS = 256
 _MANY_HEADS = (64, 64, 8, 2, 1)
 _FEW_HEADS_LONG = (16, 64, 4, 2, 2)
 _FEW_HEADS_SHORT = (16, 32, 4, 2, 2)
+#: fp8 cache: 8 warps (the e4m3 tile and its fp16 copy beside q and the accumulator: 4 warps spill at 16 rows
+#: in the sm90 compile, 8 take 173 registers); >= 32 rows, 32 a program (64 spill 200+, 32 about 5).
+_FP8_MANY_ROWS = (32, 64, 8, 2, 2)
+_FP8_FEW_ROWS = (16, 64, 8, 2, 2)
 #: The CPU interpreter pays per operation, not per element: small tiles keep parity fast.
 _INTERPRETER = (16, 32, 4, 1, 1)
 
@@ -37,16 +41,20 @@ def pointer(batch: int, rows: int, capacity: int, dtype: torch.dtype, device: to
     sm80+, the interpreter) over `rows` = num_q_tokens * Hq (token, head) rows a sequence. Below 64 rows it
     takes 64-position tiles on long splits and 32 on short ones (B=1's many splits); fp32 halves BLOCK_H and
     takes one stage (IEEE products, twice the bytes). UNMASKED_BODY: whole tiles load without masks. fp8:
-    CVT_ASM, the inline-PTX e4m3 -> fp16 conversion, on CUDA with fp16 products (a bf16 or fp16 q)."""
+    the _FP8 tiles and CVT_ASM, the inline-PTX e4m3 -> fp16 conversion, on CUDA with fp16 products (a bf16
+    or fp16 q)."""
     row = "native/mla_decode_fp8" if fp8 else "native/mla_decode"
     if device.type != "cuda":
         return apply(row, _knobs(_INTERPRETER, batch, rows, capacity, device, UNMASKED_BODY=True))
     tiles = _MANY_HEADS if rows >= 64 else _FEW_HEADS_LONG
+    if fp8:
+        tiles = _FP8_MANY_ROWS if rows >= 32 else _FP8_FEW_ROWS
+    short_splits_narrow = tiles == _FEW_HEADS_LONG
     if dtype == torch.float32:
         tiles = (max(16, tiles[0] // 2), tiles[1], tiles[2], 1, tiles[4])
     extra = {"CVT_ASM": dtype != torch.float32} if fp8 else {}
     knobs = _knobs(tiles, batch, rows, capacity, device, UNMASKED_BODY=True, **extra)
-    if rows < 64 and capacity // knobs["splits"] <= SHORT_SPLIT_POSITIONS:
+    if short_splits_narrow and capacity // knobs["splits"] <= SHORT_SPLIT_POSITIONS:
         knobs["BLOCK_N"] = _FEW_HEADS_SHORT[1]
     return apply(row, knobs)
 
