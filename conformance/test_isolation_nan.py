@@ -354,23 +354,75 @@ class TestPagedIsolation:
 
 
 @pytest.mark.parametrize("op, row", [pytest.param(op, row, id=row) for op in (DECODE, MLA_DECODE) for row in _rows(op)])
-def test_unchecked_empty_sequence_gives_zeros_and_leaves_the_others(op, row, request):
-    """seq_lens[b] = 0 is outside the contract (rejected when values are checked); unchecked, every row gives
-    the same: zeros for that query (no key: out 0, as the kernels' l = 0 -> 1 guard), the others unchanged.
-    Catches a reference returning NaN there, or an empty sequence's garbage reaching its neighbours."""
+def test_empty_sequence_gives_zeros_and_leaves_the_others(op, row, request):
+    """seq_lens[b] = 0 (an engine's padding request) gives zeros for that query on every row (no key: out 0),
+    the others unchanged, with its pages full of NaN. Catches a row returning NaN (0 / 0) there, reading an
+    empty sequence's page-table entries, or an empty sequence's garbage reaching its neighbours."""
     args = _paged_args(op, torch.float32, 16)
     clean = _call(op, row, args)
     args[3] = args[3].clone()
     args[3][1] = 0
-    with value_checks(False):
-        out, _ = _call(op, row, args)
+    args[1] = args[1].clone()
+    args[1][[_row_of(args[2].cpu(), 1, p, _page_of(op, args)) for p in range(_SEQ_LENS[1])]] = NAN
+    out, _ = _call(op, row, args)
     assert torch.equal(out[1], torch.zeros_like(out[1])), "a query with no key is not 0"
     assert _same(out, clean[0], [0, 2]), "an empty sequence changed another sequence's output"
 
 
+@pytest.mark.parametrize("row", _rows(MLA_DECODE))
+def test_fp8_latent_unused_rows_holding_nan_bytes_never_reach_any_sequence(row, request):
+    """The fp8 latent cache: e4m3 NaN (0x7f) in every row no sequence uses changes no output, and a NaN byte in
+    sequence 1's latent stays in sequence 1."""
+    generator = torch.Generator().manual_seed(14)
+    table = _page_table(generator, _MLA_PAGE)
+    q = _randn(3, 16, 576, generator=generator).half()
+    cache = (_randn(15 * _MLA_PAGE, 576, generator=generator) * 8).to(torch.float8_e4m3fn)
+    scale = torch.tensor([0.125], device=DEVICE)
+    lens = torch.tensor(_SEQ_LENS, dtype=torch.int32, device=DEVICE)
+    args = [q, cache, table, lens, _MLA_PAGE, 192**-0.5, -1, 0.0, 1, scale]
+    clean = _call(MLA_DECODE, row, args)
+    args[1] = cache.clone()
+    args[1].view(torch.uint8)[_unused_rows(table.cpu(), cache.shape[0], _MLA_PAGE)] = 0x7F
+    args[1].view(torch.uint8)[_row_of(table.cpu(), 1, 2, _MLA_PAGE), 3] = 0x7F
+    out, _ = _call(MLA_DECODE, row, args)
+    assert _same(out, clean[0], [0, 2]), "an unused fp8 row or sequence 1's NaN changed another sequence"
+    assert torch.isnan(out[1]).any(), "sequence 1's NaN latent element did not reach its own output"
+
+
+@pytest.mark.parametrize("row", _rows(PREFILL_PAGED))
+@pytest.mark.parametrize("poison", [NAN, float("inf")], ids=["nan", "inf"])
+def test_tree_masked_poison_stays_in_its_sequence(row, poison, request):
+    """prefill_paged with a tree mask: a NaN/inf K/V at a draft position of sequence 1 that no query attends
+    (its bits clear) must not change sequences 0 and 2 (sequence 1's queries are unspecified)."""
+    args = _paged_args(PREFILL_PAGED, torch.float32, 16)
+    new_tokens, lengths = (2, 6, 3), _SEQ_LENS
+    masks = []
+    for n, length in zip(new_tokens, lengths):
+        mask = torch.ones((n, length), dtype=torch.bool)
+        mask[:, length - n :] = torch.eye(n, dtype=torch.bool) | torch.tril(torch.ones(n, n, dtype=torch.bool), -2)
+        masks.append(mask)
+    masks[1][:, lengths[1] - 2] = False  # sequence 1's fifth draft token: no query sees it
+    packed, offsets = [], [0]
+    for mask in masks:
+        bits = torch.cat([mask.flatten(), torch.zeros((-mask.numel()) % 8, dtype=torch.bool)]).view(-1, 8)
+        packed.append((bits.long() << torch.arange(8)).sum(-1).to(torch.uint8))
+        offsets.append(offsets[-1] + packed[-1].numel())
+    args[8] = False
+    args += [-1, 0.0, None, torch.cat(packed).to(DEVICE), torch.tensor(offsets, dtype=torch.int32, device=DEVICE)]
+    clean = _call(PREFILL_PAGED, row, args)
+    args[1] = args[1].clone()
+    args[1][_row_of(args[2].cpu(), 1, lengths[1] - 2, _PAGE)] = poison
+    out, lse = _call(PREFILL_PAGED, row, args)
+    others = torch.ones(out.shape[0], dtype=torch.bool, device=DEVICE)
+    others[_query_sequences(PREFILL_PAGED)[1]] = False
+    assert _same(out, clean[0], others) and _same(lse, clean[1], others), "a tree-hidden poison left its sequence"
+
+
 @pytest.mark.parametrize("row", _rows(DECODE))
 def test_fp8_unused_rows_holding_nan_bytes_never_reach_any_sequence(row, request):
-    """The fp8 buffer: e4m3 NaN (0x7f) in every row no sequence uses (page 0 included) changes no output."""
+    """The fp8 buffer: e4m3 NaN (0x7f) in every row no sequence uses (page 0 included) changes no output, and a
+    NaN byte in sequence 1's K makes its output NaN (catches a widening that reads 0x7f as 480, as Triton's
+    interpreter does) without reaching the others."""
     generator = torch.Generator().manual_seed(13)
     table = _page_table(generator, _PAGE)
     q = _randn(3, 4, 128, generator=generator).half()
@@ -382,6 +434,10 @@ def test_fp8_unused_rows_holding_nan_bytes_never_reach_any_sequence(row, request
     args[1].view(torch.uint8)[_unused_rows(table.cpu(), buffer.shape[0], _PAGE)] = 0x7F
     out, _ = _call(DECODE, row, args)
     assert _same(out, clean[0]), "an unused fp8 row changed an output"
+    args[1].view(torch.uint8)[_row_of(table.cpu(), 1, 2, _PAGE), 0, 3] = 0x7F  # K head 0 of position 2
+    out, _ = _call(DECODE, row, args)
+    assert torch.isnan(out[1, :2]).all(), "a NaN e4m3 key byte did not make its sequence's output NaN"
+    assert _same(out, clean[0], [0, 2]), "sequence 1's NaN key reached another sequence"
 
 
 # ---------------------------------------------------------------------------

@@ -20,14 +20,16 @@ Shared conventions of every attention op:
     lse NaN; a NaN in an attended V element makes that output element NaN. Another sequence's tokens,
     positions past a sequence's length and cache rows no sequence uses (an engine's padding slot) never
     affect a query, whatever they hold. A non-finite K/V of a later token of the same sequence (masked
-    by causality), or of an earlier one outside a query's window, may reach that sequence's other
-    queries (tile products compute 0 * NaN there); it never leaves the sequence. The ragged prefill library rows (FA3, FlashInfer) load K/V tiles past a
-    sequence's end, so a non-finite value reaches the neighbouring sequences there (and FA3's lse is
-    not NaN for a NaN query or key): they need the call site's promise qkv:finite, which no check
+    by causality), of an earlier one outside a query's window, or of a position a tree mask hides, may
+    reach that sequence's other queries (tile products compute 0 * NaN there); it never leaves the
+    sequence. The ragged prefill library rows (FA3, FlashInfer) load K/V tiles past a sequence's end,
+    so a non-finite value reaches the neighbouring sequences there (and FA3's lse is not NaN for a NaN
+    query or key): they need the call site's promise qkv:finite, which no check
     derives, so a checked call never selects them;
-  - window_left and logits_soft_cap (every op, defaults -1 and 0.0: off): see _FEATURES below; a row
-    that does not implement one requires the tag the check derives when it is off (window:none,
-    softcap:none), so a call using it is served by the rows that do;
+  - the optional features (window_left and logits_soft_cap on every op; sinks; decode's return_lse and
+    num_q_tokens; mla_decode's num_q_tokens; prefill_paged's tree mask): a row that does not implement one
+    requires the tag the check derives when it is off (FEATURE_OFF_TAGS: window:none, softcap:none, ...),
+    so a call using it is served by the rows that do;
   - index tensors (cu_seqlens, seq_lens, page_table) are int32, on q's device.
     Their values are checked (OpInputError) for CPU tensors always and on CUDA
     under RAPID_LLM_CHECK_BOUNDS=1 (one device sync); unchecked otherwise, when a

@@ -147,9 +147,13 @@ def e4m3_to_fp16(x):
 @triton.jit
 def widen_fp8(x, dtype: tl.constexpr, CVT_ASM: tl.constexpr):
     """A loaded cache tile in the product dtype: e4m3 through e4m3_to_fp16 when CVT_ASM (CUDA, fp16
-    products), else a plain conversion (the interpreter; fp32 products; a tile already of dtype: no-op)."""
+    products), else a plain conversion (the interpreter; fp32 products; a tile already of dtype: no-op) with
+    e4m3's NaN (magnitude bits 0x7f) kept NaN: the Triton interpreter widens it to 480."""
     if CVT_ASM:
         return e4m3_to_fp16(x)
+    if x.dtype == tl.float8e4nv:
+        is_nan = (x.to(tl.uint8, bitcast=True) & 0x7F) == 0x7F
+        return tl.where(is_nan, float("nan"), x.to(tl.float32)).to(dtype)
     return x.to(dtype)
 
 
