@@ -31,9 +31,15 @@ an input or a view of one, so an op returns only the tensors it allocates:
 - the fused-add quantizers (`fused_add_rms_norm_per_token_group_fp8`,
   `fused_add_rms_norm_static_fp8`) declare `residual` written and return
   only what they allocate (q, and the scales).
+- the comm ops take their process group by name (`group.group_name`, or None
+  for the default group), as torch's functional collectives do: a custom op
+  cannot take a ProcessGroup object. `all_reduce` declares x written (its
+  `inplace=True` form) and returns a new tensor: the sum, or with
+  `inplace=True` a copy of x (x's strides) after x holds the sum.
 - in-place ops declare what they write and return None: `fused_add_rms_norm`
-  (x, residual), `rotary` (q, k), `update_kv_buffer`, `update_kv_buffer_fp8`,
-  `update_mla_buffer`, `update_mla_buffer_fp8` (buffer). The public op returns
+  and `all_reduce_add_rms_norm` (x, residual), `rotary` (q, k),
+  `update_kv_buffer`, `update_kv_buffer_fp8`, `update_mla_buffer`,
+  `update_mla_buffer_fp8` (buffer). The public op returns
   those same tensors; the caller already holds them.
 - an op with `out=` (`silu_and_mul`, `gelu_tanh_and_mul`, the fp8 GEMMs) is two
   ops: `<name>(...)` without `out`, returning a new tensor, and
@@ -416,6 +422,30 @@ def _mla_decode_fake(q, *args, **kwargs) -> Tensor:
     return _new((q.shape[0], q.shape[1], MLA_VALUE_DIM), q)
 
 
+# --- comm ------------------------------------------------------------------------------------------------------
+
+
+def _all_reduce(x: Tensor, group: str | None = None, inplace: bool = False) -> Tensor:
+    out = kernels.all_reduce(x, group, inplace)
+    if not inplace:
+        return out
+    # in place: x holds the sum (declared written); the op returns a copy with x's strides (not x itself)
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+
+
+def _all_reduce_fake(x, group=None, inplace=False) -> Tensor:
+    """A new tensor of x's shape: contiguous out of place, with x's strides in place (a copy of x)."""
+    if inplace:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    return _new(x.shape, x)
+
+
+def _all_reduce_add_rms_norm(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6, group: str | None = None
+) -> None:
+    kernels.all_reduce_add_rms_norm(x, residual, weight, eps, group)
+
+
 # --- gemm ------------------------------------------------------------------------------------------------------
 
 
@@ -589,6 +619,8 @@ def _fused_moe_fake(x, *args, **kwargs) -> Tensor:
 CUSTOM_OPS = (
     CustomOp("scale", _scale, _same_shape_fake),
     CustomOp("rms_norm", _rms_norm, _same_shape_fake),
+    CustomOp("all_reduce", _all_reduce, _all_reduce_fake, ("x",)),
+    CustomOp("all_reduce_add_rms_norm", _all_reduce_add_rms_norm, _writes_only, ("x", "residual")),
     CustomOp("fused_add_rms_norm", _fused_add_rms_norm, _writes_only, ("x", "residual")),
     CustomOp("silu_and_mul", _silu_and_mul, _gated_fake),
     CustomOp("silu_and_mul_out", _silu_and_mul_out, _writes_only, ("out",)),

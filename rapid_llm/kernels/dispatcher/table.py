@@ -30,7 +30,18 @@ from .rankings import RankingStore, load_package_rankings
 from .spec import BACKEND_CLASSES, KernelSpec
 
 #: The families of the default table, in one explicit tuple.
-FAMILIES = ("elementwise", "norm", "activation", "embedding", "kvcache", "quantization", "attention", "gemm", "moe")
+FAMILIES = (
+    "elementwise",
+    "norm",
+    "activation",
+    "embedding",
+    "kvcache",
+    "quantization",
+    "attention",
+    "gemm",
+    "moe",
+    "comm",
+)
 
 
 class TableError(ValueError):

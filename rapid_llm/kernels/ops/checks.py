@@ -78,6 +78,11 @@ def expect_int(op: str, argument: str, value, *, minimum: int | None = None) -> 
         raise OpInputError(op, argument, expected, repr(value))
 
 
+def expect_bool(op: str, argument: str, value) -> None:
+    if not isinstance(value, bool):
+        raise OpInputError(op, argument, "a bool", type(value).__name__)
+
+
 def expect_same_device(op: str, argument: str, value, reference_argument: str, reference) -> None:
     if value.device != reference.device:
         raise OpInputError(
