@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from conformance.cases.case import Case, randn as _randn
-from conformance.cases.norm import fused_add_rms_norm_oracle
+from conformance.cases.norm import _rows as _norm_rows, fused_add_rms_norm_oracle
 from rapid_llm.kernels.ops.comm import ALL_REDUCE, ALL_REDUCE_ADD_RMS_NORM
 
 
@@ -33,9 +33,8 @@ def one_rank_group(form: str):
 
 
 def _rows(shape, dtype, device, generator, row_pad=0):
-    if not row_pad:
-        return _randn(shape, dtype, device, generator)
-    return _randn((*shape[:-1], shape[-1] + row_pad), dtype, device, generator)[..., : shape[-1]]
+    """x of `shape`, or its rows in a wider buffer (row_pad extra columns): norm's cases' inputs."""
+    return _norm_rows(shape, dtype, device, generator, 1.0, row_pad)
 
 
 def _all_reduce_case(shape, *, inplace=False, group="default", row_pad=0):

@@ -32,6 +32,7 @@ import torch
 
 from ..checks import (
     OpInputError,
+    expect_bool,
     expect_float_tensor,
     expect_int,
     expect_real_number,
@@ -139,11 +140,6 @@ def _expect_int32_vector(op, argument, value, length: int | None, anchor) -> Non
     expect_same_device(op, argument, value, "q", anchor)
 
 
-def _expect_flag(op, argument, value) -> None:
-    if not isinstance(value, bool):
-        raise OpInputError(op, argument, "a bool", type(value).__name__)
-
-
 def _expect_scale(op, sm_scale) -> None:
     expect_real_number(op, "sm_scale", sm_scale)
     if not abs(float(sm_scale)) < float("inf"):
@@ -223,8 +219,8 @@ def _check_ragged(
     _expect_offsets(op, "cu_seqlens", cu_seqlens, q)
     expect_int(op, "max_seqlen", max_seqlen, minimum=0)
     _expect_scale(op, sm_scale)
-    _expect_flag(op, "causal", causal)
-    _expect_flag(op, "return_lse", return_lse)
+    expect_bool(op, "causal", causal)
+    expect_bool(op, "return_lse", return_lse)
     # mla_prefill takes no sinks: its check never derives sinks:none
     features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q) and op == PREFILL)
     _check_cu_seqlens(op, "cu_seqlens", cu_seqlens, tokens, max_seqlen, "max_seqlen")
@@ -357,11 +353,6 @@ def _kv_buffer_heads(op, kv_buffer, num_q_heads: int, head_dim: int) -> int:
     return num_kv_heads
 
 
-def _check_kv_scales(op, kv_buffer, k_scale, v_scale, q) -> bool:
-    """True for an fp8 buffer with valid scales; False for a buffer of q's dtype without scales."""
-    return _check_cache_scales(op, kv_buffer, (("k_scale", k_scale), ("v_scale", v_scale)), q)
-
-
 def _check_cache_scales(op, cache, scales, q) -> bool:
     """True for an fp8 cache with valid (name, scale) pairs; False for a cache of q's dtype without scales."""
     fp8 = cache.dtype == torch.float8_e4m3fn
@@ -406,8 +397,8 @@ def check_decode(
     """attention.decode's check: (q, tags, (num_tokens = B, num_q_heads, num_kv_heads, head_dim, page_size))."""
     op = DECODE
     _check_paged_common(op, q, kv_buffer, "kv_buffer", page_table, seq_lens, page_size, sm_scale, "k_scale, v_scale")
-    fp8 = _check_kv_scales(op, kv_buffer, k_scale, v_scale, q)
-    _expect_flag(op, "return_lse", return_lse)
+    fp8 = _check_cache_scales(op, kv_buffer, (("k_scale", k_scale), ("v_scale", v_scale)), q)
+    expect_bool(op, "return_lse", return_lse)
     batch = _expect_q_tokens(op, num_q_tokens, q)
     features_off = (
         *_window_and_cap_off(op, window_left, logits_soft_cap),
@@ -470,8 +461,8 @@ def check_mla_decode(
 ):
     """attention.mla_decode's check: (q, tags, (num_tokens = B, num_q_heads, head_dim, page_size))."""
     op = MLA_DECODE
-    scale = "latent_scale"
-    _check_paged_common(op, q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale, scale)
+    cache = (q, latent_cache, "latent_cache", page_table, seq_lens, page_size, sm_scale, "latent_scale")
+    _check_paged_common(op, *cache)
     fp8 = _check_cache_scales(op, latent_cache, (("latent_scale", latent_scale),), q)
     batch = _expect_q_tokens(op, num_q_tokens, q)
     features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), num_q_tokens == 1)
@@ -536,8 +527,8 @@ def check_prefill_paged(
         )
     _expect_int32_vector(op, "seq_lens", seq_lens, batch, q)
     expect_int(op, "max_seqlen_q", max_seqlen_q, minimum=0)
-    _expect_flag(op, "causal", causal)
-    _expect_flag(op, "return_lse", return_lse)
+    expect_bool(op, "causal", causal)
+    expect_bool(op, "return_lse", return_lse)
     features_off = (*_window_and_cap_off(op, window_left, logits_soft_cap), _sinks_off(op, sinks, q))
     mask_off = _tree_mask_off(op, custom_mask, mask_indptr, batch, q)
     new_tokens = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, tokens, max_seqlen_q, "max_seqlen_q")

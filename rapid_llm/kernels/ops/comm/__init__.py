@@ -1,8 +1,9 @@
 """comm family: collectives across the ranks of a torch.distributed process group (data only, torch-free).
 
 Files: checks.py (the ops' argument checks), reference.py (the torch.distributed rows), groups.py (the
-`group` argument: None, a ProcessGroup or its name), api.py (the public functions). The process group is an argument (None: the default group); the library never creates a
-transport: the caller initialises torch.distributed (NCCL on GPUs, gloo on the CPU) and passes its group.
+`group` argument: None, a ProcessGroup or its name), api.py (the public functions). The library never
+creates a transport: the caller initialises torch.distributed (NCCL on GPUs, gloo on the CPU) and passes
+its group (None: the default group).
 
 Shared conventions:
   - every rank of the group calls the op with the same shapes, dtype and arguments (a collective); a call
@@ -35,8 +36,8 @@ CONTRACTS = (
         doc="""all_reduce(x, group=None, inplace=False) -> out
 
 The sum of x over the ranks of `group` (a torch.distributed ProcessGroup, its
-group_name, or None: the default group), on every rank. x: [..., hidden], fp32/fp16/bf16, any
-strides, on the device the group's backend serves. inplace=False: out is a new
+group_name, or None: the default group), on every rank. x: [..., hidden],
+fp32/fp16/bf16, any strides, on the device the group's backend serves. inplace=False: out is a new
 contiguous tensor and x is not modified; inplace=True: x holds the sum and is
 returned (a non-contiguous x is summed through a contiguous copy, then copied
 back). num_tokens = the product of x's leading dims.""",

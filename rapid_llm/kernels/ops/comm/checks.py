@@ -2,7 +2,7 @@
 
 Besides the local arguments, a collective needs every rank to agree: the same op, shapes and dtype. Where
 the call's values are checked (CPU tensors always; CUDA under RAPID_LLM_CHECK_BOUNDS=1) the ranks exchange a
-small description of their call (one all_gather of int64 [_DESCRIPTION]) and every rank raises the same
+small description of their call (one all_gather of int64 [2 + _MAX_DIMS]) and every rank raises the same
 OpInputError on a mismatch, naming the first rank that differs, instead of hanging in (or reducing garbage
 through) a collective of mismatched sizes.
 """
@@ -19,14 +19,13 @@ from .groups import is_process_group, resolve_group
 
 #: Entries of a call's description: the op's index, x's dtype's index, then its shape padded with -1.
 _MAX_DIMS = 8
-_DESCRIPTION = 2 + _MAX_DIMS
 _OPS = (ALL_REDUCE, ALL_REDUCE_ADD_RMS_NORM)
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def group_size(op, group) -> int:
-    """The world size of `group` (None: the default group; a ProcessGroup or its name), this process being one
-    of its ranks."""
+def _resolved_group(op, group):
+    """(the ProcessGroup `group` stands for (None: the default group), its world size), this process being
+    one of its ranks."""
     if not (dist.is_available() and dist.is_initialized()):
         raise OpInputError(
             op,
@@ -45,14 +44,14 @@ def group_size(op, group) -> int:
         raise OpInputError(op, "group", "the name of a process group of this process", repr(group)) from error
     if dist.get_rank(resolved) < 0:
         raise OpInputError(op, "group", "a group this process is a rank of", "a group without this process")
-    return dist.get_world_size(resolved)
+    return resolved, dist.get_world_size(resolved)
 
 
 def _expect_ranks_agree(op, x, group, world: int) -> None:
-    """Every rank called `op` with x of the same shape and dtype (checked where x's values are)."""
+    """Every rank of `group` (resolved) called `op` with x of the same shape and dtype (checked where x's values
+    are)."""
     if world == 1 or not values_checked(x):
         return
-    group = resolve_group(group)
     if x.dim() > _MAX_DIMS:
         raise OpInputError(op, "x", f"at most {_MAX_DIMS} dims", f"{x.dim()} dims")
     mine = [_OPS.index(op), _DTYPES.index(x.dtype), *x.shape, *([-1] * (_MAX_DIMS - x.dim()))]
@@ -85,8 +84,8 @@ def check_all_reduce(x, group=None, inplace=False):
     if x.dim() == 0 or x.shape[-1] == 0:
         raise OpInputError(op, "x", "a tensor of shape [..., hidden] with hidden >= 1", f"shape {list(x.shape)}")
     expect_bool(op, "inplace", inplace)
-    world = group_size(op, group)
-    _expect_ranks_agree(op, x, group, world)
+    resolved, world = _resolved_group(op, group)
+    _expect_ranks_agree(op, x, resolved, world)
     hidden = x.shape[-1]
     return x, frozenset(), (("num_tokens", x.numel() // hidden), ("hidden", hidden), ("world_size", world))
 
@@ -96,6 +95,6 @@ def check_all_reduce_add_rms_norm(x, residual, weight, eps=1e-6, group=None):
     op = ALL_REDUCE_ADD_RMS_NORM
     num_tokens, hidden = check_x_weight_eps(op, x, weight, eps)
     check_residual(op, x, residual, weight)
-    world = group_size(op, group)
-    _expect_ranks_agree(op, x, group, world)
+    resolved, world = _resolved_group(op, group)
+    _expect_ranks_agree(op, x, resolved, world)
     return x, frozenset(), (("num_tokens", num_tokens), ("hidden", hidden), ("world_size", world))

@@ -15,13 +15,12 @@ from .groups import resolve_group
 
 
 def all_reduce(x: torch.Tensor, group=None, inplace: bool = False) -> torch.Tensor:
-    group = resolve_group(group)
-    if not inplace or not x.is_contiguous():
-        buffer = x.contiguous() if inplace else x.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group)
-        return x.copy_(buffer) if inplace else buffer
-    dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
-    return x
+    # the collective needs a contiguous buffer: x itself in place when it is one, else a contiguous copy
+    buffer = x if inplace and x.is_contiguous() else x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=resolve_group(group))
+    if inplace and buffer is not x:
+        x.copy_(buffer)
+    return x if inplace else buffer
 
 
 def all_reduce_add_rms_norm(x, residual, weight, eps: float = 1e-6, group=None):

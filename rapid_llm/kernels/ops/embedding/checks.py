@@ -12,6 +12,7 @@ import torch
 
 from ..checks import (
     OpInputError,
+    expect_bool,
     expect_disjoint,
     expect_float_tensor,
     expect_int,
@@ -82,8 +83,7 @@ def check_rotary(positions, q, k, head_dim, cos_sin_cache, is_neox):
         heads.append(tensor.shape[1] // head_dim)
     if k.dtype != q.dtype:
         raise OpInputError(op, "k", f"q's dtype {q.dtype}", str(k.dtype))
-    if not isinstance(is_neox, bool):
-        raise OpInputError(op, "is_neox", "a bool", type(is_neox).__name__)
+    expect_bool(op, "is_neox", is_neox)
     expect_float_tensor(op, "cos_sin_cache", cos_sin_cache)
     if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] % 2 or not 0 < cos_sin_cache.shape[1] <= head_dim:
         raise OpInputError(

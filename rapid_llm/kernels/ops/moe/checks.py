@@ -11,6 +11,7 @@ import torch
 
 from ..checks import (
     OpInputError,
+    expect_bool,
     expect_disjoint,
     expect_float_tensor,
     expect_int,
@@ -65,8 +66,7 @@ def check_topk_routing(
     if logits.dim() != 2 or logits.shape[1] == 0:
         raise OpInputError(op, "logits", "shape [T, E] with E >= 1", f"shape {list(logits.shape)}")
     experts = logits.shape[1]
-    if not isinstance(renormalize, bool):
-        raise OpInputError(op, "renormalize", "a bool", type(renormalize).__name__)
+    expect_bool(op, "renormalize", renormalize)
     if scoring not in SCORINGS:
         raise OpInputError(op, "scoring", f"one of {SCORINGS}", repr(scoring))
     expect_int(op, "num_expert_groups", num_expert_groups, minimum=1)

@@ -6,6 +6,7 @@ import torch
 
 from ..checks import (
     OpInputError,
+    expect_bool,
     expect_disjoint,
     expect_float_tensor,
     expect_int,
@@ -53,8 +54,7 @@ def _check_groups(op, width: int, width_name: str, group_size, column_major_scal
     expect_int(op, "group_size", group_size, minimum=1)
     if width % group_size:
         raise OpInputError(op, "group_size", f"a divisor of {width_name} = {width}", repr(group_size))
-    if not isinstance(column_major_scales, bool):
-        raise OpInputError(op, "column_major_scales", "a bool", type(column_major_scales).__name__)
+    expect_bool(op, "column_major_scales", column_major_scales)
 
 
 _FUSED_TAGS = tag_table("x:rows", "residual:rows")
