@@ -157,6 +157,16 @@ ROUTING_CASES = (
 # ---------------------------------------------------------------------------
 
 
+def _unused_slots(ids):
+    """Every third slot -1 and token 1 naming no expert: what comm.ep_dispatch gives a rank for the slots of
+    other ranks' experts (every row must leave them out)."""
+    ids = ids.clone()
+    ids.view(-1)[::3] = -1
+    if ids.shape[0] > 1:
+        ids[1] = -1
+    return ids
+
+
 def _align_case(tokens, top_k, experts, block_size, *, start=0, local=None, ids=None, view=None):
     def make(dtype, device, generator):
         if ids == "one_expert":
@@ -165,6 +175,8 @@ def _align_case(tokens, top_k, experts, block_size, *, start=0, local=None, ids=
             values = torch.randint(0, 3, (tokens, top_k), generator=generator) * (experts // 3)
         else:
             values = torch.randint(0, experts, (tokens, top_k), generator=generator)
+        if ids == "unused_slots":
+            values = _unused_slots(values)
         topk_ids = _strided(values.to(dtype).to(device), view)
         args = (topk_ids, experts, block_size, start, local)
         dims = {"num_tokens": tokens, "top_k": top_k, "num_experts": experts, "block_size": block_size}
@@ -206,6 +218,7 @@ ALIGN_CASES = (
     Case("most_experts_empty", _align_case(5, 2, 64, 16, ids="few_experts"), dtypes=_IDS),
     Case("every_slot_one_expert", _align_case(40, 4, 8, 16, ids="one_expert"), dtypes=_IDS),
     Case("local_range_of_another_rank", _align_case(30, 8, 128, 16, start=32, local=64), dtypes=_IDS),
+    Case("unused_slots_minus_one", _align_case(24, 4, 16, 16, ids="unused_slots"), dtypes=_IDS),
     Case("block_size_1", _align_case(9, 2, 8, 1), dtypes=_IDS),
     Case("block_size_7", _align_case(9, 2, 8, 7), dtypes=_IDS),
     Case("no_tokens", _align_case(0, 8, 16, 16), dtypes=_IDS),
@@ -259,9 +272,11 @@ def _fused_case(
             chosen = torch.full_like(chosen, experts // 2)
         elif ids == "repeated":  # a token naming one expert twice: both slots count
             chosen[:, 1] = chosen[:, 0]
+        elif ids == "unused_slots":
+            chosen = _unused_slots(chosen)
         # only the experts a slot names (and the shared ones) are drawn: the presets' full weights would take
         # minutes to draw on the host; the rest stay 0 (a row reading an expert no slot names is off by O(1))
-        touched = sorted({int(e) for e in chosen.flatten()} | set(range(experts, total)))
+        touched = sorted({int(e) for e in chosen.flatten() if e >= 0} | set(range(experts, total)))
         if dtype == _FP8:
             w13 = _expert_weights((total, 2 * intermediate, hidden), touched, device, generator, 64.0, _FP8)
             w2 = _expert_weights((total, hidden, intermediate), touched, device, generator, 64.0, _FP8)
@@ -347,6 +362,7 @@ FUSED_CASES = (
     Case("shared_expert", _fused_case(9, 128, 64, 8, 2, shared=1)),
     Case("every_slot_one_expert", _fused_case(20, 64, 32, 8, 2, ids="one_expert")),
     Case("expert_named_twice", _fused_case(6, 64, 32, 8, 3, ids="repeated")),
+    Case("unused_slots_minus_one", _fused_case(9, 128, 64, 8, 4, ids="unused_slots")),
     Case("no_tokens", _fused_case(0, 64, 32, 4, 2)),
     Case("strided_x_and_routing", _fused_case(5, 128, 64, 8, 2, x_view="rows", routing_view="transposed")),
     Case("column_major_weights_caller_out", _fused_case(6, 96, 40, 8, 2, weight_view="transposed", with_out=True)),
@@ -355,6 +371,7 @@ FUSED_CASES = (
     Case("mixtral_8x7b_7_tokens", _fused_case(7, 4096, 14336, 8, 2), gpu_only=True, dtypes=frozenset({"bf16"})),
     Case("deepseek_v3_7_tokens", _fused_case(7, 7168, 2048, 256, 8, shared=1), gpu_only=True, dtypes=_F8_CASE),
     Case("fp8_block_weights", _fused_case(5, 256, 128, 8, 2, shared=1), dtypes=_F8_CASE),
+    Case("fp8_unused_slots", _fused_case(6, 256, 128, 8, 4, ids="unused_slots"), dtypes=_F8_CASE),
     Case(
         "fp8_strided",
         _fused_case(3, 256, 128, 4, 2, x_view="rows", weight_view="transposed", routing_view="rows", with_out=True),

@@ -134,9 +134,10 @@ N + min(N, L) * (block_size - 1) (an upper bound of the padded total):
   block_experts: [capacity / block_size] int32: the local expert of each
     block, -1 for the blocks from the padded total on;
   padded_count: [1] int32, the padded total sum_e round_up(counts[e], block_size).
-Ids of other experts (another rank's) are left out. Ids outside [0, E) are
-errors {_VALUES}; unchecked, every row leaves them out as it does another
-rank's.""",
+Ids of other experts (another rank's) and -1 (an unused slot: what
+comm.ep_dispatch gives for another rank's expert) are left out. Ids outside
+[-1, E) are errors {_VALUES}; unchecked, every row leaves them out as it
+does another rank's.""",
     ),
     OpContract(
         op=FUSED_MOE,
@@ -191,12 +192,13 @@ the routed ones); E >= 1 routed experts. The op's dtype is the weights':
     gemm.fp8_block_mm computes them (its accuracy term), a = silu_and_mul(h).
 topk_weights: [T, top_k] float32, x's dtype or another float dtype, any
 strides; topk_ids: [T, top_k] int32 or int64, any strides, in [0, E) (what
-moe.topk_routing returns). activation: "silu" (the one activation).
+moe.topk_routing returns) or -1 (an unused slot, which adds nothing: what
+comm.ep_dispatch gives for another rank's expert, with weight 0). activation: "silu" (the one activation).
 out = the weighted sum of each token's y in fp32, rounded once to x's dtype
 (bfloat16 for fp8 weights); rows may round y to x's dtype before the sum.
 out: None (a new contiguous tensor) or [T, H] of that dtype on x's device,
 any strides, sharing no memory with an input; returned.
-Ids outside [0, E) are errors {_VALUES}; unchecked, every row skips such a
+Ids outside [-1, E) are errors {_VALUES}; unchecked, every row skips such a
 slot (it adds nothing). A token may name one expert twice: both slots count.""",
     ),
 )

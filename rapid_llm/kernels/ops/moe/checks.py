@@ -41,12 +41,13 @@ def _expect_ids(op: str, ids) -> None:
 
 
 def _expect_ids_below(op: str, ids, limit: int) -> None:
-    """Every id in [0, limit) (a host read: the caller decides whether values are checked)."""
-    bad = (ids < 0) | (ids >= limit)
+    """Every id in [0, limit) or -1, an unused slot (a host read: the caller decides whether values are
+    checked)."""
+    bad = (ids < -1) | (ids >= limit)
     if bool(bad.any()):
         token, column = (int(i) for i in bad.nonzero()[0])
         raise OpInputError(
-            op, "topk_ids", f"expert ids in [0, {limit})", f"{int(ids[token, column])} at [{token}, {column}]"
+            op, "topk_ids", f"expert ids in [0, {limit}) or -1", f"{int(ids[token, column])} at [{token}, {column}]"
         )
 
 
