@@ -88,12 +88,20 @@ def plan_json(capsys, *argv):
     return json.loads(out)
 
 
+#: (tp, ep) splits every preset is planned under here (ep only where the model has experts).
+SPLITS = [(1, 1), (2, 1), (8, 1), (1, 2), (2, 2), (8, 8)]
+
+
 @pytest.mark.parametrize("model", sorted(PRESETS))
-def test_a_preset_names_only_table_ops_with_exactly_their_contract_dims(model):
+@pytest.mark.parametrize("tp,ep", SPLITS)
+def test_a_preset_names_only_table_ops_with_exactly_their_contract_dims(model, tp, ep):
     """Catches: an op id the table lacks (a typo would be reported as unserved, silently), a dim name the
     contract lacks (never judged), and a contract dim the preset leaves out (its bucket never matches a
-    measured one: prefill planned without max_seqlen), a dtype or layout tag the op does not define."""
-    for use in PRESETS[model].op_uses():
+    measured one: prefill planned without max_seqlen), a dtype or layout tag the op does not define; on one
+    GPU and under tensor / expert parallelism (a comm op planned without its world_size)."""
+    if PRESETS[model].parallelism_errors(tp, ep):
+        pytest.skip(f"{model} cannot be split tp={tp} ep={ep}: {PRESETS[model].parallelism_errors(tp, ep)}")
+    for use in PRESETS[model].op_uses(tp, ep):
         assert use.op in TABLE.contracts, f"{model}: {use.op} ({use.where}) is not an op of the table"
         contract = TABLE.contracts[use.op]
         assert set(use.shape(1)) == set(contract.dim_names), f"{model}: {use.op} ({use.where})"
@@ -213,3 +221,68 @@ def test_verbose_prints_every_bucket_with_every_rows_fate(capsys, monkeypatch):
     assert tokens == ["1", "2-16", "17-128", "129-256", "257-512", "513-1024"]
     assert all("torch/rms_norm ranked below (reference)" in line for line in lines)
     assert "measured on test GPU" in lines[1]
+
+
+def _where(doc, op):
+    return {entry["where"]: entry for entry in doc["plans"] if entry["op"] == op}
+
+
+def test_tensor_parallel_plan_lists_its_all_reduces_and_one_ranks_shapes(capsys):
+    """`plan --tp 2` for Llama-3-8B: the embedding's all-reduce and one all_reduce_add_rms_norm after each
+    sublayer (in place of the fused add + norm), each over world_size 2 and served by a named row; one rank's
+    projections (qkv 32 / 2 q heads + 2 x 8 / 2 KV heads of 128; o_proj's k halved; gate_up 2 x 14336 / 2;
+    lm_head's vocab halved) and attention heads; the logits' all-gather listed as not served. Catches a TP
+    plan listing no collective, keeping the unsharded shapes, or planning a collective without its ranks."""
+    doc = plan_json(capsys, "--model", "llama-3-8b", "--tp", "2", "--device", "cuda:sm90", "--max-tokens", "64")
+    assert (doc["tp"], doc["ep"]) == (2, 1)
+    ops = {entry["op"] for entry in doc["plans"]}
+    assert ops == (_GQA - {"norm.fused_add_rms_norm"}) | {"comm.all_reduce", "comm.all_reduce_add_rms_norm"}
+    fused = _where(doc, "comm.all_reduce_add_rms_norm")
+    assert len(fused) == 2 and all(e["dims"] == {"hidden": 4096, "world_size": 2} for e in fused.values())
+    assert all(e["selected"] for e in doc["plans"] if e["op"].startswith("comm.")), doc["plans"]
+    gemms = {where: (e["dims"]["n"], e["dims"]["k"]) for where, e in _where(doc, "gemm.mm").items()}
+    assert gemms["qkv_proj"] == ((16 + 2 * 4) * 128, 4096)
+    assert gemms["o_proj"] == (4096, 16 * 128)
+    assert gemms["MLP gate_up_proj"] == (14336, 4096) and gemms["MLP down_proj"] == (4096, 7168)
+    assert gemms["lm_head"] == (128256 // 2, 4096)
+    decode = _where(doc, "attention.decode")["paged decode"]["dims"]
+    assert (decode["num_q_heads"], decode["num_kv_heads"]) == (16, 4)
+    assert [gap["what"] for gap in doc["not_served_yet"]] == ["all-gather"]
+
+
+def test_expert_parallel_plan_lists_dispatch_combine_and_the_local_experts(capsys):
+    """`plan --ep 2` for DeepSeek-V3: comm.ep_dispatch (fp8 with its scales, top-8 of 256, world_size 2),
+    moe.fused_moe over this rank's 128 experts with up to min(top_k, ep) = 2 rows per token, and
+    comm.ep_combine, each served by a named row; no all-reduce without tensor parallelism. Catches an EP plan
+    keeping every expert on every rank, or leaving a token's way out or back unplanned."""
+    doc = plan_json(capsys, "--model", "deepseek-v3", "--ep", "2", "--device", "cuda:sm90", "--max-tokens", "1")
+    ops = [entry["op"] for entry in doc["plans"]]
+    assert ops.index("comm.ep_dispatch") < ops.index("moe.fused_moe") < ops.index("comm.ep_combine")
+    assert not {"comm.all_reduce", "comm.all_reduce_add_rms_norm"} & set(ops)
+    (dispatch,) = _where(doc, "comm.ep_dispatch").values()
+    assert dispatch["explanation"]["query"]["dtype"] == "fp8_e4m3"
+    assert dispatch["dims"] == {"hidden": 7168, "num_experts": 256, "top_k": 8, "world_size": 2}
+    (experts,) = _where(doc, "moe.fused_moe").values()
+    assert experts["dims"]["num_experts"] == 128
+    # one token: up to two ranks' rows, the 2-16 bucket (judged at its upper bound)
+    assert experts["explanation"]["query"]["shape"]["num_tokens"] == 16
+    (combine,) = _where(doc, "comm.ep_combine").values()
+    assert combine["dims"] == {"hidden": 7168, "world_size": 2}
+    assert all(entry["selected"] for entry in (dispatch, experts, combine))
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (("--model", "llama-3-8b", "--ep", "2"), "no experts"),
+        (("--model", "llama-3-8b", "--tp", "3"), "32 attention heads"),
+        (("--model", "mixtral-8x7b", "--ep", "3"), "8 experts"),
+        (("--model", "llama-3-8b", "--tp", "0"), ">= 1"),
+    ],
+)
+def test_a_split_the_model_does_not_allow_is_a_usage_error(capsys, argv, words):
+    """Catches a plan for a split that cannot exist (experts on a dense model, heads that do not divide)
+    printed as if it could: exit 2 and one line naming the reason."""
+    code = main(["plan", *argv])
+    assert code == 2
+    assert words in capsys.readouterr().err

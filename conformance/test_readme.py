@@ -3,14 +3,18 @@
 Catches the "In code" snippet failing as pasted (it used `x` and `w` without
 defining them): a new user's first copy-paste must work. Catches the README
 growing back into a lab notebook (it reached 1,572 lines of generated tables and
-measurement history), and a link from the README, perf/README.md or a docs/ page
-to a file that moved or was removed.
+measurement history), a link from the README, perf/README.md or a docs/ page
+to a file that moved or was removed, and docs/comm.md's process-group example
+failing as pasted on two processes.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,3 +115,22 @@ def test_the_files_one_new_op_touches_are_where_every_op_keeps_its_pieces():
             f"{op}: no parity cases in conformance/cases/{family}.py"
         )
         assert op in benches or f'"{op}"' in benches or name in benches, f"{op}: no benchmark in perf/test_*_bench.py"
+
+
+def test_the_comm_pages_example_runs_on_two_processes(tmp_path):
+    """docs/comm.md's setup block, as pasted, under torch.distributed.run with two gloo processes on the
+    loopback (bounded: 180 s). Catches the page's process-group setup (or the ops' calls in it) going stale."""
+    text = open(os.path.join(ROOT, "docs", "comm.md"), encoding="utf-8").read()
+    block = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    script = tmp_path / "example.py"
+    script.write_text(block)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2"]
+    launch += ["--master-addr", "127.0.0.1", "--master-port", str(port), str(script)]
+    environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(launch, capture_output=True, text=True, timeout=180, env=environment, check=False)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}/2:" in result.stdout, result.stdout[-2000:]

@@ -1,9 +1,13 @@
 """GPU benchmarks of the comm family across GPUs (NCCL): comm.all_reduce and comm.all_reduce_add_rms_norm,
-every row of the table, beside torch.distributed.all_reduce (NCCL, in place) as the peer.
+every row of the table, beside torch.distributed.all_reduce (NCCL, in place) as the peer; comm.ep_dispatch
+then comm.ep_combine (one expert-parallel round trip) for every dispatch row; and the NVLink copy bandwidth
+between two GPUs, the ceiling of every exchange.
 
     test_all_reduce[torch/all_reduce-comm.all_reduce-tokens=1-hidden=7168-bf16]
     test_all_reduce[peer/nccl.all_reduce-comm.all_reduce-tokens=8192-hidden=4096-bf16]       (a 64 MiB message)
     test_all_reduce_add_rms_norm[torch/all_reduce_add_rms_norm-comm.all_reduce_add_rms_norm-tokens=64-hidden=4096-bf16]
+    test_ep_round_trip[torch/ep_dispatch-comm.ep_dispatch-tokens=4096-hidden=7168-bf16]     (top-8 of 256 experts)
+    test_nvlink_copy_bandwidth                                                               (256 MiB, GPU 0 -> 1)
 
 Each test spawns one process per GPU (WORLD of them: 2, or RAPID_LLM_COMM_BENCH_WORLD), joined in an NCCL
 process group over tcp://127.0.0.1 (the workers inherit the NCCL environment). Every rank draws its own seeded
@@ -20,6 +24,14 @@ timed in place (inplace=True), like the peer: like for like. The fused op's peer
 (the floor a fused all-reduce + add + norm is compared with). Repeated calls keep summing into the same
 buffers; the values grow (to inf in bf16 after a few hundred in-place sums), which NCCL's time does not
 depend on.
+
+EP round trip: each rank routes its tokens to a random top-8 of 256 experts (distinct per token, DeepEP's test
+setup), dispatches, and combines the received rows as they came (y = the received x): every token comes back
+as x times the number of ranks it went to, which the correctness call checks bitwise (x * n in fp32, rounded
+once, is exact for n <= 2 in bf16; within one rounding otherwise). Timed: dispatch + combine, the combine
+row that reads the dispatch row's handle (its own library's: EP_COMBINE_OF, else the reference), with
+dispatch and combine also timed alone; received_rows = the rows the rank received. Not graph-timed (the rows are graph-unsafe: R is a
+host read).
 
 extra_info: bytes = the message (x's bytes); GBps = bytes / event time (nccl-tests' algbw), busbw_GBps =
 GBps * 2 (world - 1) / world; per_rank_event_median_us / per_rank_graph_us give every rank's medians
@@ -62,6 +74,11 @@ pytestmark = pytest.mark.skipif(_cuda_device_count() < 2, reason=NEEDS_TWO)
 
 ALL_REDUCE = "comm.all_reduce"
 FUSED = "comm.all_reduce_add_rms_norm"
+EP_DISPATCH = "comm.ep_dispatch"
+#: DeepSeek-V3's routing: top-8 of 256 experts.
+EP_TOP_K, EP_EXPERTS = 8, 256
+#: The combine row timed with each dispatch row (the reference's for the others).
+EP_COMBINE_OF = {"deep_ep/ep_dispatch": "deep_ep/ep_combine"}
 PEER = "peer/nccl.all_reduce"
 EPS = 1e-6
 WORLD = int(os.environ.get("RAPID_LLM_COMM_BENCH_WORLD", "2"))
@@ -83,9 +100,16 @@ SUM_TOLERANCE = {"bf16": 2.0**-7, "fp16": 2.0**-10, "fp32": 1e-5}
 NORM_TOLERANCE = {"bf16": (1e-2, 8e-3), "fp16": (1e-3, 2e-3), "fp32": (1e-5, 1e-5)}
 
 
+EP_CASES = [
+    BenchShape(4096, 7168, "bf16", model="DeepSeek-V3 prefill chunk"),
+    BenchShape(128, 7168, "bf16", model="DeepSeek-V3 decode"),
+]
+
+
 def _params(op):
-    arms = table_arms(op) + [PEER]
-    return [pytest.param(arm, case, id=f"{arm}-{op}-{case.id}") for arm in arms for case in CASES]
+    arms = table_arms(op) + ([PEER] if op != EP_DISPATCH else [])
+    cases = EP_CASES if op == EP_DISPATCH else CASES
+    return [pytest.param(arm, case, id=f"{arm}-{op}-{case.id}") for arm in arms for case in cases]
 
 
 # ---------------------------------------------------------------------------
@@ -231,12 +255,98 @@ def _nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
+def _ep_inputs(case: BenchShape, rank: int):
+    """This rank's x [T, H], topk_ids (a random distinct top-8 of 256 per token) and topk_weights."""
+    import torch
+
+    generator = torch.Generator(device=_DEVICE).manual_seed(2000 + rank)
+    x = torch.randn(case.shape, device=_DEVICE, generator=generator).to(torch_dtype(case.dtype))
+    scores = torch.rand((case.tokens, EP_EXPERTS), device=_DEVICE, generator=generator)
+    ids = scores.topk(EP_TOP_K, dim=1).indices
+    weights = torch.rand((case.tokens, EP_TOP_K), device=_DEVICE, generator=generator)
+    return x, ids, weights
+
+
+def _measure_ep(rank, world, arm, case: BenchShape) -> dict:
+    """One EP round trip's correctness, then dispatch + combine timed (and each alone)."""
+    import torch
+
+    from rapid_llm.kernels.ops.comm import EP_COMBINE
+    from rapid_llm.kernels.ops.comm.checks import check_ep_combine, check_ep_dispatch
+
+    x, ids, weights = _ep_inputs(case, rank)
+    _, tags, dims = check_ep_dispatch(x, ids, weights, EP_EXPERTS)
+    dispatch, _ = load_row(EP_DISPATCH, arm, dtype=case.dtype, shape=dict(dims), layout=tags)
+    result = dispatch(x, ids, weights, EP_EXPERTS, None, None)
+    _, combine_tags, combine_dims = check_ep_combine(result.x, result.handle)
+    # the dispatch row's own combine (a library's handle), the reference's otherwise
+    combine_row = EP_COMBINE_OF.get(arm, "torch/ep_combine")
+    combine, _ = load_row(EP_COMBINE, combine_row, dtype=case.dtype, shape=dict(combine_dims), layout=combine_tags)
+    out = combine(result.x, result.handle, None)
+    ranks_per_token = result.handle.token_in_rank.sum(dim=1, keepdim=True).float()
+    failures = _close("combine(dispatch(x)) = x * ranks", out, (x.float() * ranks_per_token).to(x.dtype), 0, 0)
+    received = result.x.shape[0]
+    dispatch_impl, combine_impl = dispatch.impl, combine.impl
+    held = {}
+
+    def round_trip():
+        sent = dispatch_impl(x, ids, weights, EP_EXPERTS, None, None)
+        combine_impl(sent.x, sent.handle, None)
+
+    def dispatch_only():
+        held["sent"] = dispatch_impl(x, ids, weights, EP_EXPERTS, None, None)
+
+    def combine_only():
+        combine_impl(result.x, result.handle, None)
+
+    flush = torch.empty(gpu_timing.FLUSH_BYTES, dtype=torch.int8, device=_DEVICE)
+    timings = {}
+    for name, fn in (("round_trip", round_trip), ("dispatch", dispatch_only), ("combine", combine_only)):
+        _line_up()
+        timings[name] = gpu_timing.event_timer(fn, flush=flush)
+    index = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    bytes_moved = x.numel() * x.element_size()
+    info = {
+        "op": EP_DISPATCH,
+        "row": arm,
+        "combine_row": combine.row.name,
+        "case": case.id,
+        **case.describe(),
+        "top_k": EP_TOP_K,
+        "num_experts": EP_EXPERTS,
+        "world_size": world,
+        "received_rows": received,
+        "device": torch.cuda.get_device_name(index),
+        "sm": major * 10 + minor,
+        "torch": torch.__version__,
+        "nccl": _nccl_version(),
+        "correctness": "ok" if not failures else "; ".join(failures),
+        "bytes": bytes_moved,
+        "bytes_formula": "this rank's tokens x hidden x element size (each crosses at most world - 1 links)",
+        "event_median_us": timings["round_trip"].median_us,
+        "event_min_us": timings["round_trip"].min_us,
+        "event_p20_us": timings["round_trip"].p20_us,
+        "event_p80_us": timings["round_trip"].p80_us,
+        "event_iterations": timings["round_trip"].samples,
+        "dispatch_median_us": timings["dispatch"].median_us,
+        "combine_median_us": timings["combine"].median_us,
+        "tokens_per_s": case.tokens / (timings["round_trip"].median_us * 1e-6),
+        "l2_flush_bytes": gpu_timing.FLUSH_BYTES,
+        "wall_note": "pytest-benchmark's own timing is a no-op: the pytest process is no rank; the device "
+        "times are event_median_us (dispatch + combine), measured on rank 0",
+    }
+    return {"info": info, "check_failures": failures}
+
+
 def _measure(rank, world, op, arm, case: BenchShape) -> dict:
     import torch
     import torch.distributed as dist
 
     from rapid_llm.kernels.ops.comm.checks import check_all_reduce, check_all_reduce_add_rms_norm
 
+    if op == EP_DISPATCH:
+        return _measure_ep(rank, world, arm, case)
     x, total, residual, weight = _inputs(case, rank, world)
     dims = {"num_tokens": case.rows, "hidden": case.hidden, "world_size": world}
     sum_tol = SUM_TOLERANCE[case.dtype] * (world if case.dtype != "fp32" else 1)
@@ -359,3 +469,27 @@ def test_all_reduce(benchmark, tmp_path, arm, case):
 @pytest.mark.parametrize("arm,case", _params(FUSED))
 def test_all_reduce_add_rms_norm(benchmark, tmp_path, arm, case):
     _record(benchmark, _run_world(tmp_path, FUSED, arm, case))
+
+
+@pytest.mark.parametrize("arm,case", _params(EP_DISPATCH))
+def test_ep_round_trip(benchmark, tmp_path, arm, case):
+    _record(benchmark, _run_world(tmp_path, EP_DISPATCH, arm, case))
+
+
+def test_nvlink_copy_bandwidth(benchmark):
+    """The ceiling of every exchange: a 256 MiB copy from GPU 0 to GPU 1 (peer access, CUDA events on GPU 0),
+    and back; GBps = bytes / median time."""
+    import torch
+
+    size = 256 * 2**20
+    source = torch.empty(size, dtype=torch.uint8, device="cuda:0")
+    target = torch.empty(size, dtype=torch.uint8, device="cuda:1")
+    info = {"bytes": size, "device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    for direction, (dst, src) in (("0->1", (target, source)), ("1->0", (source, target))):
+        with torch.cuda.device(src.device):
+            timing = gpu_timing.event_timer(lambda dst=dst, src=src: dst.copy_(src, non_blocking=True))
+        info[f"{direction}_median_us"] = timing.median_us
+        info[f"{direction}_GBps"] = size / (timing.median_us * 1e-6) / 1e9
+    info["peer_access"] = torch.cuda.can_device_access_peer(0, 1)
+    benchmark.extra_info.update(info)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1, warmup_rounds=0)

@@ -740,19 +740,25 @@ def cmd_plan(args) -> int:
         raise UsageError(f"--model: {error.args[0]}") from None
     if args.max_tokens < 1:
         raise UsageError(f"--max-tokens {args.max_tokens}: must be >= 1 (the first token bucket is 1)")
+    problems = model.parallelism_errors(args.tp, args.ep)
+    if problems:
+        raise UsageError(f"--tp {args.tp} --ep {args.ep}: " + "; ".join(problems))
     table = default_table()
     _check_dtype(args.dtype, frozenset().union(*(c.dtypes for c in table.contracts.values())), "the table's ops")
     env, _ = _environment(args, table)
     buckets = TOKEN_BUCKETS.buckets_up_to(args.max_tokens)
     # A preset names only ops the table has (conformance/test_cli_plan.py holds them together).
-    plans = [_plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets) for use in model.op_uses()]
+    uses = model.op_uses(args.tp, args.ep)
+    plans = [_plan_entries(use, table.contracts[use.op], env, table, args.dtype, buckets) for use in uses]
     served = [entry for entries in plans for entry in entries]
-    gaps = model.gaps()
+    gaps = model.gaps(args.tp, args.ep)
     if args.json:
         _print_json(
             {
                 "schema": SCHEMA_VERSION,
                 "model": model.name,
+                "tp": args.tp,
+                "ep": args.ep,
                 "device": str(env.device),
                 "libs": env.libs.as_dict(),
                 "dtype": args.dtype,
@@ -762,7 +768,8 @@ def cmd_plan(args) -> int:
         )
         return 0
     libs = ", ".join(f"{k} {v}" for k, v in env.libs.versions) or "none"
-    print(f"{model.name}  device={env.device}  dtype={args.dtype}  libs: {libs}")
+    parallel = f"  tp={args.tp} ep={args.ep}" if (args.tp, args.ep) != (1, 1) else ""
+    print(f"{model.name}{parallel}  device={env.device}  dtype={args.dtype}  libs: {libs}")
     buckets_line = f"token buckets: {TOKEN_BUCKETS.describe()}, up to {args.max_tokens}"
     if args.verbose:
         print(buckets_line)
@@ -913,6 +920,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--max-tokens", type=int, default=32768, help="list token buckets up to this (>= 1)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks: one rank's ops and its all-reduces")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks (MoE): EP dispatch / combine")
     p.add_argument("--verbose", action="store_true", help="every token bucket, with every row's fate")
     machine_options(p)
     p.set_defaults(func=cmd_plan)

@@ -8,9 +8,22 @@ contract's dims) and the dims that grow with the step's token count, which
 the work the model does that no op of the table serves yet (MLA's decode
 weight absorption), so that `plan` shows what rapid_llm does not cover.
 
-The plans assume one GPU holding the whole model (every expert, no expert
-parallelism), a bf16 KV cache, and one sequence per prefill (max_seqlen =
-num_tokens). Numbers are from each model's published config.json.
+By default the plans assume one GPU holding the whole model, a bf16 KV cache,
+and one sequence per prefill (max_seqlen = num_tokens). `op_uses(tp, ep)`
+plans one rank of a parallel deployment (Megatron-style, as vLLM and SGLang
+shard): tensor parallelism over tp ranks splits the attention heads (KV heads
+replicated where there are fewer than tp), the column-parallel projections'
+outputs (qkv, q_b, kv_b, gate_up) and the row-parallel ones' inputs (o_proj,
+down_proj), the MLPs' and, without expert parallelism, the experts'
+intermediate width, and the vocabulary of the embedding and lm_head; each
+row-parallel output is summed across the ranks by comm.all_reduce_add_rms_norm
+(the residual add and the next norm fused after it), the embedding's shards
+by comm.all_reduce. Expert parallelism over ep ranks gives each rank E / ep
+whole experts: the routed tokens go out by comm.ep_dispatch (fp8 with its
+scales for an fp8 checkpoint, as DeepSeek-V3 serves) and come back by
+comm.ep_combine; a rank's experts see at most min(top_k, ep) rows per token
+of each rank (each token reaches at most that many ranks), the bound the
+plans use. Numbers are from each model's published config.json.
 """
 
 from __future__ import annotations
@@ -125,28 +138,58 @@ class ModelPreset:
     def has_dense_mlp(self) -> bool:
         return not self.is_moe or self.num_dense_layers > 0
 
-    def op_uses(self) -> tuple[OpUse, ...]:
-        """Every call to an op of the table, in forward-pass order (each layer kind's calls once)."""
-        return tuple(step for step in self._forward() if isinstance(step, OpUse))
+    def op_uses(self, tp: int = 1, ep: int = 1) -> tuple[OpUse, ...]:
+        """Every call to an op of the table, in forward-pass order (each layer kind's calls once), on one rank
+        of tp-way tensor and ep-way expert parallelism (module docstring)."""
+        return tuple(step for step in self._forward(tp, ep) if isinstance(step, OpUse))
 
-    def gaps(self) -> tuple[Gap, ...]:
+    def gaps(self, tp: int = 1, ep: int = 1) -> tuple[Gap, ...]:
         """The work no op of the table serves yet, in forward-pass order."""
-        return tuple(step for step in self._forward() if isinstance(step, Gap))
+        return tuple(step for step in self._forward(tp, ep) if isinstance(step, Gap))
+
+    def parallelism_errors(self, tp: int, ep: int) -> list[str]:
+        """Why this model cannot be split tp / ep ways (an empty list: it can)."""
+        errors = []
+        if tp < 1 or ep < 1:
+            return [f"tp and ep must be >= 1 (got tp={tp}, ep={ep})"]
+        kv = self.num_q_heads if self.is_mla else self.num_kv_heads
+        if self.num_q_heads % tp or (kv % tp and tp % kv):
+            errors.append(f"tp={tp} does not split {self.num_q_heads} attention heads ({kv} KV heads) evenly")
+        widths = [self.intermediate] if self.has_dense_mlp else []
+        widths += [self.num_shared_experts * self.moe_intermediate] if self.num_shared_experts else []
+        widths += [self.moe_intermediate] if self.is_moe and ep == 1 else []
+        if any(width % tp for width in widths):
+            errors.append(f"tp={tp} does not split the MLP widths {widths} evenly")
+        if ep > 1 and not self.is_moe:
+            errors.append(f"ep={ep}: {self.name} has no experts to split")
+        elif ep > 1 and self.num_experts % ep:
+            errors.append(f"ep={ep} does not split {self.num_experts} experts evenly")
+        return errors
 
     # The forward pass, one step at a time: an op use where the table has the op, a gap where it has none.
     # One walk for both keeps a projection in one place whichever it is (fp8 use or bf16 gap).
 
-    def _forward(self):
+    def _forward(self, tp: int = 1, ep: int = 1):
         h = self.hidden
         yield OpUse("embedding.vocab_embedding", "token embedding", {"hidden": h})
+        if tp > 1:
+            yield OpUse("comm.all_reduce", "vocab-parallel embedding: the shards' rows summed", _world(h, tp))
         yield OpUse("norm.rms_norm", "first input_layernorm, final norm", {"hidden": h})
-        yield OpUse("norm.fused_add_rms_norm", "residual add + layernorm between sublayers", {"hidden": h})
-        yield from self._mla() if self.is_mla else self._gqa()
+        if tp == 1:
+            yield OpUse("norm.fused_add_rms_norm", "residual add + layernorm between sublayers", {"hidden": h})
+        yield from self._mla(tp) if self.is_mla else self._gqa(tp)
+        if tp > 1:
+            yield OpUse("comm.all_reduce_add_rms_norm", "o_proj all-reduce + residual add + layernorm", _world(h, tp))
         if self.has_dense_mlp:
-            yield from self._mlp("dense MLP" if self.is_moe else "MLP", self.intermediate)
+            yield from self._mlp("dense MLP" if self.is_moe else "MLP", self.intermediate, tp)
         if self.is_moe:
-            yield from self._moe()
-        yield OpUse("gemm.mm", "lm_head", {"n": self.vocab, "k": h})
+            yield from self._moe(tp, ep)
+        if tp > 1:
+            where = "MLP output all-reduce + residual add + next layernorm"
+            yield OpUse("comm.all_reduce_add_rms_norm", where, _world(h, tp))
+        yield OpUse("gemm.mm", "lm_head", {"n": -(-self.vocab // tp), "k": h})
+        if tp > 1:
+            yield Gap("all-gather", "lm_head: the vocab-sharded logits gathered", {"world_size": tp})
 
     def _linear(self, where: str, n: int, k: int):
         """A projection (weight [n, k]) on every token: an fp8 block GEMM for an fp8 checkpoint (its input
@@ -166,20 +209,18 @@ class ModelPreset:
                 {"num_tokens": rows_per_token},
             )
 
-    def _gqa(self):
-        heads = {"num_q_heads": self.num_q_heads, "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
-        q_width, kv_width = self.num_q_heads * self.head_dim, self.num_kv_heads * self.head_dim
+    def _gqa(self, tp: int = 1):
+        # this rank's heads (KV heads replicated where there are fewer than tp)
+        q_heads, kv_heads = self.num_q_heads // tp, max(1, self.num_kv_heads // tp)
+        heads = {"num_q_heads": q_heads, "num_kv_heads": kv_heads, "head_dim": self.head_dim}
+        q_width, kv_width = q_heads * self.head_dim, kv_heads * self.head_dim
         yield from self._quantize("qkv_proj", self.hidden)
         yield from self._linear("qkv_proj", q_width + 2 * kv_width, self.hidden)
         if self.qk_norm:  # per head: tokens x heads rows of head_dim
-            yield OpUse("norm.rms_norm", "per-head q norm", {"hidden": self.head_dim}, {"num_tokens": self.num_q_heads})
-            yield OpUse(
-                "norm.rms_norm", "per-head k norm", {"hidden": self.head_dim}, {"num_tokens": self.num_kv_heads}
-            )
+            yield OpUse("norm.rms_norm", "per-head q norm", {"hidden": self.head_dim}, {"num_tokens": q_heads})
+            yield OpUse("norm.rms_norm", "per-head k norm", {"hidden": self.head_dim}, {"num_tokens": kv_heads})
         yield OpUse("embedding.rotary", "rotary on q/k", heads)
-        yield OpUse(
-            "kvcache.update_kv_buffer", "KV cache write", {"num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim}
-        )
+        yield OpUse("kvcache.update_kv_buffer", "KV cache write", {"num_kv_heads": kv_heads, "head_dim": self.head_dim})
         yield OpUse(
             "attention.prefill",
             "varlen causal prefill",
@@ -193,8 +234,8 @@ class ModelPreset:
         yield from self._quantize("o_proj", q_width)
         yield from self._linear("o_proj", self.hidden, q_width)
 
-    def _mla(self):
-        h, heads, rope = self.hidden, self.num_q_heads, self.qk_rope_head_dim
+    def _mla(self, tp: int = 1):
+        h, heads, rope = self.hidden, self.num_q_heads // tp, self.qk_rope_head_dim
         latent = self.kv_lora_rank + rope  # one latent cache row: the compressed KV and the shared rope key
         yield from self._quantize("q_a_proj, kv_a_proj_with_mqa", h)
         yield from self._linear("q_a_proj", self.q_lora_rank, h)
@@ -233,15 +274,16 @@ class ModelPreset:
         yield from self._quantize("o_proj", heads * self.v_head_dim)
         yield from self._linear("o_proj", h, heads * self.v_head_dim)
 
-    def _mlp(self, label: str, width: int):
-        """A SwiGLU MLP (its input quantized first in an fp8 checkpoint)."""
+    def _mlp(self, label: str, width: int, tp: int = 1):
+        """A SwiGLU MLP (its input quantized first in an fp8 checkpoint); tp ranks each hold width / tp."""
+        width //= tp
         yield from self._quantize(f"{label} gate_up_proj", self.hidden)
         yield from self._linear(f"{label} gate_up_proj", 2 * width, self.hidden)
         yield OpUse("activation.silu_and_mul", f"{label} SwiGLU", {"intermediate": width})
         yield from self._quantize(f"{label} down_proj", width)
         yield from self._linear(f"{label} down_proj", self.hidden, width)
 
-    def _moe(self):
+    def _moe(self, tp: int = 1, ep: int = 1):
         width = self.moe_intermediate
         # DeepSeek-V3's sigmoid router scores in fp32 (step/model.py), the softmax routers in the activations' dtype
         gate_dtype = "fp32" if self.router == "sigmoid_grouped" else None
@@ -249,11 +291,36 @@ class ModelPreset:
         yield OpUse("gemm.mm", "MoE router gate", {"n": self.num_experts, "k": self.hidden}, dtype=gate_dtype)
         yield OpUse("moe.topk_routing", ROUTING, experts, dtype=gate_dtype)
         if self.num_shared_experts:
-            yield from self._mlp("shared expert", self.num_shared_experts * width)
+            yield from self._mlp("shared expert", self.num_shared_experts * width, tp)
         # fp8 block weights (DeepSeek-V3): the same op over e4m3 experts and their 128 x 128 block scales
         dtype = FP8 if self.weights_fp8_block else None
-        dims = {"hidden": self.hidden, "intermediate": width, **experts}
-        yield OpUse("moe.fused_moe", ROUTED_EXPERTS, dims, dtype=dtype)
+        if ep == 1:
+            dims = {"hidden": self.hidden, "intermediate": width // tp, **experts}
+            yield OpUse("moe.fused_moe", ROUTED_EXPERTS, dims, dtype=dtype)
+            return
+        # expert parallelism: whole experts, E / ep per rank; a token's rows reach at most min(top_k, ep) ranks
+        rows = min(self.top_k, ep)
+        yield OpUse(
+            "comm.ep_dispatch",
+            "EP dispatch: tokens to their experts' ranks",
+            {"hidden": self.hidden, **experts, "world_size": ep},
+            dtype=dtype,
+        )
+        local = {
+            "hidden": self.hidden,
+            "intermediate": width,
+            "num_experts": self.num_experts // ep,
+            "top_k": self.top_k,
+        }
+        yield OpUse(
+            "moe.fused_moe", f"{ROUTED_EXPERTS} (this rank's experts)", local, {"num_tokens": rows}, dtype=dtype
+        )
+        combine = {"hidden": self.hidden, "world_size": ep}
+        yield OpUse("comm.ep_combine", "EP combine: results back, added per token", combine, {"num_tokens": rows})
+
+
+def _world(hidden: int, ranks: int) -> dict:
+    return {"hidden": hidden, "world_size": ranks}
 
 
 PRESETS = {

@@ -12,7 +12,10 @@ specifies for those arguments (padding rows an op may leave unwritten are
 not); parity compares only those; and may define ACCUMULATION_BOUNDS {op:
 fn(*args) -> one float64 tensor (or a tuple, one per output) of extra
 absolute tolerance per output element}: the accumulation term of an op whose
-contract allows rows to accumulate in lower precision (fp8 tensor cores). The
+contract allows rows to accumulate in lower precision (fp8 tensor cores); and
+may define COMPARED_OUTPUTS {op: fn(result) -> tuple of tensors}: the tensors
+an op's result is compared on, where it returns more than tensors (comm's
+EpDispatch: its handle's library part is a row's own, the rest alike). The
 registry below is derived from the table's family list: a new family's
 module is picked up without editing this file, and a family without a case
 module fails loudly.
@@ -35,6 +38,18 @@ TOLERANCES = {key: value for module in _MODULES for key, value in module.TOLERAN
 ACCUMULATION_BOUNDS = {
     op: bound for module in _MODULES for op, bound in getattr(module, "ACCUMULATION_BOUNDS", {}).items()
 }
+COMPARED_OUTPUTS = {
+    op: outputs for module in _MODULES for op, outputs in getattr(module, "COMPARED_OUTPUTS", {}).items()
+}
 OUTPUT_MASKS = {op: mask for module in _MODULES for op, mask in getattr(module, "OUTPUT_MASKS", {}).items()}
 
-__all__ = ["ACCUMULATION_BOUNDS", "CASES", "Case", "ORACLES", "OUTPUT_MASKS", "TOLERANCES", "TORCH_DTYPES"]
+__all__ = [
+    "ACCUMULATION_BOUNDS",
+    "CASES",
+    "COMPARED_OUTPUTS",
+    "Case",
+    "ORACLES",
+    "OUTPUT_MASKS",
+    "TOLERANCES",
+    "TORCH_DTYPES",
+]

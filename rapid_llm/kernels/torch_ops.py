@@ -446,6 +446,48 @@ def _all_reduce_add_rms_norm(
     kernels.all_reduce_add_rms_norm(x, residual, weight, eps, group)
 
 
+def _ep_dispatch(
+    x: Tensor,
+    topk_ids: Tensor,
+    topk_weights: Tensor,
+    num_experts: int,
+    group: str | None = None,
+    x_scale: Tensor | None = None,
+) -> list[Tensor]:
+    return list(kernels.ep_dispatch(x, topk_ids, topk_weights, num_experts, group, x_scale).compared())
+
+
+def _ep_dispatch_fake(x, topk_ids, topk_weights, num_experts, group=None, x_scale=None) -> list[Tensor]:
+    """The received row count is known only after the counts exchange: a data-dependent size."""
+    from .collectives import resolve_group
+
+    import torch.distributed as dist
+
+    world = dist.get_world_size(resolve_group(group))
+    received = torch.library.get_ctx().new_dynamic_size()
+    hidden, top_k = x.shape[1], topk_ids.shape[1]
+    scale = [] if x_scale is None else [_new((received, x_scale.shape[1]), x_scale)]
+    return [
+        _new((received, hidden), x),
+        *scale,
+        _new((received, top_k), topk_ids),
+        _new((received, top_k), topk_weights, torch.float32),
+        _new((num_experts // world,), x, torch.int32),
+        _new((x.shape[0], world), x, torch.bool),
+        _new((world,), x, torch.int64),
+    ]
+
+
+def _ep_combine(y: Tensor, handle: list[Tensor], group: str | None = None) -> Tensor:
+    from .collectives import EpHandle
+
+    return kernels.ep_combine(y, EpHandle.from_tensors(handle), group)
+
+
+def _ep_combine_fake(y, handle, group=None) -> Tensor:
+    return _new((handle[0].shape[0], y.shape[1]), y)
+
+
 # --- gemm ------------------------------------------------------------------------------------------------------
 
 
@@ -615,12 +657,22 @@ def _fused_moe_fake(x, *args, **kwargs) -> Tensor:
     return _new(tuple(x.shape), x)
 
 
+def custom_op_arguments(name: str, args: tuple) -> tuple:
+    """The custom op `name`'s arguments for the public op call `args`: the same, but an EpHandle passed as
+    its tensors (a custom op takes tensors, not Python objects)."""
+    from .collectives import EpHandle
+
+    return tuple(arg.tensors() if isinstance(arg, EpHandle) else arg for arg in args)
+
+
 #: Every custom op (conformance/test_custom_ops.py checks that each public op has its ops here).
 CUSTOM_OPS = (
     CustomOp("scale", _scale, _same_shape_fake),
     CustomOp("rms_norm", _rms_norm, _same_shape_fake),
     CustomOp("all_reduce", _all_reduce, _all_reduce_fake, ("x",)),
     CustomOp("all_reduce_add_rms_norm", _all_reduce_add_rms_norm, _writes_only, ("x", "residual")),
+    CustomOp("ep_dispatch", _ep_dispatch, _ep_dispatch_fake),
+    CustomOp("ep_combine", _ep_combine, _ep_combine_fake),
     CustomOp("fused_add_rms_norm", _fused_add_rms_norm, _writes_only, ("x", "residual")),
     CustomOp("silu_and_mul", _silu_and_mul, _gated_fake),
     CustomOp("silu_and_mul_out", _silu_and_mul_out, _writes_only, ("out",)),

@@ -48,6 +48,7 @@ BACKEND_CLASSES = {
     "flash_mla": "external",
     "deep_gemm": "external",
     "deep_ep": "external",
+    "symm_mem": "external",
     "torch": "reference",
 }
 CLASS_RANK = {"native": 2, "external": 1, "reference": 0}
