@@ -1090,3 +1090,16 @@ def test_deep_ep_adapter_glue_matches_the_reference(tmp_path, world):
     if ON_GPU:
         pytest.skip("the stand-in is for the CPU: on GPUs the deep_ep rows run for real (RAPID_LLM_FORCE)")
     _assert_no_failures(_run_world(tmp_path, "deep_ep_glue", world))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_native_ep_rows_over_ranks(tmp_path, monkeypatch, world):
+    """The EP scenario (every dtype and case of test_ep_dispatch_and_combine_over_ranks) with native/ep_dispatch
+    and native/ep_combine forced on every rank (the Triton pack, unpack and sum kernels; the CPU interpreter
+    here). Catches a packed row's sections overlapping or misaligned, ids localised for the wrong rank,
+    per-expert counts counting a repeated expert twice, rows unpacked out of order, and a combine summing
+    the wrong rows."""
+    monkeypatch.setenv("RAPID_LLM_FORCE", "comm.ep_dispatch=native/ep_dispatch;comm.ep_combine=native/ep_combine")
+    if not ON_GPU:
+        monkeypatch.setenv("RAPID_LLM_TRITON_INTERPRET", "1")
+    _assert_no_failures(_run_world(tmp_path, "ep", world))

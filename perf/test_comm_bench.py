@@ -78,7 +78,7 @@ EP_DISPATCH = "comm.ep_dispatch"
 #: DeepSeek-V3's routing: top-8 of 256 experts.
 EP_TOP_K, EP_EXPERTS = 8, 256
 #: The combine row timed with each dispatch row (the reference's for the others).
-EP_COMBINE_OF = {"deep_ep/ep_dispatch": "deep_ep/ep_combine"}
+EP_COMBINE_OF = {"deep_ep/ep_dispatch": "deep_ep/ep_combine", "native/ep_dispatch": "native/ep_combine"}
 PEER = "peer/nccl.all_reduce"
 EPS = 1e-6
 WORLD = int(os.environ.get("RAPID_LLM_COMM_BENCH_WORLD", "2"))

@@ -19,7 +19,7 @@ Shared conventions:
 from ...backends import deep_ep as deep_ep_backend
 from ...dispatcher.contract import EXACT, FLOAT_DTYPE_LABELS, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import UNMEASURED, CapabilityRequirement, GoldenRecord, KernelSpec, ShapeConstraint
-from ..rows import library_row, reference_row
+from ..rows import library_row, native_row, reference_row
 
 ALL_REDUCE = "comm.all_reduce"
 ALL_REDUCE_ADD_RMS_NORM = "comm.all_reduce_add_rms_norm"
@@ -208,6 +208,27 @@ ROWS = (
         FLOAT_DTYPE_LABELS,
         graph_safe=False,
         description="all_to_all_single of the rows back to their tokens' ranks, an fp32 index_add",
+    ),
+    native_row(
+        "native/ep_dispatch",
+        EP_DISPATCH,
+        f"{_HERE}.ep_dispatch:ep_dispatch",
+        dtypes=EP_DISPATCH_DTYPES,
+        parity=None,
+        priority=UNMEASURED,
+        graph_safe=False,  # the counts are read on the host
+        description="every payload of a row packed into one exchange: a Triton pack kernel, one "
+        "all_to_all_single, a Triton unpack kernel (per-expert counts by atomics)",
+    ),
+    native_row(
+        "native/ep_combine",
+        EP_COMBINE,
+        f"{_HERE}.ep_combine:ep_combine",
+        dtypes=FLOAT_DTYPE_LABELS,
+        parity=None,
+        priority=UNMEASURED,
+        graph_safe=False,
+        description="all_to_all_single of the rows back, then one Triton kernel summing each token's rows in fp32",
     ),
     library_row(
         "deep_ep/ep_dispatch",

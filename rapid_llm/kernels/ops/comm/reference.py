@@ -3,7 +3,7 @@
 all_reduce: torch.distributed.all_reduce(SUM) on a contiguous buffer (a copy of x, or x itself in place).
 all_reduce_add_rms_norm: that sum, then norm's fused_add_rms_norm reference (fp32 add, one rounding, RMSNorm
 of the stored residual).
-ep_dispatch: the rows each rank sends (token_in_rank from the ids' owners), a counts exchange
+ep_dispatch: the rows each rank sends (layout.py: token_in_rank from the ids' owners), a counts exchange
 (all_to_all_single of int64 [W]), then one all_to_all_single per payload (x, its scales, ids, weights).
 ep_combine: the rows back with the counts swapped, added per token in fp32 (index_add), rounded once.
 Arguments are checked by the op's check (comm/checks.py) before these run.
@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ...collectives import EpDispatch, EpHandle, resolve_group, tokens_per_local_expert
 from ..norm.reference import fused_add_rms_norm
+from .layout import destinations, exchange_counts
 
 
 def all_reduce(x: torch.Tensor, group=None, inplace: bool = False) -> torch.Tensor:
@@ -47,15 +48,8 @@ def ep_dispatch(x, topk_ids, topk_weights, num_experts: int, group=None, x_scale
     world = dist.get_world_size(group)
     local_experts = num_experts // world
     ids = topk_ids.long()
-    valid = (ids >= 0) & (ids < num_experts)  # unchecked ids outside [-1, E) count as -1
-    owner = torch.where(valid, ids.clamp(min=0) // local_experts, world)  # world: no rank
-    token_in_rank = torch.zeros((x.shape[0], world + 1), dtype=torch.bool, device=x.device)
-    token_in_rank.scatter_(1, owner, True)
-    token_in_rank = token_in_rank[:, :world].contiguous()
-    send_counts = token_in_rank.sum(dim=0)
-    recv_counts = torch.empty_like(send_counts)
-    dist.all_to_all_single(recv_counts, send_counts, group=group)
-    send, receive = send_counts.tolist(), recv_counts.tolist()
+    valid, owner, token_in_rank = destinations(topk_ids, num_experts, world)
+    _, recv_counts, send, receive = exchange_counts(token_in_rank, group)
     # the rows to send, by destination rank, then token index (the order every row of the op receives in)
     destination, token = token_in_rank.t().nonzero(as_tuple=True)
     slot_here = (owner[token] == destination[:, None]) & valid[token]
