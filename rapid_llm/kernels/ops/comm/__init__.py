@@ -142,9 +142,15 @@ back). Not CUDA-graph safe (the counts are read on the host).""",
     ),
 )
 
-#: torch's symmetric-memory kernels: peers' buffers read over NVLink (one node, at most 8 GPUs), 16-byte
-#: vectors of a row.
-_SYMM_MEM_SHAPE = (ShapeConstraint("world_size", max=8), ShapeConstraint("hidden", multiple_of=8))
+#: torch's symmetric-memory kernels: peers' buffers read over NVLink (one node, at most 8 GPUs), float and
+#: bf16 only (their dispatch), 16-byte vectors of a row; two-shot splits the message into equal shares per
+#: rank (2, 4 or 8: a multiple of 8 elements divides evenly).
+_SYMM_MEM_DTYPES = frozenset({"fp32", "bf16"})
+_SYMM_MEM_HIDDEN = ShapeConstraint("hidden", multiple_of=8)
+_SYMM_MEM_SHAPES = {
+    "one_shot": (ShapeConstraint("world_size", max=8), _SYMM_MEM_HIDDEN),
+    "two_shot": (ShapeConstraint("world_size", one_of=(2, 4, 8)), _SYMM_MEM_HIDDEN),
+}
 
 
 def _symm_mem_row(function: str, op: str, description: str) -> KernelSpec:
@@ -155,8 +161,8 @@ def _symm_mem_row(function: str, op: str, description: str) -> KernelSpec:
         target=f"rapid_llm.kernels.backends.symm_mem.all_reduce:{function}",
         available="rapid_llm.kernels.backends.symm_mem:available",
         capability=(CapabilityRequirement("cuda", min_sm=80),),
-        dtypes=FLOAT_DTYPE_LABELS,
-        shape=_SYMM_MEM_SHAPE,
+        dtypes=_SYMM_MEM_DTYPES,
+        shape=_SYMM_MEM_SHAPES[function.partition("_all")[0]],
         golden=GoldenRecord.unverified(),
         priority=UNMEASURED,
         # graph-capturable once the group's buffer holds the message (an eager call at that size first)
