@@ -31,6 +31,15 @@ INTERPRETER_ROUNDING_NOTE = (
 )
 
 
+def pytest_configure(config):
+    """Probe the process-wide environment before any test imports a kernel module: Triton picks interpreter or
+    compiler when a kernel is decorated, so a module imported first (test_table_invariants imports every row's
+    target) would otherwise miss RAPID_LLM_TRITON_INTERPRET=1 for the whole session."""
+    from rapid_llm.kernels.dispatcher import probe_environment
+
+    probe_environment()
+
+
 def pytest_collection_modifyitems(session, config, items):
     """RAPID_LLM_CELL_SCOPE=1 (ci/absence_matrix): keep only what this absence cell can change
     (conformance/cell_scope.py says what that is); the rest is deselected, and a header line says why."""
