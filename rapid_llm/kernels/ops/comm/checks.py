@@ -188,11 +188,12 @@ def check_ep_dispatch(x, topk_ids, topk_weights, num_experts, group=None, x_scal
         if x.dtype == _FP8:
             if hidden % FP8_GROUP:
                 raise OpInputError(op, "x", f"hidden a multiple of {FP8_GROUP} for fp8 (its scale groups)", hidden)
-            expect_tensor(op, "x_scale", x_scale)
             groups = hidden // FP8_GROUP
+            expected = f"a float32 tensor [{tokens}, {groups}] for fp8 x (a scale per {FP8_GROUP} elements)"
+            if not isinstance(x_scale, torch.Tensor):
+                raise OpInputError(op, "x_scale", expected, type(x_scale).__name__)
             if x_scale.dtype != torch.float32 or tuple(x_scale.shape) != (tokens, groups):
-                got = f"{x_scale.dtype} {list(x_scale.shape)}"
-                raise OpInputError(op, "x_scale", f"a float32 tensor [{tokens}, {groups}] for fp8 x", got)
+                raise OpInputError(op, "x_scale", expected, f"{x_scale.dtype} {list(x_scale.shape)}")
         elif x_scale is not None:
             raise OpInputError(op, "x_scale", f"None for {x.dtype} x (scales go with float8_e4m3fn)", "a tensor")
         for name, tensor in (("topk_ids", topk_ids), ("topk_weights", topk_weights), ("x_scale", x_scale)):
