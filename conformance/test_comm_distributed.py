@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import socket
 import time
 import traceback
 from datetime import timedelta
@@ -36,6 +34,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+
+from conformance.spawned_world import free_port, run_world, write_report
 
 PG_TIMEOUT_S = 30
 JOIN_TIMEOUT_S = 120
@@ -72,12 +72,6 @@ def _sum_tolerance(dtype: str, world: int) -> tuple[float, float]:
 # ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _run_world(tmp_path: Path, scenario: str, world: int, *, pg_timeout_s=PG_TIMEOUT_S, **options) -> list[dict]:
     """Run SCENARIOS[scenario] on `world` spawned gloo ranks; each rank's report (a dict), by rank.
 
@@ -85,47 +79,14 @@ def _run_world(tmp_path: Path, scenario: str, world: int, *, pg_timeout_s=PG_TIM
     without reporting (with its exit code), and every rank whose scenario raised (with its traceback)."""
     if ON_GPU and torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} CUDA devices (one per rank); this machine has {torch.cuda.device_count()}")
-    context = multiprocessing.get_context("spawn")
     out_dir = tmp_path / f"{scenario}-world{world}"
     out_dir.mkdir()
-    port = _free_port()
-    workers = [
-        context.Process(
-            target=_worker,
-            args=(scenario, rank, world, port, pg_timeout_s, str(out_dir), options),
-            name=f"{scenario}-rank{rank}",
-            daemon=True,
-        )
-        for rank in range(world)
-    ]
-    started = time.monotonic()
-    try:
-        for worker in workers:
-            worker.start()
-        deadline = started + JOIN_TIMEOUT_S
-        for worker in workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        hung = [(rank, worker.pid) for rank, worker in enumerate(workers) if worker.is_alive()]
-        for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-                worker.join(10)
-    if hung:
-        names = ", ".join(f"rank {rank} (pid {pid})" for rank, pid in hung)
-        pytest.fail(f"{scenario}, world {world}: {names} still running after {JOIN_TIMEOUT_S} s (a hang): killed")
-    reports, problems = [], []
-    for rank, worker in enumerate(workers):
-        path = out_dir / f"rank{rank}.json"
-        if not path.exists():
-            problems.append(f"rank {rank} exited with code {worker.exitcode} without reporting")
-            continue
-        report = json.loads(path.read_text())
-        if report.get("crash"):
-            problems.append(f"rank {rank} raised:\n{report['crash']}")
-        reports.append(report)
-    if problems:
-        pytest.fail(f"{scenario}, world {world}:\n" + "\n".join(problems))
+    port = free_port()
+
+    def args_of_rank(rank):
+        return (scenario, world, port, pg_timeout_s, str(out_dir), options)
+
+    reports = run_world(_worker, args_of_rank, world, out_dir, JOIN_TIMEOUT_S, f"{scenario}, world {world}")
     _append_parity_report(scenario, world, reports)
     return reports
 
@@ -165,7 +126,7 @@ def _assert_no_failures(reports: list[dict]) -> None:
 _OUT_DIR = None
 
 
-def _worker(scenario, rank, world, port, pg_timeout_s, out_dir, options):
+def _worker(rank, scenario, world, port, pg_timeout_s, out_dir, options):
     """One rank: init gloo over the loopback, run the scenario, write rank<r>.json (also when it raised)."""
     report = {"rank": rank, "failures": []}
     global _OUT_DIR
@@ -199,10 +160,7 @@ def _worker(scenario, rank, world, port, pg_timeout_s, out_dir, options):
             dist.destroy_process_group()
     except BaseException:  # reported to the parent, which fails the test with it
         report["crash"] = traceback.format_exc()
-    path = Path(out_dir) / f"rank{rank}.json"
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(report))
-    partial.replace(path)
+    write_report(out_dir, rank, report)
 
 
 def _kernels():
@@ -810,8 +768,8 @@ class _FakeDeepEpBuffer:
         return received, sent.topk_ids, sent.topk_weights, [], handle, None
 
     def combine(self, y, handle):
-        from rapid_llm.kernels.ops.comm import reference
         from rapid_llm.kernels.collectives import EpHandle
+        from rapid_llm.kernels.ops.comm import reference
 
         prefix = handle[0][:, dist.get_rank(self.group)].long()
         recv_counts = torch.diff(prefix, prepend=prefix.new_zeros(1))

@@ -44,18 +44,15 @@ collectives)".
 
 from __future__ import annotations
 
-import json
 import math
-import multiprocessing
 import os
-import socket
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from conformance.spawned_world import free_port, run_world, write_report
 from perf import gpu_timing
 from perf.gpu_cases import HIDDEN_PRESETS, BenchShape, load_row, table_arms, torch_dtype
 
@@ -117,49 +114,18 @@ def _params(op):
 # ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _run_world(tmp_path: Path, op: str, arm: str, case: BenchShape) -> dict:
     """Spawn WORLD ranks (one per GPU), run _measure on each; rank 0's report. Fails naming a rank that hung
     (killed at the deadline), exited without reporting, or raised; skips when the ranks skipped."""
     if _cuda_device_count() < WORLD:
         pytest.skip(f"needs {WORLD} CUDA devices (RAPID_LLM_COMM_BENCH_WORLD={WORLD})")
-    context = multiprocessing.get_context("spawn")
-    port = _free_port()
+    port = free_port()
     case_fields = {"tokens": case.tokens, "hidden": case.hidden, "dtype": case.dtype}
-    workers = [
-        context.Process(
-            target=_worker, args=(rank, WORLD, port, op, arm, case_fields, str(tmp_path)), name=f"rank{rank}"
-        )
-        for rank in range(WORLD)
-    ]
-    started = time.monotonic()
-    try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(max(0.0, started + JOIN_TIMEOUT_S - time.monotonic()))
-    finally:
-        hung = [(rank, worker.pid) for rank, worker in enumerate(workers) if worker.is_alive()]
-        for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-                worker.join(30)
-    if hung:
-        pytest.fail(", ".join(f"rank {r} (pid {pid})" for r, pid in hung) + f" still running after {JOIN_TIMEOUT_S} s")
-    reports = []
-    for rank, worker in enumerate(workers):
-        path = tmp_path / f"rank{rank}.json"
-        if not path.exists():
-            pytest.fail(f"rank {rank} exited with code {worker.exitcode} without reporting")
-        reports.append(json.loads(path.read_text()))
-    crashes = [f"rank {r['rank']}:\n{r['crash']}" for r in reports if r.get("crash")]
-    if crashes:
-        pytest.fail("\n".join(crashes))
+
+    def args_of_rank(rank):
+        return (WORLD, port, op, arm, case_fields, str(tmp_path))
+
+    reports = run_world(_worker, args_of_rank, WORLD, tmp_path, JOIN_TIMEOUT_S, f"{arm} on {case.id}")
     skips = [r["skip"] for r in reports if r.get("skip")]
     if skips:
         pytest.skip(skips[0])
@@ -203,10 +169,7 @@ def _worker(rank, world, port, op, arm, case_fields, out_dir):
             report["skip"] = str(error)
         else:
             report["crash"] = traceback.format_exc()
-    path = Path(out_dir) / f"rank{rank}.json"
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(report))
-    partial.replace(path)
+    write_report(out_dir, rank, report)
 
 
 def _line_up():
