@@ -49,7 +49,7 @@ def _custom_call(op: str, args: tuple) -> tuple[str, tuple]:
     """(custom op name, its arguments) for the public call op(*args): a given `out` selects <name>_out,
     an `out` of None is dropped (the functional op allocates)."""
     contract = TABLE.contracts[op]
-    args = custom_op_arguments(contract.name, args)
+    args = custom_op_arguments(args)
     if "out" not in contract.parameters:
         return contract.name, args
     position = contract.parameters.index("out")

@@ -12,8 +12,9 @@ Each op is one opaque node in the graph (no graph break): its real
 implementation is the public op (`rapid_llm.kernels.<name>`: the op's check,
 the planned row, its kernel), run when the compiled graph runs; its fake
 implementation gives the outputs' shapes, dtypes and strides from the inputs'
-alone, as the op's contract states them (no output size depends on tensor
-values), so tracing never runs a kernel. Registration is explicit: importing
+alone, as the op's contract states them (one size depends on tensor values:
+ep_dispatch's received row count, an unbacked size), so tracing never runs a
+kernel. Registration is explicit: importing
 `rapid_llm.kernels` stays torch-free, and importing this module registers
 nothing until `register()`.
 
@@ -657,9 +658,9 @@ def _fused_moe_fake(x, *args, **kwargs) -> Tensor:
     return _new(tuple(x.shape), x)
 
 
-def custom_op_arguments(name: str, args: tuple) -> tuple:
-    """The custom op `name`'s arguments for the public op call `args`: the same, but an EpHandle passed as
-    its tensors (a custom op takes tensors, not Python objects)."""
+def custom_op_arguments(args: tuple) -> tuple:
+    """A custom op's arguments for the public op call `args`: the same, but an EpHandle passed as its tensors
+    (a custom op takes tensors, not Python objects)."""
     from .collectives import EpHandle
 
     return tuple(arg.tensors() if isinstance(arg, EpHandle) else arg for arg in args)
