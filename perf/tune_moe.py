@@ -107,7 +107,9 @@ def _flat(stages: dict) -> dict:
     return flat
 
 
-def tune(budget_s: float, rows=tuple(ROWS)) -> tuple[list, list]:
+def tune(budget_s: float, rows=tuple(ROWS), presets=None, token_counts=None) -> tuple[list, list]:
+    """Tune `rows` at every preset of their dtype (or those named in `presets`) and each preset's TOKENS (or
+    those of them in `token_counts`)."""
     device = torch.device("cuda")
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device=device)
     entries, log = [], []
@@ -115,13 +117,15 @@ def tune(budget_s: float, rows=tuple(ROWS)) -> tuple[list, list]:
     for row in rows:
         entry, dtype, most_tokens = ROWS[row]
         for preset, hidden, intermediate, experts, top_k, shared, preset_dtype in FUSED_PRESETS:
-            if preset_dtype != dtype:
+            if preset_dtype != dtype or (presets is not None and preset not in presets):
                 continue
             generator = torch.Generator(device="cuda").manual_seed(hidden + experts)
             w13, w13_scale = _weights(experts + shared, 2 * intermediate, hidden, dtype, generator)
             w2, w2_scale = _weights(experts + shared, hidden, intermediate, dtype, generator)
             for tokens in TOKENS[preset]:
                 if most_tokens is not None and tokens > most_tokens:
+                    continue
+                if token_counts is not None and tokens not in token_counts:
                     continue
                 if time.perf_counter() - started > budget_s:
                     log.append({"row": row, "preset": preset, "tokens": tokens, "skipped": "budget spent"})
@@ -183,12 +187,18 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (default: all)")
+    parser.add_argument("--presets", default=None, help=f"comma-separated presets (default: all of {sorted(TOKENS)})")
+    parser.add_argument("--tokens", default=None, help="comma-separated token counts (default: each preset's TOKENS)")
     args = parser.parse_args(argv)
     rows = tuple(args.rows.split(","))
     unknown = set(rows) - set(ROWS)
     if unknown:
         parser.error(f"unknown rows {sorted(unknown)}; known: {sorted(ROWS)}")
-    entries, log = tune(args.budget_s, rows)
+    presets = None if args.presets is None else set(args.presets.split(","))
+    if presets is not None and presets - set(TOKENS):
+        parser.error(f"unknown presets {sorted(presets - set(TOKENS))}; known: {sorted(TOKENS)}")
+    token_counts = None if args.tokens is None else {int(value) for value in args.tokens.split(",")}
+    entries, log = tune(args.budget_s, rows, presets, token_counts)
     write_store_document(args.out, "perf.tune_moe", argv, entries, log)
     return 0
 

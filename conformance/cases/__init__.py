@@ -15,7 +15,13 @@ absolute tolerance per output element}: the accumulation term of an op whose
 contract allows rows to accumulate in lower precision (fp8 tensor cores); and
 may define COMPARED_OUTPUTS {op: fn(result) -> tuple of tensors}: the tensors
 an op's result is compared on, where it returns more than tensors (comm's
-EpDispatch: its handle's library part is a row's own, the rest alike). The
+EpDispatch: its handle's library part is a row's own, the rest alike); and
+may define NOISE_TOLERANCES {(op, dtype): (relative_l2, element_rms)}: for
+an op whose rows legitimately differ by noise spread over a row of the
+output (fp8 re-quantization of an intermediate), each row out[t] (the first
+dimension) must lie within relative_l2 * ||ref[t]||_2 of the reference's in
+L2, and each element gets element_rms * rms(ref[t]) of extra absolute
+tolerance (conformance/tolerances.py). The
 registry below is derived from the table's family list: a new family's
 module is picked up without editing this file, and a family without a case
 module fails loudly.
@@ -41,6 +47,7 @@ ACCUMULATION_BOUNDS = {
 COMPARED_OUTPUTS = {
     op: outputs for module in _MODULES for op, outputs in getattr(module, "COMPARED_OUTPUTS", {}).items()
 }
+NOISE_TOLERANCES = {key: value for module in _MODULES for key, value in getattr(module, "NOISE_TOLERANCES", {}).items()}
 OUTPUT_MASKS = {op: mask for module in _MODULES for op, mask in getattr(module, "OUTPUT_MASKS", {}).items()}
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "CASES",
     "COMPARED_OUTPUTS",
     "Case",
+    "NOISE_TOLERANCES",
     "ORACLES",
     "OUTPUT_MASKS",
     "TOLERANCES",

@@ -404,8 +404,23 @@ TOLERANCES = {
     (FUSED_MOE, "fp32"): (2.0**-18, 2.0**-22),
     (FUSED_MOE, "fp16"): (2.0**-12, 2.0**-9),
     (FUSED_MOE, "bf16"): (2.0**-9, 2.0**-6),
-    # fp8 weights: bf16 out (two units: 2**-6), plus a flipped e4m3 rounding of an element of a (one e4m3
-    # unit, 2**-3 of a_i, times |w2[n, i]| ~ 1 / sqrt(I) of |y|: ~2**-7 at I = 128) when h's bf16 rounding
-    # lands differently: atol 2**-6.
+    # fp8 weights: bf16 out (two units: 2**-6) elementwise, plus the noise term below.
     (FUSED_MOE, "fp8_e4m3"): (2.0**-6, 2.0**-6),
+}
+NOISE_TOLERANCES = {
+    # moe.fused_moe with fp8 weights (the contract's fp8 numerics): each row quantizes the intermediate
+    # a = silu(g) * u from its own h, and h differs between rows by a bf16 rounding (fp8 MMA accumulation
+    # order), so an element of a near an e4m3 rounding midpoint lands one e4m3 unit (at most 2**-3 of |a_i|)
+    # away, and a group whose amax moves is re-gridded whole. These moves have independent signs: y = q(a) w2^T
+    # takes them as a random walk, ||dy|| / ||y|| ~ ||da|| / ||a||, at most 2**-3 / sqrt(6) ~ 0.05 for a wholly
+    # re-gridded a (uniform one-unit differences) and sqrt(f) of that when a fraction f of elements moves (a
+    # few % here: ~0.01). No elementwise bound separates that from an error (a per-element worst case over
+    # I = 2048 terms exceeds |y|), so the check is per token: relative L2 2**-4 (above the wholly re-gridded
+    # case), and elementwise 2**-2 of the token's rms (6 sigma of the per-element noise of a wholly
+    # re-gridded a). Simulated (conformance/test_moe_fp8_noise.py, I = 2048, top-8): every element of h one
+    # bf16 unit off gives relative L2 <= 0.032 and elements <= 0.10 rms. What it catches: a dropped slot of
+    # weight w_j moves out[t] by w_j ||y_j|| (relative 0.12-0.24 for the slots carrying >= 10% of a token's
+    # weight there; a slot under ~5% is within the noise); swapped gate/up halves, a wrong scale block and a
+    # missed shared expert are O(1).
+    (FUSED_MOE, "fp8_e4m3"): (2.0**-4, 2.0**-2)
 }
