@@ -152,7 +152,9 @@ def test_fused_moe(benchmark, gpu_session, arm, preset, hidden, intermediate, ex
         max_abs_diff = (got.float() - expected.float()).abs().max().item()
         correctness = f"vs {reference_name}: max_abs_diff={max_abs_diff:.3g} (not held to a tolerance: rounds y)"
     else:
-        check = check_against_reference(op, dtype, got, expected, arm=arm, reference=reference_name, case=case)
+        check = check_against_reference(
+            op, dtype, got, expected, arm=arm, reference=reference_name, case=case, args=args
+        )
         max_abs_diff, correctness = check["max_abs_diff"], describe_check(check, reference_name)
     touched = int(torch.unique(topk_ids).numel()) + shared
     weight_bytes = touched * 3 * hidden * intermediate * w13.element_size()
