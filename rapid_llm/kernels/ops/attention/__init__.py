@@ -554,7 +554,7 @@ ROWS = (
         MERGE_STATES,
         f"{_HERE}.merge_states:merge_states",
         dtypes=ATTENTION_DTYPES,
-        parity=None,
+        parity=(0.015625, "h100.attention.parity.prefill_paged_merge"),
         priority=10,
         description="Triton: one program per (token, head), both parts' rows in registers, one exp each",
     ),
@@ -623,7 +623,7 @@ ROWS = (
         "prefill.triton:prefill_paged",
         PREFILL_PAGED,
         shape=(_NATIVE_POW2_HEAD_DIMS,),
-        parity=(0.015625, "h200.attention.parity.native_prefill_paged"),
+        parity=(0.015625, "h100.attention.parity.prefill_paged_merge"),
         priority=20,
         description="Triton prefill tiles reading K/V through the page table, bottom-right causal or a "
         "bit-packed tree mask",
@@ -649,7 +649,7 @@ ROWS = (
         shape=(_NATIVE_HEAD_DIMS,),
         layout=("kv:fp8_e4m3",),
         capability=TRITON_FP8_READ_DEVICES,
-        parity=(0.0078125, "h200.attention.parity.native_decode_fp8"),
+        parity=(0.0078125, "h100.attention.parity.native_decode_fp8"),
         priority=10,
         description="Triton paged decode over an fp8-e4m3 KV buffer: fp16 products (inline-PTX e4m3 "
         "conversion), scales folded into the softmax",
@@ -694,6 +694,7 @@ ROWS = (
         MLA_DECODE,
         layout=("latent:fp8_e4m3",),
         capability=TRITON_FP8_READ_DEVICES,
+        parity=(0.015625, "h100.attention.parity.mla_decode_fp8"),
         priority=10,
         description="Triton MLA decode over an fp8-e4m3 latent cache: fp16 products (inline-PTX e4m3 "
         "conversion), the scale folded into the softmax and the output",

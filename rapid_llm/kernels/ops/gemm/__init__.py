@@ -482,8 +482,7 @@ ROWS = (
         capability=TRITON_DOT_DEVICES,
         shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
         layout=("x:rows",),
-        # unverified until its H200 parity run
-        parity=None,
+        parity=(0.0078125, "h100.gemm.parity.swap_ab"),
         priority=5,
         description="Triton decode int4 GEMM (M <= 16) on the tensor cores: nibble pairs ORed into 16-bit floats, "
         "the (q - zero) weight tile on the MMA's M side, tokens on its N side; split over K",
@@ -556,8 +555,7 @@ ROWS = (
         "native/fp8_block_mm_swap_ab",
         FP8_BLOCK_MM,
         "swap_ab:fp8_block_mm",
-        # unverified until its H200 parity run
-        parity=None,
+        parity=(1.0, "h100.gemm.parity.swap_ab"),
         shape=(ShapeConstraint("num_tokens", max=FP8_SPLIT_K_MAX_TOKENS),),
         description="Triton decode fp8 GEMM (M <= 128) with the operands swapped: weight rows on the MMA's M "
         "side, tokens on its N side (fp8 wgmma at 16-token tiles); K split, fp32 slices added in order",
