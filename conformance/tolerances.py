@@ -36,14 +36,19 @@ def accumulation_bound(op: str, args, output: int = 0):
     return bounds[output] if output < len(bounds) else None
 
 
+def _rows(tensor):
+    """float64 [rows, row size] view of a tensor's rows (its first dimension)."""
+    return tensor.double().flatten(1) if tensor.dim() > 1 else tensor.double()[:, None]
+
+
 def noise_term(op: str, dtype: str, output: int, want):
     """(per-element extra tolerance, per-row L2 allowance factor) for ops with a noise tolerance, or None."""
     noise = NOISE_TOLERANCES.get((op, dtype)) if output == 0 else None
     if noise is None or want.dim() == 0:
         return None
     relative_l2, element_rms = noise
-    rows = want.double().reshape(want.shape[0], -1) if want.shape[0] else want.double().reshape(0, 1)
-    rms = rows.pow(2).mean(dim=1).sqrt() if rows.shape[1] else rows.new_zeros(rows.shape[0])
+    rows = _rows(want)
+    rms = rows.norm(dim=1) / max(rows.shape[1], 1) ** 0.5
     per_element = (element_rms * rms).reshape(-1, *([1] * (want.dim() - 1))).expand(want.shape)
     return per_element, relative_l2
 
@@ -52,9 +57,8 @@ def _assert_rows_within_noise(out, want, relative_l2: float, atol: float, descri
     """Each row t: ||out[t] - ref[t]||_2 <= relative_l2 * ||ref[t]||_2 + atol * sqrt(row size)."""
     if out.numel() == 0:
         return
-    diff = (out.double() - want.double()).reshape(out.shape[0], -1)
-    reference = want.double().reshape(want.shape[0], -1)
-    distance, size = diff.norm(dim=1), reference.norm(dim=1)
+    reference = _rows(want)
+    distance, size = (_rows(out) - reference).norm(dim=1), reference.norm(dim=1)
     allowed = relative_l2 * size + atol * reference.shape[1] ** 0.5
     bad = (distance > allowed).nonzero().flatten()
     if bad.numel():

@@ -14,7 +14,7 @@ import torch
 from conformance.cases.case import Case
 from rapid_llm.kernels.ops.moe import ALIGN, FUSED_MOE, TOPK_ROUTING
 from rapid_llm.kernels.ops.moe.checks import check_fused_moe
-from rapid_llm.kernels.ops.moe.reference import _expert_float
+from rapid_llm.kernels.ops.moe.reference import expert_float, expert_slots
 from rapid_llm.kernels.ops.quantization.reference import per_token_group_fp8
 
 _FLOATS = frozenset({"fp32", "fp16", "bf16"})
@@ -396,20 +396,9 @@ def fused_moe_y_rounding_bound(x, w13, w2, topk_weights, topk_ids, activation, w
     roundoff = _Y_ROUNDOFF.get(x.dtype, 0.0)
     if w13.dtype == torch.float8_e4m3fn or roundoff == 0.0 or tokens == 0:
         return bound
-    routed = w13.shape[0] - shared
-    ids = topk_ids.long()
-    ids = torch.where((ids >= 0) & (ids < routed), ids, -1)
-    weights = topk_weights.double().abs()
-    if shared:
-        ids = torch.cat([ids, torch.arange(routed, routed + shared, device=x.device).expand(tokens, shared)], 1)
-        weights = torch.cat([weights, weights.new_ones(tokens, shared)], dim=1)
-    slot_tokens = torch.arange(tokens, device=x.device).repeat_interleave(ids.shape[1])
-    flat_ids, flat_weights = ids.reshape(-1), weights.reshape(-1)
-    for expert in torch.unique(flat_ids[flat_ids >= 0]).tolist():
-        selected = (flat_ids == expert).nonzero().squeeze(1)
-        rows = slot_tokens[selected]
-        y = _expert_float(x[rows], w13, w2, expert).double().abs()
-        bound.index_add_(0, rows, y * flat_weights[selected, None])
+    for expert, rows, slot_weights in expert_slots(topk_ids, topk_weights, w13.shape[0], shared):
+        y = expert_float(x[rows], w13, w2, expert).double().abs()
+        bound.index_add_(0, rows, y * slot_weights.double().abs()[:, None])
     return roundoff * bound
 
 
@@ -435,7 +424,7 @@ TOLERANCES = {
     # (~1 / sqrt(I) of |y|), rare at these sizes. rtol two units of the dtype (the reference's one rounding
     # and the compared row's), atol 2**-12 (2**-18 for fp32) for those flips and for outputs near 0, plus
     # ACCUMULATION_BOUNDS' term for rows that round each y_j before the sum (where slots cancel, |out| << |y_j|:
-    # the H200 saw 0.0029 at |ref| 0.0029 on prefill_4096_tokens/bf16, past 2**-9 + 2**-6 |ref|). What it
+    # the H100 parity run saw 0.0029 at |ref| 0.0029 on prefill_4096_tokens/bf16, past 2**-9 + 2**-6 |ref|). What it
     # catches: a slot's weight dropped or applied twice (O(1)), a missing shared expert (O(1)), the gate and
     # up halves swapped (silu(up) * gate: O(1)), h kept unrounded in a low-precision dtype is within it
     # (allowed: rows may keep more precision than the contract's rounding points demand).

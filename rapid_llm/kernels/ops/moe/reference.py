@@ -102,10 +102,30 @@ def align(topk_ids, num_experts, block_size, expert_start=0, num_local_experts=N
     return sorted_ids[:capacity], block_experts, total.reshape(1).to(torch.int32), counts.to(torch.int32)
 
 
-def _expert_float(rows, w13, w2, expert: int):
+def expert_float(rows, w13, w2, expert: int):
     """One float expert on its rows: y [rows, H] fp32 (h and a rounded to x's dtype, as the contract says)."""
     h = (rows.float() @ w13[expert].float().T).to(rows.dtype)
     return silu_and_mul(h).float() @ w2[expert].float().T
+
+
+def expert_slots(topk_ids, topk_weights, num_experts, num_shared_experts):
+    """Each expert some slot names, with its slots: yields (expert, token of each slot [S] int64, weight of
+    each slot [S] fp32). Routed slots outside [0, E) add nothing; the S shared experts are every token's,
+    weight 1. num_experts: E + S (w13's first dimension). The experts are found on the host."""
+    tokens = topk_ids.shape[0]
+    routed = num_experts - num_shared_experts
+    ids = topk_ids.long()
+    ids = torch.where((ids >= 0) & (ids < routed), ids, -1)
+    weights = topk_weights.float()
+    if num_shared_experts:
+        shared = torch.arange(routed, num_experts, device=ids.device)
+        ids = torch.cat([ids, shared.expand(tokens, num_shared_experts)], dim=1)
+        weights = torch.cat([weights, weights.new_ones(tokens, num_shared_experts)], dim=1)
+    slot_tokens = torch.arange(tokens, device=ids.device).repeat_interleave(ids.shape[1])
+    flat_ids, flat_weights = ids.reshape(-1), weights.reshape(-1)
+    for expert in torch.unique(flat_ids[flat_ids >= 0]).tolist():
+        selected = (flat_ids == expert).nonzero().squeeze(1)
+        yield expert, slot_tokens[selected], flat_weights[selected]
 
 
 def _expert_fp8(rows_q, rows_scale, w13, w2, w13_scale, w2_scale, expert: int):
@@ -120,28 +140,16 @@ def fused_moe(
     x, w13, w2, topk_weights, topk_ids, activation="silu", w13_scale=None, w2_scale=None, num_shared_experts=0, out=None
 ):
     tokens, hidden = x.shape
-    routed = w13.shape[0] - num_shared_experts
-    ids = topk_ids.long()
-    ids = torch.where((ids >= 0) & (ids < routed), ids, -1)  # a slot outside [0, E) adds nothing
-    weights = topk_weights.float()
-    if num_shared_experts:
-        shared = torch.arange(routed, routed + num_shared_experts, device=x.device)
-        ids = torch.cat([ids, shared.expand(tokens, num_shared_experts)], dim=1)
-        weights = torch.cat([weights, weights.new_ones(tokens, num_shared_experts)], dim=1)
     fp8 = w13.dtype == torch.float8_e4m3fn
     if fp8:
         x_q, x_scale = per_token_group_fp8(x, SCALE_BLOCK)
     total = torch.zeros((tokens, hidden), dtype=torch.float32, device=x.device)
-    slot_tokens = torch.arange(tokens, device=x.device).repeat_interleave(ids.shape[1])
-    flat_ids, flat_weights = ids.reshape(-1), weights.reshape(-1)
-    for expert in torch.unique(flat_ids[flat_ids >= 0]).tolist():
-        selected = (flat_ids == expert).nonzero().squeeze(1)
-        token_rows = slot_tokens[selected]
+    for expert, token_rows, slot_weights in expert_slots(topk_ids, topk_weights, w13.shape[0], num_shared_experts):
         if fp8:
             y = _expert_fp8(x_q[token_rows], x_scale[token_rows], w13, w2, w13_scale, w2_scale, expert)
         else:
-            y = _expert_float(x[token_rows], w13, w2, expert)
-        total.index_add_(0, token_rows, y * flat_weights[selected, None])
+            y = expert_float(x[token_rows], w13, w2, expert)
+        total.index_add_(0, token_rows, y * slot_weights[:, None])
     result = total.to(x.dtype)
     if out is None:
         return result
