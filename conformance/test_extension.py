@@ -394,6 +394,21 @@ def _expected_calls(name):
             assert (page_size, sm_scale, splits) == (8, 0.125, 1) and type(sm_scale) is float
 
         return (q, kv_buffer, page_table, seq_lens, 8, 0.125, k_scale, v_scale), check
+    if name == "w4a16_mm":
+        x = torch.randn(3, 64).bfloat16()
+        qweight, qzeros = torch.zeros(8, 16, dtype=torch.int32), torch.zeros(1, 2, dtype=torch.int32)
+        scales, bias = torch.ones(1, 16).half(), torch.randn(16).bfloat16()
+
+        def check(args, result):
+            out, rows, *inputs, group_size, v1_zeros = args
+            assert rows.data_ptr() == x.data_ptr() and rows.shape == x.shape, "x not second"
+            assert all(a is b for a, b in zip(inputs, (qweight, scales, qzeros, bias))), (
+                "not (out, x, qweight, scales, qzeros, bias, group_size, v1_zeros)"
+            )
+            assert out.data_ptr() == result.data_ptr() and result.shape == (3, 16) and result.dtype == x.dtype
+            assert group_size == 64 and v1_zeros is True  # packing "gptq": the stored zero is zero - 1
+
+        return (x, qweight, scales, qzeros, 64, "gptq", bias), check
     raise AssertionError(f"op {name!r}: add its expected call (outputs first) to this test")
 
 

@@ -36,6 +36,11 @@ TORCH_LIBRARY_FRAGMENT(RAPID_LLM_OP_NAMESPACE, m) {
   m.def("decode(Tensor! out, Tensor! partial, Tensor! partial_lse, Tensor q, Tensor kv_buffer, Tensor page_table, Tensor seq_lens, Tensor k_scale, Tensor v_scale, int page_size, float sm_scale, int num_splits) -> ()");
   m.impl("decode", c10::kCUDA, &rapid_llm::decode);
   m.impl("decode", c10::kCPU, &rapid_llm::decode);
+
+  // gemm.w4a16_mm at decode token counts over GPTQ words (csrc/gemm/w4a16_mma.cu); bias empty: none.
+  m.def("w4a16_mm(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor qzeros, Tensor bias, int group_size, bool v1_zeros) -> ()");
+  m.impl("w4a16_mm", c10::kCUDA, &rapid_llm::w4a16_mm);
+  m.impl("w4a16_mm", c10::kCPU, &rapid_llm::w4a16_mm);
 }
 
 // `import rapid_llm._C` needs a module init function. The module carries no

@@ -68,6 +68,15 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
             const at::Tensor& k_scale, const at::Tensor& v_scale, int64_t page_size, double sm_scale,
             int64_t num_splits);
 
+// gemm.w4a16_mm(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor qzeros, Tensor bias,
+//   int group_size, bool v1_zeros) -> ()
+// Decode token counts (M <= 16) over GPTQ words on the tensor cores (csrc/gemm/w4a16_mma.cu): x float16/bfloat16
+// [M, K] with unit stride along K, qweight int32 [K/8, N], qzeros int32 [K/g, N/8] (v1_zeros: the stored nibble
+// is zero - 1), scales [K/g, N] float32/float16/bfloat16, any strides; bias empty (none) or [N] in x's dtype;
+// out contiguous [M, N] in x's dtype.
+void w4a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+              const at::Tensor& qzeros, const at::Tensor& bias, int64_t group_size, bool v1_zeros);
+
 // ---------------------------------------------------------------------------
 // Helpers shared by the launchers (host code only)
 // ---------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from ...backends import deep_gemm as deep_gemm_backend
 from ...dispatcher.contract import EXACT, TOKEN_BUCKETS, OpContract
 from ...dispatcher.spec import CapabilityRequirement, GoldenRecord, KernelSpec, LibraryRequirement, ShapeConstraint
 from ..common_rows import TRITON_DEVICES, TRITON_DOT_DEVICES, TRITON_FP8_DEVICES
-from ..rows import SHARED_LAYOUT_TAGS, library_row, native_row, reference_row
+from ..rows import SHARED_LAYOUT_TAGS, extension_rows, library_row, native_row, reference_row
 
 MM = "gemm.mm"
 W8A16_MM = "gemm.w8a16_mm"
@@ -66,6 +66,8 @@ LAYOUT_TAGS = {
     "x:rows": SHARED_LAYOUT_TAGS["x:rows"],
     "w:rows": "the weight w [N, K] has unit stride along K (any row stride): a checkpoint's linear weight or a "
     "row slice of a fused one",
+    "w:gptq": 'gemm.w4a16_mm\'s int4 weight is packed along K (packing "gptq" or "gptq_v2": qweight [K/8, N], '
+    "a word's nibbles are 8 k of one column)",
     "bias:unit": "gemm.mm's bias is None or has unit stride (what cuBLASLt's bias epilogue reads; torch.addmm "
     "takes another path for a strided bias, which rounded twice on the H200)",
     "a:tma": "the fp8 operand a has unit stride along K, a 16-byte-aligned start and row stride, rows that do not "
@@ -137,7 +139,7 @@ once to x's dtype.""",
         parameters=("x", "qweight", "scales", "qzeros", "group_size", "packing", "bias"),
         dtypes=frozenset({"fp16", "bf16"}),
         dims=(("num_tokens", TOKEN_BUCKETS), ("n", EXACT), ("k", EXACT)),
-        layouts=("x:rows",),
+        layouts=("x:rows", "w:gptq"),
         check=f"{_HERE}.checks:check_w4a16_mm",
         doc="""w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None) -> out [..., N]
 
@@ -486,6 +488,19 @@ ROWS = (
         priority=5,
         description="Triton decode int4 GEMM (M <= 16) on the tensor cores: nibble pairs ORed into 16-bit floats, "
         "the (q - zero) weight tile on the MMA's M side, tokens on its N side; split over K",
+    ),
+    # CUDA sm80+ (mma.sync m16n8k16), GPTQ words only: AWQ checkpoints take it through awq_to_gptq_v2 at load
+    *extension_rows(
+        W4A16_MM,
+        f"{_HERE}.mm.w4a16_cuda:w4a16_mma",
+        dtypes=_MM_DTYPES,
+        shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
+        layout=("x:rows", "w:gptq"),
+        parity={"aot": None, "jit": None},
+        priority=5,
+        description="CUDA extension: decode int4 GEMM (M <= 16) with mma.sync, each lane's GPTQ words "
+        "dequantized by lop3 straight into the A operand (k order permuted alike in x: no repack), one block "
+        "per 32 columns, K over its 8 warps, summed in shared memory",
     ),
     native_row(
         "native/w4a16_mm",

@@ -362,7 +362,7 @@ def check_fp8_mm(a, a_scale, b, b_scale, out_dtype=torch.bfloat16, bias=None):
     return a, tags, (("num_tokens", m), ("n", n), ("k", k))
 
 
-_W4A16_TAGS = tag_table("x:rows")
+_W4A16_TAGS = tag_table("x:rows", "w:gptq")
 #: gemm.w4a16_mm's accepted group sizes and packings (the contract's docstring says what each packing means).
 W4A16_GROUP_SIZES = (64, 128)
 W4A16_PACKINGS = ("gptq", "gptq_v2", "awq")
@@ -378,7 +378,7 @@ def _expect_int32(op, argument, value, shape, meaning):
 def check_w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None):
     """gemm.w4a16_mm's check: x [..., K] fp16/bf16; group_size 64 or 128 dividing K; packing "gptq" or
     "gptq_v2" (qweight int32 [K/8, N]) or "awq" (qweight int32 [K, N/8]); N % 8 == 0; qzeros int32 [K/g, N/8];
-    scales [K/g, N] fp16/bf16/fp32; bias None or [N] in x's dtype; one device. Tags: x:rows."""
+    scales [K/g, N] fp16/bf16/fp32; bias None or [N] in x's dtype; one device. Tags: x:rows, w:gptq (not awq)."""
     op = W4A16_MM
     k = _half_activations(op, x)
     if packing not in W4A16_PACKINGS:
@@ -409,4 +409,4 @@ def check_w4a16_mm(x, qweight, scales, qzeros, group_size, packing, bias=None):
     expect_same_device(op, "scales", scales, "x", x)
     _check_bias(op, bias, x, n, "the weight")
     rows = x.numel() // k
-    return x, _W4A16_TAGS[(rows_view_ok(x),)], (("num_tokens", rows), ("n", n), ("k", k))
+    return x, _W4A16_TAGS[(rows_view_ok(x), packing != "awq")], (("num_tokens", rows), ("n", n), ("k", k))

@@ -1,0 +1,50 @@
+"""aot/w4a16_mma and jit/w4a16_mma: the CUDA extension's decode int4 GEMM (csrc/gemm/w4a16_mma.cu), two builds
+of one kernel.
+
+    w4a16_mma_aot   torch.ops.rapid_llm.w4a16_mm      (rapid_llm._C: RAPID_LLM_BUILD_EXT=1)
+    w4a16_mma_jit   torch.ops.rapid_llm_jit.w4a16_mm  (compiled on first use: RAPID_LLM_JIT=1)
+
+gemm.w4a16_mm's public order (x, qweight, scales, qzeros, group_size, packing, bias); the schema's is outputs
+first: w4a16_mm(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor qzeros, Tensor bias, int
+group_size, bool v1_zeros) -> (), bias empty for none. The rows serve M <= 16 and GPTQ words (layout w:gptq:
+packing "gptq" or "gptq_v2"); x [..., K] is viewed as [M, K] rows (layout x:rows). No scratch and no host
+sync: a call is capturable in a CUDA graph. Importing this module loads no extension.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .... import aot, jit
+
+
+def _w4a16_mm(op, x, qweight, scales, qzeros, group_size, packing, bias):
+    k = x.shape[-1]
+    n = qweight.shape[1]
+    m = x.numel() // k
+    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    empty = torch.empty(0, dtype=x.dtype, device=x.device)
+    op(
+        out.view(m, n),
+        x.reshape(m, k),
+        qweight,
+        scales,
+        qzeros,
+        empty if bias is None else bias,
+        int(group_size),
+        packing == "gptq",
+    )
+    return out
+
+
+def w4a16_mma_aot(x, qweight, scales, qzeros, group_size, packing, bias=None):
+    return _w4a16_mm(aot.op("w4a16_mm"), x, qweight, scales, qzeros, group_size, packing, bias)
+
+
+def w4a16_mma_jit(x, qweight, scales, qzeros, group_size, packing, bias=None):
+    return _w4a16_mm(jit.op("w4a16_mm"), x, qweight, scales, qzeros, group_size, packing, bias)
+
+
+__all__ = ["w4a16_mma_aot", "w4a16_mma_jit"]
