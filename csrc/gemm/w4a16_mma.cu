@@ -129,10 +129,11 @@ __device__ __forceinline__ uint4 load_stream(const int32_t* pointer) {
   return v;
 }
 
-__device__ __forceinline__ float load_scale(const void* scales, int64_t index, int scale_kind) {
-  if (scale_kind == 0) return static_cast<const float*>(scales)[index];
-  if (scale_kind == 1) return __half2float(static_cast<const __half*>(scales)[index]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(scales)[index]);
+// One scale as fp32 (scale_kind 0: float32, 1: float16, 2: bfloat16).
+__device__ __forceinline__ float load_scale(const char* at, int scale_kind) {
+  if (scale_kind == 0) return *reinterpret_cast<const float*>(at);
+  if (scale_kind == 1) return __half2float(*reinterpret_cast<const __half*>(at));
+  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(at));
 }
 
 // The lane's four words of one word row: one 16-byte load (VECTOR: unit stride along N, 16-byte aligned rows)
@@ -214,20 +215,29 @@ __global__ void __launch_bounds__(kWarps * 32, TILES == 1 && kWarps == 8 ? 2 : 1
     uint32_t zero_word;
     float scale[4];
   };
-  auto fetch = [&](Group& into, int group) {
-    const int64_t chunk0 = static_cast<int64_t>(group - first_group) * kChunks;
+  // the scales of the lane's columns in group first_group: byte offsets, advanced a group at a time
+  const int scale_bytes = scale_kind == 0 ? 4 : 2;
+  const char* scales_at = static_cast<const char*>(scales) +
+                          (static_cast<int64_t>(first_group) * stride_s0 + static_cast<int64_t>(column) * stride_s1) * scale_bytes;
+  const int64_t scale_column_bytes = stride_s1 * scale_bytes;
+  zeros_at += static_cast<int64_t>(first_group) * stride_z0;
+  // the next group's loads, from pointers that then advance by one group (fetch is called once per group, in order)
+  auto fetch = [&](Group& into) {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      into.words[c] = load_words<VECTOR>(words_at + (chunk0 + c) * chunk_step, stride_q1);
+      into.words[c] = load_words<VECTOR>(words_at + c * chunk_step, stride_q1);
 #pragma unroll
       for (int tile = 0; tile < TILES; ++tile)
-        into.tokens[tile][c] = load_tokens<VECTOR>(tokens_at[tile] + (chunk0 + c) * kChunkK, live[tile]);
+        into.tokens[tile][c] = load_tokens<VECTOR>(tokens_at[tile] + c * kChunkK, live[tile]);
     }
-    into.zero_word = static_cast<uint32_t>(zeros_at[static_cast<int64_t>(group) * stride_z0]);
+    into.zero_word = static_cast<uint32_t>(*zeros_at);
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      into.scale[j] = load_scale(
-          scales, static_cast<int64_t>(group) * stride_s0 + static_cast<int64_t>(column + j) * stride_s1, scale_kind);
+    for (int j = 0; j < 4; ++j) into.scale[j] = load_scale(scales_at + j * scale_column_bytes, scale_kind);
+    words_at += kChunks * chunk_step;
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile) tokens_at[tile] += GROUP;
+    zeros_at += stride_z0;
+    scales_at += stride_s0 * scale_bytes;
   };
   auto multiply = [&](const Group& in) {
     // -(m16 + z) in both halves for each of the lane's columns
@@ -283,12 +293,12 @@ __global__ void __launch_bounds__(kWarps * 32, TILES == 1 && kWarps == 8 ? 2 : 1
       }
   };
   Group even, odd;
-  if (first_group < end_group) fetch(even, first_group);
+  if (first_group < end_group) fetch(even);
   for (int group = first_group; group < end_group; group += 2) {
-    if (group + 1 < end_group) fetch(odd, group + 1);
+    if (group + 1 < end_group) fetch(odd);
     multiply(even);
     if (group + 1 >= end_group) break;
-    if (group + 2 < end_group) fetch(even, group + 2);
+    if (group + 2 < end_group) fetch(even);
     multiply(odd);
   }
 
