@@ -409,6 +409,18 @@ def _expected_calls(name):
             assert group_size == 64 and v1_zeros is True  # packing "gptq": the stored zero is zero - 1
 
         return (x, qweight, scales, qzeros, 64, "gptq", bias), check
+    if name == "w8a16_mm":
+        x, w_q = torch.randn(2, 32).half(), torch.zeros(24, 32, dtype=torch.int8)
+        w_scale = torch.ones(24, 1)
+
+        def check(args, result):
+            out, rows, weight, scale, bias = args
+            assert rows.data_ptr() == x.data_ptr() and rows.shape == x.shape, "x not second"
+            assert weight is w_q and scale is w_scale, "not (out, x, w_q, w_scale, bias)"
+            assert bias.numel() == 0 and bias.dtype == x.dtype  # no bias: an empty tensor
+            assert out.data_ptr() == result.data_ptr() and result.shape == (2, 24) and result.dtype == x.dtype
+
+        return (x, w_q, w_scale), check
     raise AssertionError(f"op {name!r}: add its expected call (outputs first) to this test")
 
 

@@ -41,6 +41,11 @@ TORCH_LIBRARY_FRAGMENT(RAPID_LLM_OP_NAMESPACE, m) {
   m.def("w4a16_mm(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor qzeros, Tensor bias, int group_size, bool v1_zeros) -> ()");
   m.impl("w4a16_mm", c10::kCUDA, &rapid_llm::w4a16_mm);
   m.impl("w4a16_mm", c10::kCPU, &rapid_llm::w4a16_mm);
+
+  // gemm.w8a16_mm at decode token counts (csrc/gemm/w8a16_mma.cu); bias empty: none.
+  m.def("w8a16_mm(Tensor! out, Tensor x, Tensor w_q, Tensor w_scale, Tensor bias) -> ()");
+  m.impl("w8a16_mm", c10::kCUDA, &rapid_llm::w8a16_mm);
+  m.impl("w8a16_mm", c10::kCPU, &rapid_llm::w8a16_mm);
 }
 
 // `import rapid_llm._C` needs a module init function. The module carries no

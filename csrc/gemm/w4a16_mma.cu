@@ -43,13 +43,17 @@
 #include <string>
 
 #include "rapid_llm_ext.h"
+#include "rapid_llm_mma.cuh"
 
 namespace rapid_llm {
 namespace {
 
-constexpr int kColumns = 32;     // output columns per block (8 lane groups x 4 columns)
-constexpr int kChunkK = 32;      // k per chunk: two m16n8k16 steps, one word per lane and column
-constexpr int kTokensPerTile = 8;  // the MMA's N side
+using mma_sync::kColumns;  // output columns per block (8 lane groups x 4 columns)
+using mma_sync::kTokensPerTile;
+using mma_sync::load_scale;
+using mma_sync::load_stream;
+using mma_sync::mma;
+constexpr int kChunkK = 32;  // k per chunk: two m16n8k16 steps, one word per lane and column
 
 template <typename T>
 struct Sixteen;  // the 16-bit float's MMA type name, m16 bits (x2) and one (x2)
@@ -97,43 +101,6 @@ __device__ __forceinline__ uint32_t fma2<at::BFloat16>(uint32_t a, uint32_t b, u
   uint32_t d;
   asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
-}
-
-// c += A [16 x 16] * B [16 x 8], fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma<at::Half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma<at::BFloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Streamed once: not kept in L1.
-__device__ __forceinline__ uint4 load_stream(const int32_t* pointer) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(pointer));
-  return v;
-}
-
-// One scale as fp32 (scale_kind 0: float32, 1: float16, 2: bfloat16).
-__device__ __forceinline__ float load_scale(const char* at, int scale_kind) {
-  if (scale_kind == 0) return *reinterpret_cast<const float*>(at);
-  if (scale_kind == 1) return __half2float(*reinterpret_cast<const __half*>(at));
-  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(at));
 }
 
 // The lane's four words of one word row: one 16-byte load (VECTOR: unit stride along N, 16-byte aligned rows)
@@ -222,7 +189,7 @@ __global__ void __launch_bounds__(kWarps * 32, TILES == 1 && kWarps == 8 ? 2 : 1
   const int64_t scale_column_bytes = stride_s1 * scale_bytes;
   zeros_at += static_cast<int64_t>(first_group) * stride_z0;
   // the next group's loads, from pointers that then advance by one group (fetch is called once per group, in order)
-  auto fetch = [&](Group& into) {
+  auto fetch = [&](Group& into, int /*group: the pointers say where*/) {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       into.words[c] = load_words<VECTOR>(words_at + c * chunk_step, stride_q1);
@@ -292,15 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32, TILES == 1 && kWarps == 8 ? 2 : 1
         total[tile][2 * i + 1][1] += sum[tile][i][3] * in.scale[2 * i + 1];
       }
   };
-  Group even, odd;
-  if (first_group < end_group) fetch(even);
-  for (int group = first_group; group < end_group; group += 2) {
-    if (group + 1 < end_group) fetch(odd);
-    multiply(even);
-    if (group + 1 >= end_group) break;
-    if (group + 2 < end_group) fetch(even);
-    multiply(odd);
-  }
+  mma_sync::double_buffered<Group>(first_group, end_group, fetch, multiply);
 
 #pragma unroll
   for (int tile = 0; tile < TILES; ++tile)
@@ -309,16 +268,7 @@ __global__ void __launch_bounds__(kWarps * 32, TILES == 1 && kWarps == 8 ? 2 : 1
 #pragma unroll
       for (int e = 0; e < 2; ++e) sums[warp][tile * kTokensPerTile + 2 * t + e][4 * g + j] = total[tile][j][e];
   __syncthreads();
-  for (int index = threadIdx.x; index < kTokens * kColumns; index += blockDim.x) {
-    const int token = index / kColumns;
-    const int n = blockIdx.x * kColumns + index % kColumns;
-    if (token >= M || n >= N) continue;
-    float value = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) value += sums[w][token][index % kColumns];
-    if (bias != nullptr) value += static_cast<float>(bias[static_cast<int64_t>(n) * stride_bias]);
-    out[static_cast<int64_t>(token) * N + n] = static_cast<T>(value);
-  }
+  mma_sync::store_block<T, kWarps, kTokens>(sums, out, M, N, bias, stride_bias, nullptr, 0, 0);
 }
 
 template <typename T, int GROUP, int TILES>
@@ -332,21 +282,18 @@ void launch(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, con
   const bool vector = qweight.stride(1) == 1 && qweight.stride(0) % 4 == 0 && is_vector_aligned(qweight.data_ptr()) &&
                       x.stride(0) % 8 == 0 && is_vector_aligned(x.data_ptr());
   const T* bias_pointer = bias.numel() ? bias.data_ptr<T>() : nullptr;
-  // 8 warps a block, two blocks an SM; one token tile: 16 warps (K split finer) where the columns give at most a
-  // block an SM (two tiles would spill at 16 warps)
   const int blocks = (n + kColumns - 1) / kColumns;
-  const bool wide = TILES == 1 && blocks <= at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int warps =
+      mma_sync::warps_per_block(blocks, TILES, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   auto kernel = vector ? w4a16_mma_kernel<T, GROUP, TILES, true, 8> : w4a16_mma_kernel<T, GROUP, TILES, false, 8>;
   if constexpr (TILES == 1) {
-    if (wide) kernel = vector ? w4a16_mma_kernel<T, GROUP, 1, true, 16> : w4a16_mma_kernel<T, GROUP, 1, false, 16>;
+    if (warps == 16) kernel = vector ? w4a16_mma_kernel<T, GROUP, 1, true, 16> : w4a16_mma_kernel<T, GROUP, 1, false, 16>;
   }
-  const int warps = wide ? 16 : 8;
-  const int groups_per_warp = (groups + warps - 1) / warps;
   kernel<<<blocks, warps * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
       out.data_ptr<T>(), x.data_ptr<T>(), qweight.data_ptr<int32_t>(), scales.data_ptr(), qzeros.data_ptr<int32_t>(),
       bias_pointer, m, n, k, x.stride(0), qweight.stride(0), qweight.stride(1), scales.stride(0), scales.stride(1),
-      qzeros.stride(0), qzeros.stride(1), bias.numel() ? bias.stride(0) : 0, groups_per_warp, scale_kind,
-      v1_zeros ? 1 : 0);
+      qzeros.stride(0), qzeros.stride(1), bias.numel() ? bias.stride(0) : 0, (groups + warps - 1) / warps,
+      scale_kind, v1_zeros ? 1 : 0);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -384,10 +331,7 @@ void w4a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, c
               op + "qzeros must be int32 [K/g, N/8], got " + dims_to_string(qzeros.sizes()));
   TORCH_CHECK(scales.dim() == 2 && scales.size(0) == k / group_size && scales.size(1) == n,
               op + "scales must be [K/g, N], got " + dims_to_string(scales.sizes()));
-  int scale_kind = -1;
-  if (scales.scalar_type() == at::kFloat) scale_kind = 0;
-  if (scales.scalar_type() == at::kHalf) scale_kind = 1;
-  if (scales.scalar_type() == at::kBFloat16) scale_kind = 2;
+  const int scale_kind = mma_sync::scale_kind_of(scales.scalar_type());
   TORCH_CHECK(scale_kind >= 0, op + "scales must be float32, float16 or bfloat16");
   TORCH_CHECK(bias.numel() == 0 || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == x.scalar_type()),
               op + "bias must be empty or [N] in x's dtype");

@@ -77,6 +77,13 @@ void decode(at::Tensor& out, at::Tensor& partial, at::Tensor& partial_lse, const
 void w4a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
               const at::Tensor& qzeros, const at::Tensor& bias, int64_t group_size, bool v1_zeros);
 
+// gemm.w8a16_mm(Tensor! out, Tensor x, Tensor w_q, Tensor w_scale, Tensor bias) -> ()
+// Decode token counts (M <= 16) over int8 weights on the tensor cores (csrc/gemm/w8a16_mma.cu): x float16/bfloat16
+// [M, K] with unit stride along K, w_q int8 [N, K] with unit stride along K (any row stride), w_scale [N] or [N, 1]
+// float32 or x's dtype, any stride; bias empty (none) or [N] in x's dtype; out contiguous [M, N] in x's dtype.
+void w8a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& w_q, const at::Tensor& w_scale,
+              const at::Tensor& bias);
+
 // ---------------------------------------------------------------------------
 // Helpers shared by the launchers (host code only)
 // ---------------------------------------------------------------------------

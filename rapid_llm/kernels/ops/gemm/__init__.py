@@ -455,6 +455,19 @@ ROWS = (
         parity=(1.9073486328125e-06, "h200.gemm.parity.gemv"),
         description="native/mm_gemv's one-token kernel over int8 weights (widened in registers), scales per column",
     ),
+    # CUDA sm80+ (mma.sync m16n8k16)
+    *extension_rows(
+        W8A16_MM,
+        f"{_HERE}.mm.w8a16_cuda:w8a16_mma",
+        dtypes=_MM_DTYPES,
+        shape=(ShapeConstraint("num_tokens", max=SPLIT_K_MAX_TOKENS),),
+        layout=("x:rows", "w:rows"),
+        parity={"aot": None, "jit": None},
+        priority=5,
+        description="CUDA extension: decode int8 GEMM (M <= 16) with mma.sync, each lane's 16 bytes of a weight "
+        "row converted exactly (fp16: byte permutes under 1024; bf16: through fp32) straight into the A operand, "
+        "one block per 32 rows, K over its 8 warps, summed in shared memory, the channel scale once",
+    ),
     reference_row(
         W4A16_MM,
         f"{_HERE}.reference:w4a16_mm",

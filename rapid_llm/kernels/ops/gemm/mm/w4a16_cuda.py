@@ -13,30 +13,13 @@ sync: a call is capturable in a CUDA graph. Importing this module loads no exten
 
 from __future__ import annotations
 
-import torch
-
 from .... import aot, jit
+from . import call_extension
 
 
 def _w4a16_mm(op, x, qweight, scales, qzeros, group_size, packing, bias):
-    k = x.shape[-1]
-    n = qweight.shape[1]
-    m = x.numel() // k
-    out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return out
-    empty = torch.empty(0, dtype=x.dtype, device=x.device)
-    op(
-        out.view(m, n),
-        x.reshape(m, k),
-        qweight,
-        scales,
-        qzeros,
-        empty if bias is None else bias,
-        int(group_size),
-        packing == "gptq",
-    )
-    return out
+    trailing = (int(group_size), packing == "gptq")  # v1_zeros: GPTQ v1 stores zero - 1
+    return call_extension(op, x, qweight.shape[1], (qweight, scales, qzeros), bias, trailing)
 
 
 def w4a16_mma_aot(x, qweight, scales, qzeros, group_size, packing, bias=None):
