@@ -56,7 +56,7 @@ using mma_sync::mma;
 constexpr int kChunkK = 32;  // k per chunk: two m16n8k16 steps, one word per lane and column
 
 template <typename T>
-struct Sixteen;  // the 16-bit float's MMA type name, m16 bits (x2) and one (x2)
+struct Sixteen;  // m16's bits in both halves, 1.0 in both halves, m16, and a float's 16-bit bits
 template <>
 struct Sixteen<at::Half> {
   static constexpr uint32_t kMagic2 = 0x64006400u;  // fp16 1024 in both halves
@@ -65,7 +65,6 @@ struct Sixteen<at::Half> {
   static __device__ __forceinline__ uint32_t bits(float value) {
     return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(value)));
   }
-  static __device__ __forceinline__ float to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 };
 template <>
 struct Sixteen<at::BFloat16> {
@@ -74,9 +73,6 @@ struct Sixteen<at::BFloat16> {
   static constexpr float kBase = 128.0f;
   static __device__ __forceinline__ uint32_t bits(float value) {
     return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(value)));
-  }
-  static __device__ __forceinline__ float to_float(uint16_t bits) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
   }
 };
 
