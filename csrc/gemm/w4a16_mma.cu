@@ -39,7 +39,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 
 #include "rapid_llm_ext.h"
@@ -311,11 +310,7 @@ void launch_dtype(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweigh
 void w4a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
               const at::Tensor& qzeros, const at::Tensor& bias, int64_t group_size, bool v1_zeros) {
   const std::string op = "w4a16_mm: ";
-  TORCH_CHECK(x.is_cuda(), op + "x must be a CUDA tensor");
-  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op + "x must be float16 or bfloat16");
-  TORCH_CHECK(x.dim() == 2 && (x.size(1) == 1 || x.stride(1) == 1), op + "x must be [M, K] with unit stride along K");
-  TORCH_CHECK(x.size(0) <= 2 * kTokensPerTile, op + "x has " + std::to_string(x.size(0)) + " rows; at most 16");
-  TORCH_CHECK(group_size == 64 || group_size == 128, op + "group_size must be 64 or 128");
+  mma_sync::check_tokens(op, x);
   const int64_t k = x.size(1);
   TORCH_CHECK(k % group_size == 0, op + "K must be a multiple of group_size");
   TORCH_CHECK(qweight.scalar_type() == at::kInt && qweight.dim() == 2 && qweight.size(0) == k / 8,
@@ -329,15 +324,7 @@ void w4a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& qweight, c
               op + "scales must be [K/g, N], got " + dims_to_string(scales.sizes()));
   const int scale_kind = mma_sync::scale_kind_of(scales.scalar_type());
   TORCH_CHECK(scale_kind >= 0, op + "scales must be float32, float16 or bfloat16");
-  TORCH_CHECK(bias.numel() == 0 || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == x.scalar_type()),
-              op + "bias must be empty or [N] in x's dtype");
-  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n &&
-                  out.scalar_type() == x.scalar_type(),
-              op + "out must be a contiguous [M, N] tensor of x's dtype");
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&qweight, &scales, &qzeros, &out}) {
-    TORCH_CHECK(t->device() == x.device(), op + "every tensor must be on x's device");
-  }
-  TORCH_CHECK(bias.numel() == 0 || bias.device() == x.device(), op + "bias must be on x's device");
+  mma_sync::check_outputs(op, out, x, n, bias, {&qweight, &scales, &qzeros});
   if (x.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   if (x.scalar_type() == at::kHalf) {

@@ -32,7 +32,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 
 #include "rapid_llm_ext.h"
@@ -225,10 +224,7 @@ void launch(at::Tensor& out, const at::Tensor& x, const at::Tensor& w_q, const a
 void w8a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& w_q, const at::Tensor& w_scale,
               const at::Tensor& bias) {
   const std::string op = "w8a16_mm: ";
-  TORCH_CHECK(x.is_cuda(), op + "x must be a CUDA tensor");
-  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op + "x must be float16 or bfloat16");
-  TORCH_CHECK(x.dim() == 2 && (x.size(1) == 1 || x.stride(1) == 1), op + "x must be [M, K] with unit stride along K");
-  TORCH_CHECK(x.size(0) <= 2 * kTokensPerTile, op + "x has " + std::to_string(x.size(0)) + " rows; at most 16");
+  mma_sync::check_tokens(op, x);
   const int64_t k = x.size(1);
   TORCH_CHECK(w_q.scalar_type() == at::kChar && w_q.dim() == 2 && w_q.size(1) == k && w_q.size(0) >= 1 &&
                   (k == 1 || w_q.stride(1) == 1),
@@ -238,15 +234,7 @@ void w8a16_mm(at::Tensor& out, const at::Tensor& x, const at::Tensor& w_q, const
               op + "w_scale must be [N] or [N, 1], got " + dims_to_string(w_scale.sizes()));
   TORCH_CHECK(w_scale.scalar_type() == at::kFloat || w_scale.scalar_type() == x.scalar_type(),
               op + "w_scale must be float32 or x's dtype");
-  TORCH_CHECK(bias.numel() == 0 || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == x.scalar_type()),
-              op + "bias must be empty or [N] in x's dtype");
-  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n &&
-                  out.scalar_type() == x.scalar_type(),
-              op + "out must be a contiguous [M, N] tensor of x's dtype");
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&w_q, &w_scale, &out}) {
-    TORCH_CHECK(t->device() == x.device(), op + "every tensor must be on x's device");
-  }
-  TORCH_CHECK(bias.numel() == 0 || bias.device() == x.device(), op + "bias must be on x's device");
+  mma_sync::check_outputs(op, out, x, n, bias, {&w_q, &w_scale});
   if (x.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   const bool two_tiles = x.size(0) > kTokensPerTile;

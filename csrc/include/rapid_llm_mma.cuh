@@ -1,5 +1,6 @@
-// Device helpers shared by the decode GEMMs on mma.sync (csrc/gemm/): the m16n8k16 MMA, a streaming 16-byte
-// load, scalar scale loads and the blocks' ordered cross-warp sum. Device code only; include from .cu files.
+// Helpers shared by the decode GEMMs on mma.sync (csrc/gemm/): on the device the m16n8k16 MMA, a streaming
+// 16-byte load, scalar scale loads, the double-buffered step loop and the blocks' ordered cross-warp sum; on the
+// host the launchers' common checks and warps per block. Include from .cu files only.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -7,6 +8,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 
 namespace rapid_llm {
 namespace mma_sync {
@@ -90,6 +93,27 @@ __device__ __forceinline__ void double_buffered(int first, int end, Fetch&& fetc
 // columns leave an SM at most one (two tiles would spill at 16 warps).
 inline int warps_per_block(int blocks, int tiles, int multiprocessors) {
   return tiles == 1 && blocks <= multiprocessors ? 16 : 8;
+}
+
+// Host checks both decode GEMM launchers share. x: CUDA float16/bfloat16 [M, K], unit stride along K, M <= 16.
+inline void check_tokens(const std::string& op, const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda(), op + "x must be a CUDA tensor");
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, op + "x must be float16 or bfloat16");
+  TORCH_CHECK(x.dim() == 2 && (x.size(1) == 1 || x.stride(1) == 1), op + "x must be [M, K] with unit stride along K");
+  TORCH_CHECK(x.size(0) <= 2 * kTokensPerTile, op + "x has " + std::to_string(x.size(0)) + " rows; at most 16");
+}
+
+// bias empty or [N] in x's dtype; out contiguous [M, N] in x's dtype; every tensor on x's device.
+inline void check_outputs(const std::string& op, const at::Tensor& out, const at::Tensor& x, int64_t n,
+                          const at::Tensor& bias, std::initializer_list<const at::Tensor*> inputs) {
+  TORCH_CHECK(bias.numel() == 0 || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == x.scalar_type()),
+              op + "bias must be empty or [N] in x's dtype");
+  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n &&
+                  out.scalar_type() == x.scalar_type(),
+              op + "out must be a contiguous [M, N] tensor of x's dtype");
+  for (const at::Tensor* t : inputs) TORCH_CHECK(t->device() == x.device(), op + "every tensor must be on x's device");
+  TORCH_CHECK(out.device() == x.device(), op + "every tensor must be on x's device");
+  TORCH_CHECK(bias.numel() == 0 || bias.device() == x.device(), op + "bias must be on x's device");
 }
 
 // 0 float32, 1 float16, 2 bfloat16, -1 otherwise (host).

@@ -8,7 +8,8 @@ gemm.w4a16_mm's public order (x, qweight, scales, qzeros, group_size, packing, b
 first: w4a16_mm(Tensor! out, Tensor x, Tensor qweight, Tensor scales, Tensor qzeros, Tensor bias, int
 group_size, bool v1_zeros) -> (), bias empty for none. The rows serve M <= 16 and GPTQ words (layout w:gptq:
 packing "gptq" or "gptq_v2"); x [..., K] is viewed as [M, K] rows (layout x:rows). No scratch and no host
-sync: a call is capturable in a CUDA graph. Importing this module loads no extension.
+sync in the launcher (capture in a CUDA graph is not yet checked on a GPU). Importing this module loads no
+extension.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ of one kernel.
 gemm.w8a16_mm's public order (x, w_q, w_scale, bias); the schema's is outputs first: w8a16_mm(Tensor! out,
 Tensor x, Tensor w_q, Tensor w_scale, Tensor bias) -> (), bias empty for none. The rows serve M <= 16 with
 layouts x:rows and w:rows (w_q unit stride along K); x [..., K] is viewed as [M, K] rows. No scratch and no
-host sync: a call is capturable in a CUDA graph. Importing this module loads no extension.
+host sync in the launcher (capture in a CUDA graph is not yet checked on a GPU). Importing this module loads
+no extension.
 """
 
 from __future__ import annotations
