@@ -466,7 +466,7 @@ ROWS = (
         priority=5,
         description="CUDA extension: decode int8 GEMM (M <= 16) with mma.sync, each lane's 16 bytes of a weight "
         "row converted exactly (fp16: byte permutes under 1024; bf16: through fp32) straight into the A operand, "
-        "one block per 32 rows, K over its 8 warps, summed in shared memory, the channel scale once",
+        "one block per 32 rows, K over its 8 (or 16) warps, summed in shared memory, the channel scale once",
     ),
     reference_row(
         W4A16_MM,
@@ -513,7 +513,7 @@ ROWS = (
         priority=5,
         description="CUDA extension: decode int4 GEMM (M <= 16) with mma.sync, each lane's GPTQ words "
         "dequantized by lop3 straight into the A operand (k order permuted alike in x: no repack), one block "
-        "per 32 columns, K over its 8 warps, summed in shared memory",
+        "per 32 columns, K over its 8 (or 16) warps, summed in shared memory",
     ),
     native_row(
         "native/w4a16_mm",
